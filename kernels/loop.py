@@ -1,0 +1,176 @@
+"""The main loop: every unit stepped in lockstep, skipping ahead to the next event.
+
+Each clock domain (cores, NoC, memory) is processed on its own edges of the global time
+base, in the fixed order memory -> NoC -> cores within a tick. Every unit keeps the tick at
+which it may next change state (its *wake*); the loop jumps to the earliest one. With
+``p.skip == 0`` the loop instead visits every edge of every domain and steps every unit,
+which must give bit-identical results (a test checks it).
+"""
+
+from .jit import kernel
+
+from . import isa
+from .state import *  # noqa: F403  (field indices of the state tables)
+from .core import core_issue, load_tile, slot_finish_time
+from .dma import dma_has_request, dma_next_request, dma_response
+from .memory import simple_memory_step
+from .noc import noc_inject, noc_step
+from .scheduler import next_tile_for_core, scheduler_start, tile_finished
+from .timebase import align_up
+
+MEM_IDEAL = 0
+MEM_SIMPLE = 1
+
+
+@kernel
+def _core_receive(st, prog, p, c, t):
+    """Responses that reached core c by tick t complete their DMA requests."""
+    q = st.arr.shape[2]
+    while st.core[C_ARR_COUNT, c] > 0 and st.arr[A_TIME, c, st.core[C_ARR_HEAD, c]] <= t:
+        h = st.core[C_ARR_HEAD, c]
+        d = st.arr[A_DIR, c, h]
+        if d == 0:
+            st.core[C_READ_LAT_SUM, c] += t - st.arr[A_SENT, c, h]
+            st.core[C_READ_LAT_N, c] += 1
+        dma_response(st, prog, p, c, d, st.arr[A_ENTRY, c, h], t)
+        st.core[C_ARR_HEAD, c] = (h + 1) % q
+        st.core[C_ARR_COUNT, c] -= 1
+
+
+@kernel
+def _core_retire(st, prog, p, c, t):
+    for s in range(2):
+        if slot_finish_time(st, prog, c, s) <= t:
+            tile = st.slot[S_TILE, c, s]
+            st.core[C_TILES, c] += 1
+            st.slot[S_TILE, c, s] = -1
+            tile_finished(st, prog, tile, t)
+            if st.slot[S_TILE, c, 1 - s] < 0:  # the core falls idle: close its busy interval
+                st.core[C_BUSY, c] += t - st.core[C_BUSY_SINCE, c]
+
+
+@kernel
+def _core_send(st, prog, p, c, t):
+    """Each DMA engine (load, store) sends at most one request this cycle."""
+    qarr = st.arr.shape[2]
+    for d in range(2):
+        if st.core[C_OUTSTANDING, c] >= p.max_outstanding or not dma_has_request(st, c, d):
+            continue
+        if p.mem_type == MEM_IDEAL:
+            k, addr = dma_next_request(st, prog, p, c, d)
+            a = (st.core[C_ARR_HEAD, c] + st.core[C_ARR_COUNT, c]) % qarr
+            st.arr[A_TIME, c, a] = t + p.core_period
+            st.arr[A_DIR, c, a] = d
+            st.arr[A_ENTRY, c, a] = k
+            st.arr[A_SENT, c, a] = t
+            st.core[C_ARR_COUNT, c] += 1
+            st.chan[H_READS + d, 0] += 1
+            st.chan[H_READ_BYTES + d, 0] += p.req_bytes
+        else:
+            if st.core[C_INJ_COUNT, c] >= p.inj_queue:
+                continue
+            k, addr = dma_next_request(st, prog, p, c, d)
+            noc_inject(st, p, c, d, k, addr, t)
+        st.core[C_OUTSTANDING, c] += 1
+        st.core[C_LD_REQUESTS + d, c] += 1
+        st.core[C_LD_BYTES + d, c] += p.req_bytes
+
+
+@kernel
+def _core_wake(st, prog, p, c, t, issue_wake):
+    """Next tick core c may change state, given what it is waiting for."""
+    P = p.core_period
+    wake = issue_wake
+    if st.core[C_ARR_COUNT, c] > 0:
+        wake = min(wake, align_up(max(st.arr[A_TIME, c, st.core[C_ARR_HEAD, c]], t + 1), P))
+    for d in range(2):
+        if dma_has_request(st, c, d) and st.core[C_OUTSTANDING, c] < p.max_outstanding:
+            if p.mem_type == MEM_IDEAL or st.core[C_INJ_COUNT, c] < p.inj_queue:
+                wake = min(wake, t + P)
+    for s in range(2):
+        f = slot_finish_time(st, prog, c, s)
+        if f < isa.NEVER:
+            wake = min(wake, align_up(max(f, t + 1), P))
+    return wake
+
+
+@kernel
+def cores_step(st, prog, p, t):
+    """One core-clock edge for every core that is due (every core when not skipping)."""
+    n = p.n_cores
+    for c in range(n):
+        if p.skip == 0 or st.core[C_WAKE, c] <= t:
+            _core_receive(st, prog, p, c, t)
+            _core_retire(st, prog, p, c, t)
+    # hand out ready tiles: idle cores first, then second (prefetch) slots
+    if st.glob[G_READY_HEAD] < st.glob[G_READY_TAIL] or _any_group_left(st, n):
+        for rnd in range(2):
+            for c in range(n):
+                empty = (st.slot[S_TILE, c, 0] < 0) + (st.slot[S_TILE, c, 1] < 0)
+                if (rnd == 0 and empty == 2) or (rnd == 1 and empty >= 1):
+                    tile = next_tile_for_core(st, prog, c)
+                    if tile >= 0:
+                        if empty == 2:  # the core becomes busy
+                            st.core[C_BUSY_SINCE, c] = t
+                        s = 0 if st.slot[S_TILE, c, 0] < 0 else 1
+                        load_tile(st, prog, p, c, s, tile, t)
+                        st.core[C_WAKE, c] = t
+    for c in range(n):
+        if p.skip == 0 or st.core[C_WAKE, c] <= t:
+            issue_wake = core_issue(st, prog, p, c, t)
+            _core_send(st, prog, p, c, t)
+            st.core[C_WAKE, c] = _core_wake(st, prog, p, c, t, issue_wake)
+
+
+@kernel
+def _any_group_left(st, n):
+    for c in range(n):
+        if st.core[C_GROUP_NEXT, c] < st.core[C_GROUP_END, c]:
+            return True
+    return False
+
+
+@kernel
+def run(st, prog, p, max_iterations):
+    """Advance by at most ``max_iterations`` event steps; returns 0, or 1 on deadlock.
+
+    Stopping between two steps never changes results, so the caller may update a
+    progress bar between calls.
+    """
+    t = st.glob[G_NOW]
+    if st.glob[G_STARTED] == 0:
+        st.glob[G_STARTED] = 1
+        scheduler_start(st, prog)
+    iterations = 0
+    while st.glob[G_LAYERS_LEFT] > 0:
+        if iterations >= max_iterations:
+            st.glob[G_NOW] = t
+            return 0
+        iterations += 1
+        st.glob[G_STEPS] += 1
+        if t % p.mem_period == 0 and p.mem_type != MEM_IDEAL and (p.skip == 0 or st.glob[G_WAKE_MEM] <= t):
+            st.glob[G_WAKE_MEM] = simple_memory_step(st, p, t)
+        if t % p.noc_period == 0 and p.mem_type != MEM_IDEAL and (p.skip == 0 or st.glob[G_WAKE_NOC] <= t):
+            st.glob[G_WAKE_NOC] = noc_step(st, p, t)
+        if t % p.core_period == 0:
+            cores_step(st, prog, p, t)
+        if st.glob[G_LAYERS_LEFT] == 0:
+            break
+        nxt = isa.NEVER
+        if p.skip == 0:
+            nxt = min(align_up(t + 1, p.core_period), nxt)
+            if p.mem_type != MEM_IDEAL:
+                nxt = min(nxt, align_up(t + 1, p.noc_period), align_up(t + 1, p.mem_period))
+        else:
+            for c in range(p.n_cores):
+                nxt = min(nxt, st.core[C_WAKE, c])
+            nxt = min(nxt, st.glob[G_WAKE_NOC], st.glob[G_WAKE_MEM])
+            nxt = max(nxt, t + 1)
+        if nxt >= isa.NEVER:
+            st.glob[G_NOW] = t
+            return 1
+        t = nxt
+    st.glob[G_NOW] = t
+    st.glob[G_END] = t
+    st.glob[G_FINISHED] = 1
+    return 0

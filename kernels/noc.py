@@ -1,0 +1,123 @@
+"""A simple crossbar NoC between cores and memory channels.
+
+Two networks: requests (cores -> channels) and responses (channels -> cores). Each
+destination port accepts one packet at a time, chosen round-robin over the sources whose
+head packet targets it; a packet of ``f`` flits holds the port for ``f`` NoC cycles and
+arrives ``latency + f - 1`` NoC cycles after it was granted. A channel whose input queue is
+full is not granted packets (back-pressure up to the cores' DMA engines).
+"""
+
+from .jit import kernel
+
+from . import isa
+from .state import *  # noqa: F403  (field indices of the state tables)
+from .memory import channel_of
+from .timebase import align_up
+
+
+@kernel
+def packet_flits(p, carries_data):
+    if carries_data:
+        return 1 + (p.req_bytes + p.flit_bytes - 1) // p.flit_bytes
+    return 1
+
+
+@kernel
+def noc_inject(st, p, c, d, entry, addr, t):
+    """Core c's DMA d puts a request into its network interface; False when full."""
+    q = st.inj.shape[2]
+    if st.core[C_INJ_COUNT, c] >= p.inj_queue:
+        return False
+    k = (st.core[C_INJ_HEAD, c] + st.core[C_INJ_COUNT, c]) % q
+    st.inj[N_ADDR, c, k] = addr
+    st.inj[N_DIR, c, k] = d
+    st.inj[N_ENTRY, c, k] = entry
+    st.inj[N_TIME, c, k] = t
+    st.core[C_INJ_COUNT, c] += 1
+    st.glob[G_WAKE_NOC] = min(st.glob[G_WAKE_NOC], align_up(t + 1, p.noc_period))
+    return True
+
+
+@kernel
+def _grant_requests(st, p, t):
+    qin = st.ch_in.shape[2]
+    qinj = st.inj.shape[2]
+    for ch in range(p.n_channels):
+        if st.chan[H_REQ_PORT_FREE, ch] > t or st.chan[H_IN_COUNT, ch] >= p.ch_queue:
+            continue
+        for n in range(p.n_cores):
+            c = (st.chan[H_REQ_RR, ch] + n) % p.n_cores
+            if st.core[C_INJ_COUNT, c] == 0:
+                continue
+            h = st.core[C_INJ_HEAD, c]
+            if channel_of(st.inj[N_ADDR, c, h], p) != ch:
+                continue
+            flits = packet_flits(p, st.inj[N_DIR, c, h] == 1)
+            st.chan[H_REQ_PORT_FREE, ch] = t + flits * p.noc_period
+            k = (st.chan[H_IN_HEAD, ch] + st.chan[H_IN_COUNT, ch]) % qin
+            arrival = t + (p.noc_latency + flits - 1) * p.noc_period
+            st.ch_in[P_TIME, ch, k] = arrival
+            st.ch_in[P_CORE, ch, k] = c
+            st.ch_in[P_DIR, ch, k] = st.inj[N_DIR, c, h]
+            st.ch_in[P_ENTRY, ch, k] = st.inj[N_ENTRY, c, h]
+            st.ch_in[P_SENT, ch, k] = st.inj[N_TIME, c, h]
+            st.chan[H_IN_COUNT, ch] += 1
+            st.core[C_INJ_HEAD, c] = (h + 1) % qinj
+            st.core[C_INJ_COUNT, c] -= 1
+            st.chan[H_REQ_RR, ch] = (c + 1) % p.n_cores
+            st.glob[G_WAKE_MEM] = min(st.glob[G_WAKE_MEM], align_up(max(arrival, t + 1), p.mem_period))
+            st.core[C_WAKE, c] = min(st.core[C_WAKE, c], align_up(t, p.core_period))
+            break
+
+
+@kernel
+def _grant_responses(st, p, t):
+    qout = st.ch_out.shape[2]
+    qarr = st.arr.shape[2]
+    for c in range(p.n_cores):
+        if st.core[C_RESP_PORT_FREE, c] > t:
+            continue
+        for n in range(p.n_channels):
+            ch = (st.core[C_RESP_RR, c] + n) % p.n_channels
+            if st.chan[H_OUT_COUNT, ch] == 0:
+                continue
+            h = st.chan[H_OUT_HEAD, ch]
+            if st.ch_out[P_CORE, ch, h] != c or st.ch_out[P_TIME, ch, h] > t:
+                continue
+            flits = packet_flits(p, st.ch_out[P_DIR, ch, h] == 0)
+            st.core[C_RESP_PORT_FREE, c] = t + flits * p.noc_period
+            arrival = t + (p.noc_latency + flits - 1) * p.noc_period
+            k = (st.core[C_ARR_HEAD, c] + st.core[C_ARR_COUNT, c]) % qarr
+            st.arr[A_TIME, c, k] = arrival
+            st.arr[A_DIR, c, k] = st.ch_out[P_DIR, ch, h]
+            st.arr[A_ENTRY, c, k] = st.ch_out[P_ENTRY, ch, h]
+            st.arr[A_SENT, c, k] = st.ch_out[P_SENT, ch, h]
+            st.core[C_ARR_COUNT, c] += 1
+            st.chan[H_OUT_HEAD, ch] = (h + 1) % qout
+            st.chan[H_OUT_COUNT, ch] -= 1
+            st.core[C_RESP_RR, c] = (ch + 1) % p.n_channels
+            st.core[C_WAKE, c] = min(st.core[C_WAKE, c], align_up(arrival, p.core_period))
+            # the channel may serve again now that its output ring has room
+            st.glob[G_WAKE_MEM] = min(st.glob[G_WAKE_MEM], align_up(t + 1, p.mem_period))
+            break
+
+
+@kernel
+def noc_step(st, p, t):
+    """Grant one packet per free destination port at NoC edge t; return the next wake."""
+    _grant_requests(st, p, t)
+    _grant_responses(st, p, t)
+    wake = isa.NEVER
+    for c in range(p.n_cores):
+        if st.core[C_INJ_COUNT, c] > 0:
+            ch = channel_of(st.inj[N_ADDR, c, st.core[C_INJ_HEAD, c]], p)
+            if st.chan[H_IN_COUNT, ch] < p.ch_queue:
+                wake = min(wake, max(st.chan[H_REQ_PORT_FREE, ch], t + 1))
+    for ch in range(p.n_channels):
+        if st.chan[H_OUT_COUNT, ch] > 0:
+            h = st.chan[H_OUT_HEAD, ch]
+            c = st.ch_out[P_CORE, ch, h]
+            wake = min(wake, max(st.ch_out[P_TIME, ch, h], st.core[C_RESP_PORT_FREE, c], t + 1))
+    if wake < isa.NEVER:
+        wake = align_up(wake, p.noc_period)
+    return wake

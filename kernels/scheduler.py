@@ -1,0 +1,87 @@
+"""Global scheduler: layer dependencies, the ready-group queue, tiles to cores.
+
+A layer becomes ready when every layer it depends on has finished; its groups (chains of
+tiles that accumulate into the same output block) then join one FIFO ready queue. A core
+with a free tile slot takes the next tile of the group it is working on, or else the next
+ready group. Cores that hold no tile at all are served before cores that would only fill
+their second (prefetch) slot, so no core idles while a ready tile exists that it may run.
+"""
+
+from .jit import kernel
+
+from . import isa
+from .state import *  # noqa: F403  (field indices of the state tables)
+
+
+@kernel
+def _push_layer_groups(st, prog, layer):
+    g0 = prog.layer[layer, isa.L_GROUP_START]
+    for g in range(g0, g0 + prog.layer[layer, isa.L_GROUP_LEN]):
+        st.ready_groups[st.glob[G_READY_TAIL]] = g
+        st.glob[G_READY_TAIL] += 1
+
+
+@kernel
+def release_layers(st, prog, first, t):
+    """Mark ``first`` ready at tick t; layers without tiles finish at once, cascading."""
+    stack = st.layer_stack
+    stack[0] = first
+    top = 1
+    while top > 0:
+        top -= 1
+        layer = stack[top]
+        if st.layer_st[L_TILES_LEFT, layer] > 0:
+            _push_layer_groups(st, prog, layer)
+            continue
+        # nothing to run: the layer starts and ends now
+        st.layer_st[L_START, layer] = t
+        st.layer_st[L_END, layer] = t
+        st.glob[G_LAYERS_LEFT] -= 1
+        s0 = prog.layer[layer, isa.L_SUCC_START]
+        for k in range(s0, s0 + prog.layer[layer, isa.L_SUCC_LEN]):
+            succ = prog.layer_succ[k]
+            st.layer_st[L_PREDS_LEFT, succ] -= 1
+            if st.layer_st[L_PREDS_LEFT, succ] == 0:
+                stack[top] = succ
+                top += 1
+
+
+@kernel
+def scheduler_start(st, prog):
+    for layer in range(prog.layer.shape[0]):
+        if st.layer_st[L_PREDS_LEFT, layer] == 0:
+            release_layers(st, prog, layer, 0)
+
+
+@kernel
+def tile_finished(st, prog, tile, t):
+    """Book-keeping when a tile's last instruction completed at tick t."""
+    layer = prog.tile[tile, isa.T_LAYER]
+    st.layer_st[L_TILES_LEFT, layer] -= 1
+    if st.layer_st[L_TILES_LEFT, layer] > 0:
+        return
+    st.layer_st[L_END, layer] = t
+    st.glob[G_LAYERS_LEFT] -= 1
+    s0 = prog.layer[layer, isa.L_SUCC_START]
+    for k in range(s0, s0 + prog.layer[layer, isa.L_SUCC_LEN]):
+        succ = prog.layer_succ[k]
+        st.layer_st[L_PREDS_LEFT, succ] -= 1
+        if st.layer_st[L_PREDS_LEFT, succ] == 0:
+            release_layers(st, prog, succ, t)
+
+
+@kernel
+def next_tile_for_core(st, prog, c):
+    """The next tile core c should load into a free slot, or -1."""
+    if st.core[C_GROUP_NEXT, c] < st.core[C_GROUP_END, c]:
+        tile = st.core[C_GROUP_NEXT, c]
+        st.core[C_GROUP_NEXT, c] += 1
+        return tile
+    if st.glob[G_READY_HEAD] == st.glob[G_READY_TAIL]:
+        return -1
+    g = st.ready_groups[st.glob[G_READY_HEAD]]
+    st.glob[G_READY_HEAD] += 1
+    t0 = prog.group[g, isa.G_TILE_START]
+    st.core[C_GROUP_NEXT, c] = t0 + 1
+    st.core[C_GROUP_END, c] = t0 + prog.group[g, isa.G_TILE_LEN]
+    return t0

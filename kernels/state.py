@@ -1,0 +1,94 @@
+"""Struct-of-arrays state of the whole chip.
+
+Each unit's state is one int64 table laid out field-major (``table[FIELD, unit, ...]``):
+every field is a contiguous array over units, and a kernel call carries a dozen arrays
+rather than a hundred (numba reference-counts every array argument of every call, which
+dominated the run time when each field was its own array). The field indices below are
+module constants, which numba folds into the kernels.
+
+Every kernel takes ``(st, prog, p)``: the mutable State, the read-only ProgramArrays and
+the scalar Params. The engine (``npusim.engine``) allocates them; kernels never allocate (see ``jit.py``).
+Times are int64 ticks of one global time base in which every clock domain has an integer
+period (``npusim.engine.TimeBase``).
+"""
+
+from collections import namedtuple
+
+# Scalar parameters (all int64), fixed for a run.
+PARAM_FIELDS = (
+    "n_cores", "core_period", "noc_period", "mem_period", "skip",
+    # systolic array and vector unit
+    "sa_width", "sa_height", "sa_min_cycles", "acc_latency", "vec_width",
+    # instruction queues
+    "ld_queue", "st_queue", "ex_queue",
+    # DMA and fabric
+    "req_bytes", "max_outstanding", "mem_type", "n_channels", "mem_latency",
+    "ch_bytes_per_cycle", "ch_queue", "noc_latency", "flit_bytes", "inj_queue",
+)
+Params = namedtuple("Params", PARAM_FIELDS)
+
+# The program tables (read-only); vlat is the vector-op latency table (isa.VECTOR_OPS order).
+ProgramArrays = namedtuple("ProgramArrays", ("inst", "tile", "group", "layer", "layer_succ", "vlat"))
+
+STATE_TABLES = (
+    "glob",  # [G_*]                 global scalars
+    "ready_groups",  # [n_groups]    FIFO of groups whose layer is ready
+    "layer_st",  # [L_*, layer]
+    "layer_stack",  # [layer + 1]    scratch for releasing chains of layers
+    "core",  # [C_*, core]
+    "slot",  # [S_*, core, 2]        the two tile slots of each core (double buffering)
+    "done",  # [core, 2, inst]       completion tick of each instruction of a slot's tile
+    "ex_ring",  # [core, ex_queue]   start ticks of the last issued compute instructions
+    "dq",  # [Q_*, core, dir, entry] DMA queue entries; dir 0 = load (MVIN), 1 = store
+    "dq_ctl",  # [D_*, core, dir]
+    "arr",  # [A_*, core, k]          responses on their way to a core (ring)
+    "inj",  # [N_*, core, k]          requests in a core's network interface (ring)
+    "chan",  # [H_*, channel]
+    "ch_in",  # [P_*, channel, k]     requests queued at a memory channel (ring)
+    "ch_out",  # [P_*, channel, k]    responses waiting for the NoC (ring)
+)
+State = namedtuple("State", STATE_TABLES)
+
+
+def _fields(*names):
+    return {n: i for i, n in enumerate(names)}, len(names)
+
+
+# glob
+(G_NOW, G_STARTED, G_FINISHED, G_END, G_STEPS, G_WAKE_NOC, G_WAKE_MEM, G_READY_HEAD,
+ G_READY_TAIL, G_LAYERS_LEFT) = range(10)
+N_GLOB = 10
+# layer_st
+L_PREDS_LEFT, L_TILES_LEFT, L_START, L_END = range(4)
+N_LAYER_FIELDS = 4
+# core
+(C_WAKE, C_SEQ, C_GROUP_NEXT, C_GROUP_END, C_SA_PRELOAD_READY, C_SA_STREAM_FREE,
+ C_SA_GEMM_START, C_VU_FREE, C_EX_POS, C_OUTSTANDING, C_ARR_HEAD, C_ARR_COUNT, C_INJ_HEAD,
+ C_INJ_COUNT, C_RESP_PORT_FREE, C_RESP_RR, C_BUSY_SINCE,
+ # statistics
+ C_SA_STREAM, C_SA_MACS, C_VU_BUSY, C_VU_OPS, C_BUSY, C_LD_REQUESTS, C_ST_REQUESTS,
+ C_LD_BYTES, C_ST_BYTES, C_TILES, C_READ_LAT_SUM, C_READ_LAT_N) = range(29)
+N_CORE_FIELDS = 29
+# slot
+(S_TILE, S_SEQ, S_NEXT, S_PENDING_DMA, S_LAST_DONE, S_COMPUTE_LEFT, S_STORE_LEFT,
+ S_START) = range(8)
+N_SLOT_FIELDS = 8
+# dq
+Q_SLOT, Q_INST, Q_ROW, Q_BASE, Q_O, Q_I, Q_POS, Q_UNSENT, Q_PENDING = range(9)
+N_DQ_FIELDS = 9
+# dq_ctl
+D_HEAD, D_COUNT, D_SEND = range(3)
+N_DQ_CTL_FIELDS = 3
+# arr
+A_TIME, A_DIR, A_ENTRY, A_SENT = range(4)
+N_ARR_FIELDS = 4
+# inj
+N_ADDR, N_DIR, N_ENTRY, N_TIME = range(4)
+N_INJ_FIELDS = 4
+# chan
+(H_REQ_PORT_FREE, H_REQ_RR, H_IN_HEAD, H_IN_COUNT, H_OUT_HEAD, H_OUT_COUNT, H_CREDIT,
+ H_CREDIT_CYCLE, H_READS, H_WRITES, H_READ_BYTES, H_WRITE_BYTES) = range(12)
+N_CHAN_FIELDS = 12
+# packets in ch_in / ch_out
+P_TIME, P_CORE, P_DIR, P_ENTRY, P_SENT = range(5)
+N_PACKET_FIELDS = 5

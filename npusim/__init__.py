@@ -1,0 +1,29 @@
+"""npusim: a fast cycle-level simulator of multi-core NPUs, driven by ONNX models.
+
+The public API is small::
+
+    import npusim
+    result = npusim.simulate("tiny_cnn", config="mobile")
+    result.total_cycles, result.to_dict()
+
+Everything heavy (onnx, numba) is imported on first use, so ``npusim --help`` stays fast.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "simulate"]
+
+
+def simulate(model, config=None, *, overrides=(), mapping=None, dims=None, skip=True,
+             progress=None):
+    """Simulate an ONNX model (a path or a bundled model name) on an NPU config.
+
+    ``config`` is a preset name, a TOML or ONNXim JSON path, or an ``NpuConfig``;
+    ``overrides`` are ``dotted.key=value`` strings; ``mapping`` an ONNXim mapping file;
+    ``dims`` binds dynamic dimensions; ``skip=False`` steps every cycle (debugging).
+    Returns a :class:`npusim.results.Result`.
+    """
+    from npusim.simulation import simulate as _simulate
+
+    return _simulate(model, config, overrides=overrides, mapping=mapping, dims=dims,
+                     skip=skip, progress=progress)

@@ -1,0 +1,357 @@
+"""The typed hardware configuration and the rules every field must obey.
+
+The dataclasses below are what the engine reads. Each scalar field carries its rule (range,
+power of two, or choice list) in its metadata, so adding a field (say ``memory.standard``)
+is one line here and validation, error messages and dict round trips follow by themselves.
+
+Validation works on plain nested dicts (the shape of the TOML file): :func:`normalise`
+checks one and fills defaults, naming the dotted field path in every error.
+:class:`NpuConfig` runs the same check on itself when constructed, so a config built by hand
+or with :func:`dataclasses.replace` is held to the same rules as one loaded from a file.
+"""
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from npusim.errors import NpusimError
+
+# ---------------------------------------------------------------------------------------
+# Choice lists and defaults
+# ---------------------------------------------------------------------------------------
+
+PRECISIONS = (1, 2, 4)
+SCHEDULERS = ("fifo",)
+NOC_TYPES = ("crossbar",)
+MEMORY_TYPES = ("ideal", "simple")
+
+VECTOR_OPS = (
+    "add", "sub", "mul", "div", "max", "min", "exp", "log", "sqrt", "rsqrt", "recip",
+    "tanh", "sigmoid", "erf", "gelu", "pow", "cast", "reduce",
+)
+"""Vector-unit operations with a latency; ``reduce`` is one level of an add/compare tree."""
+
+DEFAULT_VECTOR_LATENCY = {
+    "add": 1, "sub": 1, "mul": 1, "div": 4, "max": 1, "min": 1,
+    "exp": 4, "log": 4, "sqrt": 4, "rsqrt": 4, "recip": 4,
+    "tanh": 4, "sigmoid": 4, "erf": 4, "gelu": 6, "pow": 4,
+    "cast": 1, "reduce": 1,
+}
+"""Core cycles per pass over lanes*alus elements: simple ALU ops take one cycle,
+transcendental and divide-like ops a short pipelined sequence, GELU a little more."""
+
+LATENCY_RANGE = (1, 10000)
+MHZ_RANGE = (1, 100000)
+
+
+# ---------------------------------------------------------------------------------------
+# Field rules
+# ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rule:
+    """What one scalar field accepts: kind is "int", "pow2", "choice" or "str"."""
+
+    kind: str
+    lo: int = 0
+    hi: int = 0
+    choices: tuple = ()
+
+    def describe(self) -> str:
+        if self.kind == "int":
+            return f"an integer in {self.lo}..{self.hi}"
+        if self.kind == "pow2":
+            return f"a power of two in {self.lo}..{self.hi}"
+        if self.kind == "choice":
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        return "a non-empty string" if self.lo else "a string"
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` breaks the rule ("wrong type", "out of range", ...), or None."""
+        wants_int = self.kind in ("int", "pow2") or (
+            self.kind == "choice" and isinstance(self.choices[0], int))
+        if wants_int:
+            # bool is a subclass of int, but `true` is never a sensible core count.
+            if type(value) is not int:
+                return f"has the wrong type ({type(value).__name__})"
+        elif not isinstance(value, str):
+            return f"has the wrong type ({type(value).__name__})"
+        if self.kind in ("int", "pow2") and not self.lo <= value <= self.hi:
+            return "is out of range"
+        if self.kind == "pow2" and value & (value - 1):
+            return "is not a power of two"
+        if self.kind == "choice" and value not in self.choices:
+            return "is not a valid choice"
+        if self.kind == "str" and self.lo and not value:
+            return "is empty"
+        return None
+
+
+def _int(lo: int, hi: int, **kw) -> Any:
+    return field(metadata={"rule": Rule("int", lo, hi)}, **kw)
+
+
+def _pow2(lo: int, hi: int, **kw) -> Any:
+    return field(metadata={"rule": Rule("pow2", lo, hi)}, **kw)
+
+
+def _choice(choices: tuple, **kw) -> Any:
+    return field(metadata={"rule": Rule("choice", choices=choices)}, **kw)
+
+
+def _str(nonempty: bool = False, **kw) -> Any:
+    return field(metadata={"rule": Rule("str", lo=int(nonempty))}, **kw)
+
+
+def _latency_table() -> Any:
+    return field(default_factory=lambda: dict(DEFAULT_VECTOR_LATENCY),
+                 metadata={"latency_table": True})
+
+
+# ---------------------------------------------------------------------------------------
+# The configuration tree
+# ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class SystolicConfig:
+    """Weight-stationary systolic array (Gemmini-like)."""
+
+    width: int = _int(1, 4096)          # array columns = output features
+    height: int = _int(1, 4096)         # array rows = reduction depth
+    # Gemmini RTL keeps the array input busy at least this many cycles per GEMM row chunk.
+    min_gemm_cycles: int = _int(1, 1024, default=4)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VectorConfig:
+    """SIMD vector unit: lanes*alus elements per pass; latency in core cycles per pass."""
+
+    lanes: int = _int(1, 4096)
+    alus: int = _int(1, 1024)
+    latency: dict[str, int] = _latency_table()
+
+    def __post_init__(self):
+        # Own a copy with every op present, so callers may pass a partial dict.
+        object.__setattr__(self, "latency", {**DEFAULT_VECTOR_LATENCY, **self.latency})
+
+    def __hash__(self):
+        return hash((self.lanes, self.alus, tuple(sorted(self.latency.items()))))
+
+    @property
+    def elements_per_pass(self) -> int:
+        return self.lanes * self.alus
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoreConfig:
+    """One NPU core: systolic array, vector unit, scratchpad, accumulator, queues."""
+
+    systolic: SystolicConfig
+    vector: VectorConfig
+    spad_kib: int = _int(1, 1048576)
+    accum_kib: int = _int(1, 1048576)
+    ld_queue: int = _int(1, 1024, default=8)
+    st_queue: int = _int(1, 1024, default=8)
+    ex_queue: int = _int(1, 1024, default=8)
+
+    @property
+    def spad_bytes(self) -> int:
+        return self.spad_kib * 1024
+
+    @property
+    def accum_bytes(self) -> int:
+        return self.accum_kib * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class DmaConfig:
+    """DMA engine: bytes per memory request (ONNXim dram_req_size) and request tags."""
+
+    request_bytes: int = _pow2(8, 4096, default=32)
+    # requests a core may have in flight at once (DMA transaction tags); with the
+    # round-trip latency this bounds the bandwidth one core can draw
+    max_outstanding: int = _int(1, 65536, default=128)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NocConfig:
+    """Interconnect between cores and memory channels."""
+
+    type: str = _choice(NOC_TYPES)
+    freq_mhz: int = _int(*MHZ_RANGE)
+    latency: int = _int(0, 10000)       # NoC cycles
+    flit_bytes: int = _pow2(1, 1024)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryConfig:
+    """Off-chip memory. "ideal" answers at once; "simple" is fixed latency + bandwidth."""
+
+    type: str = _choice(MEMORY_TYPES)
+    freq_mhz: int = _int(*MHZ_RANGE)
+    channels: int = _int(1, 1024)
+    latency: int = _int(0, 100000)      # memory cycles, used by "simple"
+    channel_bytes_per_cycle: int = _int(1, 4096)
+
+    @property
+    def peak_bytes_per_s(self) -> int:
+        return self.channels * self.freq_mhz * 1_000_000 * self.channel_bytes_per_cycle
+
+    @property
+    def peak_gbps(self) -> float:
+        """Peak bandwidth in GB/s (10**9 bytes per second)."""
+        return self.peak_bytes_per_s / 1e9
+
+
+@dataclass(frozen=True, kw_only=True)
+class NpuConfig:
+    """A whole NPU. Construction validates the full tree (see module docstring)."""
+
+    name: str = _str(nonempty=True)
+    description: str = _str(default="")
+    num_cores: int = _int(1, 1024)
+    core_freq_mhz: int = _int(*MHZ_RANGE)
+    precision: int = _choice(PRECISIONS)   # bytes per element
+    scheduler: str = _choice(SCHEDULERS, default="fifo")
+    core: CoreConfig
+    dma: DmaConfig = field(default_factory=DmaConfig)
+    noc: NocConfig
+    memory: MemoryConfig
+
+    def __post_init__(self):
+        normalise(to_plain_dict(self))
+
+
+# ---------------------------------------------------------------------------------------
+# Checking plain dicts against the tree
+# ---------------------------------------------------------------------------------------
+
+def _is_section(f: dataclasses.Field) -> bool:
+    return dataclasses.is_dataclass(f.type)
+
+
+def _has_default(f: dataclasses.Field) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _unknown_key(path: str, key: str, valid: list[str]) -> NpusimError:
+    close = difflib.get_close_matches(str(key), valid, n=1)
+    hint = f" (did you mean {_join(path, close[0])}?)" if close else ""
+    where = f"in {path}" if path else "at the top level"
+    return NpusimError(f"config has unknown key {_join(path, str(key))}{hint}; "
+                       f"valid keys {where}: {', '.join(valid)}")
+
+
+def _check_value(path: str, rule: Rule, value: Any) -> None:
+    problem = rule.problem(value)
+    if problem:
+        raise NpusimError(f"config field {path} = {value!r} {problem}: must be {rule.describe()}")
+
+
+def _check_latency(path: str, table: Any) -> dict[str, int]:
+    if not isinstance(table, dict):
+        raise NpusimError(f"config field {path} must be a table of op = cycles, "
+                          f"got {type(table).__name__}")
+    for op in table:
+        if op not in VECTOR_OPS:
+            raise _unknown_key(path, op, list(VECTOR_OPS))
+    rule = Rule("int", *LATENCY_RANGE)
+    out = {}
+    for op in VECTOR_OPS:
+        value = table.get(op, DEFAULT_VECTOR_LATENCY[op])
+        _check_value(f"{path}.{op}", rule, value)
+        out[op] = value
+    return out
+
+
+def normalise_section(cls: type, data: Any, path: str) -> dict:
+    """Check `data` against dataclass `cls`; return a new dict with defaults filled in."""
+    if not isinstance(data, dict):
+        what = f"config section {path}" if path else "config"
+        raise NpusimError(f"{what} must be a table, got {type(data).__name__}")
+    fields = dataclasses.fields(cls)
+    names = [f.name for f in fields]
+    for key in data:
+        if key not in names:
+            raise _unknown_key(path, key, names)
+    out: dict = {}
+    for f in fields:
+        sub = _join(path, f.name)
+        if f.metadata.get("latency_table"):
+            out[f.name] = _check_latency(sub, data.get(f.name, {}))
+        elif _is_section(f):
+            if f.name not in data and not all(_has_default(g) for g in dataclasses.fields(f.type)):
+                raise NpusimError(f"config section {sub} is missing")
+            out[f.name] = normalise_section(f.type, data.get(f.name, {}), sub)
+        elif f.name in data:
+            _check_value(sub, f.metadata["rule"], data[f.name])
+            out[f.name] = data[f.name]
+        elif f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        else:
+            raise NpusimError(f"config field {sub} is missing: must be "
+                              f"{f.metadata['rule'].describe()}")
+    return out
+
+
+def normalise(data: Any) -> dict:
+    """Validate a whole-NPU dict (TOML shape) and return it with every default filled in."""
+    return normalise_section(NpuConfig, data, "")
+
+
+def build(cls: type, data: dict) -> Any:
+    """Turn an already normalised dict into the dataclass tree (no further checks here)."""
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        value = data[f.name]
+        kwargs[f.name] = build(f.type, value) if _is_section(f) else (
+            dict(value) if isinstance(value, dict) else value)
+    return cls(**kwargs)
+
+
+def to_plain_dict(obj: Any) -> dict:
+    """Dataclass tree -> nested plain dicts with the same nesting as the TOML file."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            out[f.name] = to_plain_dict(value)
+        elif isinstance(value, dict):
+            out[f.name] = dict(value)
+        else:
+            out[f.name] = value
+    return out
+
+
+def check_value_key(dotted: str) -> None:
+    """Check that a dotted key (``core.systolic.width``) names one value in the schema.
+
+    Used for overrides, so a typo is reported against the key the user typed rather than
+    as an unknown key somewhere inside the merged dict."""
+    fields_of: Any = NpuConfig
+    path = ""
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if fields_of == "latency":
+            valid = list(VECTOR_OPS)
+        else:
+            valid = [f.name for f in dataclasses.fields(fields_of)]
+        if part not in valid:
+            raise _unknown_key(path, part, valid)
+        path = _join(path, part)
+        if fields_of == "latency":
+            fields_of = None
+        else:
+            f = next(f for f in dataclasses.fields(fields_of) if f.name == part)
+            fields_of = ("latency" if f.metadata.get("latency_table")
+                         else f.type if _is_section(f) else None)
+        if fields_of is None and i < len(parts) - 1:
+            raise NpusimError(f"config key {dotted}: {path} is a value, not a table")
+    if fields_of is not None:
+        raise NpusimError(f"config key {dotted} names a table; name one value inside it, "
+                          f"e.g. {dotted}.<field>=<value>")

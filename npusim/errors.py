@@ -1,0 +1,11 @@
+"""The one exception type a user ever sees.
+
+Everything that is the user's fault (a missing file, a config value out of range, an op
+npusim cannot lower, a tile that does not fit) raises :class:`NpusimError` with a message
+that names the offending thing and what would be valid. The CLI prints the message and
+exits non-zero; it never shows a traceback for these.
+"""
+
+
+class NpusimError(Exception):
+    """A user-facing error: bad input, bad config, unsupported model."""

@@ -1,0 +1,19 @@
+"""ONNX front end: load a model's structure and static shapes into the graph IR."""
+
+from npusim.frontend.graph import Graph, Node, TensorInfo
+from npusim.frontend.onnx_loader import (
+    list_bundled_models,
+    load_graph,
+    load_model,
+    resolve_model_path,
+)
+
+__all__ = [
+    "Graph",
+    "Node",
+    "TensorInfo",
+    "list_bundled_models",
+    "load_graph",
+    "load_model",
+    "resolve_model_path",
+]

@@ -1,0 +1,159 @@
+"""The graph IR: what the rest of npusim sees of an ONNX model.
+
+Plain dataclasses holding names, op types, attributes and static shapes only — never weight
+data. The loader (:mod:`npusim.frontend.onnx_loader`) fills them after binding dynamic dims and
+running shape inference, so every tensor a node touches has a concrete shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any
+
+from npusim.errors import NpusimError
+
+# Bytes per element for ONNX TensorProto element types (the enum values are stable across
+# ONNX versions). Sub-byte types (INT4/UINT4/FLOAT4) are rounded up to one byte.
+_ITEMSIZE = {
+    1: 4,    # FLOAT
+    2: 1,    # UINT8
+    3: 1,    # INT8
+    4: 2,    # UINT16
+    5: 2,    # INT16
+    6: 4,    # INT32
+    7: 8,    # INT64
+    9: 1,    # BOOL
+    10: 2,   # FLOAT16
+    11: 8,   # DOUBLE
+    12: 4,   # UINT32
+    13: 8,   # UINT64
+    14: 8,   # COMPLEX64
+    15: 16,  # COMPLEX128
+    16: 2,   # BFLOAT16
+    17: 1,   # FLOAT8E4M3FN
+    18: 1,   # FLOAT8E4M3FNUZ
+    19: 1,   # FLOAT8E5M2
+    20: 1,   # FLOAT8E5M2FNUZ
+    21: 1,   # UINT4
+    22: 1,   # INT4
+    23: 1,   # FLOAT4E2M1
+}
+
+
+@dataclass
+class TensorInfo:
+    """Name, static shape and element type of one tensor (activation or weight)."""
+
+    name: str
+    shape: tuple[int, ...]
+    elem_type: int  # onnx.TensorProto enum value, e.g. 1 = FLOAT
+    is_initializer: bool = False
+
+    @property
+    def numel(self) -> int:
+        """Number of elements (1 for a scalar)."""
+        return prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element; an error for element types with no fixed size (e.g. STRING)."""
+        try:
+            return _ITEMSIZE[self.elem_type]
+        except KeyError:
+            raise NpusimError(
+                f"tensor '{self.name}' has element type {self.elem_type}, which has no fixed "
+                f"size; supported element types are {sorted(_ITEMSIZE)}"
+            ) from None
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the whole tensor in bytes."""
+        return self.numel * self.itemsize
+
+
+@dataclass
+class Node:
+    """One ONNX node. ``inputs`` may hold "" for an absent optional input."""
+
+    name: str
+    op_type: str
+    domain: str = ""
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Graph:
+    """A loaded model: nodes in topological order plus the shape of every tensor.
+
+    ``producer``/``consumers`` use an index built on first use; passes that edit ``nodes``
+    in place must call :meth:`invalidate` afterwards (or build a new Graph).
+    """
+
+    name: str
+    nodes: list[Node]
+    tensors: dict[str, TensorInfo]
+    inputs: list[str]
+    outputs: list[str]
+    source_path: str = ""
+    doc_string: str = ""
+    _producers: dict[str, Node] | None = field(default=None, init=False, repr=False, compare=False)
+    _consumers: dict[str, list[Node]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def invalidate(self) -> None:
+        """Forget the producer/consumer index after the node list was edited."""
+        self._producers = None
+        self._consumers = None
+
+    def _index(self) -> None:
+        producers: dict[str, Node] = {}
+        consumers: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            for t in node.outputs:
+                if t:
+                    producers[t] = node
+            for t in node.inputs:
+                if t:
+                    users = consumers.setdefault(t, [])
+                    if not users or users[-1] is not node:  # a node using x twice counts once
+                        users.append(node)
+        self._producers, self._consumers = producers, consumers
+
+    def producer(self, tensor: str) -> Node | None:
+        """The node writing ``tensor``; None for graph inputs and initializers."""
+        if self._producers is None:
+            self._index()
+        return self._producers.get(tensor)
+
+    def consumers(self, tensor: str) -> list[Node]:
+        """Nodes reading ``tensor``, in graph order."""
+        if self._consumers is None:
+            self._index()
+        return list(self._consumers.get(tensor, []))
+
+    def shape(self, tensor: str) -> tuple[int, ...]:
+        """Static shape of ``tensor``."""
+        return self.tensor(tensor).shape
+
+    def tensor(self, name: str) -> TensorInfo:
+        """The TensorInfo of ``name``, or an error naming the graph."""
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise NpusimError(f"graph '{self.name}' has no tensor named '{name}'") from None
+
+    def node(self, name: str) -> Node:
+        """The node called ``name``."""
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise NpusimError(f"graph '{self.name}' has no node named '{name}'")
+
+    @property
+    def initializers(self) -> list[str]:
+        """Names of the weight tensors (shapes only; their data is never loaded)."""
+        return [t.name for t in self.tensors.values() if t.is_initializer]

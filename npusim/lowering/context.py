@@ -1,0 +1,57 @@
+"""What every op lowering gets: the graph, the config, DRAM addresses, the builder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from npusim.config import NpuConfig
+from npusim.errors import NpusimError
+from npusim.frontend.graph import Graph, Node
+from npusim.lowering.mapping import LoopCounts, Mapping, MappingTable
+from npusim.lowering.tiling import Budget
+from npusim.program import ProgramBuilder
+
+PAGE = 4096  # tensors start on page boundaries in the flat DRAM address space
+
+
+@dataclass
+class LoweringContext:
+    graph: Graph
+    config: NpuConfig
+    builder: ProgramBuilder
+    mapping: MappingTable | None = None
+    address: dict[str, int] = field(default_factory=dict)
+    producer_layer: dict[str, int] = field(default_factory=dict)
+    _next_free: int = PAGE
+
+    @property
+    def budget(self) -> Budget:
+        return Budget.of(self.config)
+
+    @property
+    def precision(self) -> int:
+        return self.config.precision
+
+    def addr(self, tensor: str) -> int:
+        """DRAM base address of a tensor, allocated on first use."""
+        if tensor not in self.address:
+            nbytes = self.graph.tensor(tensor).numel * self.precision
+            self.address[tensor] = self._next_free
+            self._next_free += -(-max(nbytes, 1) // PAGE) * PAGE
+        return self.address[tensor]
+
+    def alias(self, tensor: str, same_as: str) -> None:
+        """``tensor`` occupies the same bytes as ``same_as`` (a pure relabelling)."""
+        self.address[tensor] = self.addr(same_as)
+
+    def preds(self, node: Node) -> list[int]:
+        """Layers producing this node's inputs."""
+        return sorted({self.producer_layer[t] for t in node.inputs if t in self.producer_layer})
+
+    def lookup_mapping(self, key: LoopCounts) -> Mapping | None:
+        return self.mapping.lookup(key) if self.mapping is not None else None
+
+    def mapping_error(self, node: Node, m: Mapping, why: str) -> NpusimError:
+        where = f"{self.mapping.path}:{m.line}" if self.mapping is not None else f"line {m.line}"
+        return NpusimError(f"mapping {where} ('{m.text.strip()}') does not fit layer "
+                           f"'{node.name}' ({node.op_type}): {why}")

@@ -1,0 +1,203 @@
+"""MatMul and Gemm: Y[N, M] = X[N, C] . W[C, M] (+ bias), batched when the weights are.
+
+Tiles are (n, c, m) blocks of the loop nest. The tiles of one output block that differ only
+in c form a *group*: they run in order on one core and accumulate into the same
+accumulator rows; the first loads the bias, the last moves the result out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil, prod
+
+import numpy as np
+
+from npusim.errors import NpusimError
+from npusim.frontend.graph import Node
+from npusim.lowering.context import LoweringContext
+from npusim.lowering.mapping import LoopCounts
+from npusim.lowering.tiling import ACC_BYTES, GemmTile, choose_gemm_tile, gemm_tile_fits
+from npusim.program import Instr, LayerInfo
+
+
+@dataclass
+class GemmProblem:
+    """One (possibly batched) GEMM with DRAM byte addresses and strides."""
+
+    N: int
+    C: int
+    M: int
+    batch_offsets: list[tuple[int, int, int]]  # per batch: (x, w, y) byte offsets
+    x_addr: int
+    x_row_stride: int  # bytes between rows n (layout N x C), or between rows c if x_trans
+    x_trans: bool
+    w_addr: int
+    w_trans: bool  # False: W stored C x M; True: stored M x C (Gemm transB)
+    y_addr: int
+    bias_addr: int | None = None
+    bias_rows: int = 1  # 1: one bias row broadcast over N; N: a full N x M addend
+
+
+def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerInfo) -> None:
+    """Tile the problem, emit templates and tiles, and register the layer as the producer."""
+    b = ctx.budget
+    prec = ctx.precision
+    N, C, M = prob.N, prob.C, prob.M
+    mapping = ctx.lookup_mapping(LoopCounts(N=N, C=C, M=M))
+    if mapping is not None:
+        tile = GemmTile(min(mapping.inner.N, N), min(mapping.inner.C, C), min(mapping.inner.M, M))
+        ok, why = gemm_tile_fits(b, tile.n, tile.c, tile.m)
+        if not ok:
+            raise ctx.mapping_error(node, mapping, why)
+        info.mapping = mapping.text.strip()
+        info.mapping_source = f"{ctx.mapping.path}:{mapping.line}"
+    else:
+        tile = choose_gemm_tile(b, N, C, M, batch=len(prob.batch_offsets))
+        info.mapping = tile.mapping(N, C, M)
+        info.mapping_source = "heuristic"
+    H, W = b.height, b.width
+    builder = ctx.builder
+    layer = builder.begin_layer(info, ctx.preds(node))
+
+    def template(nt: int, ct: int, mt: int, first: bool, last: bool):
+        def build():
+            rows = []
+            if prob.x_trans:  # X stored C x N
+                rows.append(Instr.dma(True, 0, 0, ct, prob.x_row_stride, 1, 0, nt * prec))
+            else:
+                rows.append(Instr.dma(True, 0, 0, nt, prob.x_row_stride, 1, 0, ct * prec))
+            w_chunks = []
+            for mb in range(ceil(mt / W)):
+                mw = min(W, mt - mb * W)
+                if prob.w_trans:
+                    rows.append(Instr.dma(True, 1, mb * W * C * prec, mw, C * prec, 1, 0, ct * prec))
+                else:
+                    rows.append(Instr.dma(True, 1, mb * W * prec, ct, M * prec, 1, 0, mw * prec))
+                w_chunks.append(len(rows) - 1)
+            deps_x: tuple[int, ...] = (0,)
+            if first and prob.bias_addr is not None:
+                nrows = 1 if prob.bias_rows == 1 else nt
+                rows.append(Instr.dma(True, 2, 0, nrows, M * ACC_BYTES, 1, 0, mt * ACC_BYTES,
+                                      to_acc=True))
+                deps_x = (0, len(rows) - 1)
+            for mb in range(ceil(mt / W)):
+                mw = min(W, mt - mb * W)
+                for cb in range(ceil(ct / H)):
+                    ch = min(H, ct - cb * H)
+                    rows.append(Instr.preload(deps=(w_chunks[mb],)))
+                    rows.append(Instr.gemm(nt, 1, nt * ch * mw, deps=deps_x))
+            if last:
+                rows.append(Instr.dma(False, 3, 0, nt, M * prec, 1, 0, mt * prec,
+                                      deps=(len(rows) - 1,)))
+            return rows
+        return builder.template(("gemm", layer, nt, ct, mt, first, last), build)
+
+    for (xo, wo, yo) in prob.batch_offsets:
+        for n0 in range(0, N, tile.n):
+            nt = min(tile.n, N - n0)
+            for m0 in range(0, M, tile.m):
+                mt = min(tile.m, M - m0)
+                builder.begin_group()
+                for c0 in range(0, C, tile.c):
+                    ct = min(tile.c, C - c0)
+                    first, last = c0 == 0, c0 + ct >= C
+                    if prob.x_trans:
+                        xb = prob.x_addr + xo + c0 * prob.x_row_stride + n0 * prec
+                    else:
+                        xb = prob.x_addr + xo + n0 * prob.x_row_stride + c0 * prec
+                    if prob.w_trans:
+                        wb = prob.w_addr + wo + m0 * C * prec + c0 * prec
+                    else:
+                        wb = prob.w_addr + wo + c0 * M * prec + m0 * prec
+                    bb = 0
+                    if prob.bias_addr is not None:
+                        bb = prob.bias_addr + m0 * ACC_BYTES
+                        if prob.bias_rows != 1:
+                            bb += n0 * M * ACC_BYTES
+                    yb = prob.y_addr + yo + n0 * M * prec + m0 * prec
+                    builder.add_tile(template(nt, ct, mt, first, last), (xb, wb, bb, yb))
+    for out in node.outputs:
+        ctx.producer_layer[out] = layer
+
+
+def _batch_strides(shape: tuple[int, ...], out_batch: tuple[int, ...], mat_bytes: int) -> np.ndarray:
+    """Byte offset of every output batch index into a (broadcast) operand."""
+    dims = (1,) * (len(out_batch) - len(shape)) + tuple(shape)
+    strides = []
+    acc = mat_bytes
+    for d in reversed(dims):
+        strides.append(acc)
+        acc *= d
+    strides = list(reversed(strides))
+    offsets = np.zeros(out_batch, dtype=np.int64) if out_batch else np.zeros((), np.int64)
+    for axis, (d, s) in enumerate(zip(dims, strides)):
+        if d == 1:
+            continue
+        shape_b = [1] * len(out_batch)
+        shape_b[axis] = d
+        offsets = offsets + (np.arange(d, dtype=np.int64) * s).reshape(shape_b)
+    return np.broadcast_to(offsets, out_batch).reshape(-1) if out_batch else offsets.reshape(1)
+
+
+def lower_matmul(ctx: LoweringContext, node: Node) -> None:
+    g = ctx.graph
+    a_shape, b_shape = g.shape(node.inputs[0]), g.shape(node.inputs[1])
+    y = node.outputs[0]
+    if len(a_shape) == 0 or len(b_shape) == 0:
+        raise NpusimError(f"MatMul '{node.name}': scalar operands are not valid for MatMul")
+    a2 = a_shape if len(a_shape) >= 2 else (1,) + a_shape
+    b2 = b_shape if len(b_shape) >= 2 else b_shape + (1,)
+    N, C = a2[-2], a2[-1]
+    C2, M = b2[-2], b2[-1]
+    if C != C2:
+        raise NpusimError(f"MatMul '{node.name}': inner dimensions differ ({a_shape} x {b_shape})")
+    prec = ctx.precision
+    if len(b2) == 2:
+        # shared weights: every leading dim of A is just more rows
+        rows = prod(a2[:-1])
+        offsets = [(0, 0, 0)]
+        N = rows
+    else:
+        out_batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
+        xo = _batch_strides(a2[:-2], out_batch, N * C * prec)
+        wo = _batch_strides(b2[:-2], out_batch, C * M * prec)
+        yo = np.arange(prod(out_batch), dtype=np.int64) * (N * M * prec)
+        offsets = list(zip(xo.tolist(), wo.tolist(), yo.tolist()))
+    prob = GemmProblem(N=N, C=C, M=M, batch_offsets=offsets,
+                       x_addr=ctx.addr(node.inputs[0]), x_row_stride=C * prec, x_trans=False,
+                       w_addr=ctx.addr(node.inputs[1]), w_trans=False, y_addr=ctx.addr(y))
+    info = _info(ctx, node, len(offsets) * N * C * M)
+    emit_gemm(ctx, node, prob, info)
+
+
+def lower_gemm(ctx: LoweringContext, node: Node) -> None:
+    g = ctx.graph
+    a_shape, b_shape = g.shape(node.inputs[0]), g.shape(node.inputs[1])
+    if len(a_shape) != 2 or len(b_shape) != 2:
+        raise NpusimError(f"Gemm '{node.name}': inputs must be 2-D, got {a_shape} and {b_shape}")
+    trans_a = bool(node.attrs.get("transA", 0))
+    trans_b = bool(node.attrs.get("transB", 0))
+    N, C = (a_shape[1], a_shape[0]) if trans_a else a_shape
+    M = b_shape[0] if trans_b else b_shape[1]
+    prec = ctx.precision
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    bias_rows = 1
+    if bias is not None:
+        bshape = g.shape(bias)
+        bias_rows = N if (len(bshape) == 2 and bshape[0] == N and N > 1) else 1
+    y = node.outputs[0]
+    prob = GemmProblem(N=N, C=C, M=M, batch_offsets=[(0, 0, 0)],
+                       x_addr=ctx.addr(node.inputs[0]),
+                       x_row_stride=(N if trans_a else C) * prec, x_trans=trans_a,
+                       w_addr=ctx.addr(node.inputs[1]), w_trans=trans_b, y_addr=ctx.addr(y),
+                       bias_addr=ctx.addr(bias) if bias else None, bias_rows=bias_rows)
+    info = _info(ctx, node, N * C * M)
+    emit_gemm(ctx, node, prob, info)
+
+
+def _info(ctx: LoweringContext, node: Node, macs: int) -> LayerInfo:
+    g = ctx.graph
+    return LayerInfo(name=node.name, op_type=node.op_type,
+                     input_shapes=[g.shape(t) for t in node.inputs if t],
+                     output_shape=g.shape(node.outputs[0]), macs=int(macs),
+                     mapping="", mapping_source="")

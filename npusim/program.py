@@ -1,0 +1,182 @@
+"""The Program: a workload lowered into flat integer tables the kernels execute.
+
+Lowering (``npusim.lowering``) emits, per layer, tile *templates* (instruction lists that
+are identical for every tile of the same shape) and tiles (a template plus base addresses).
+Templates are deduplicated, so memory grows with the number of distinct tile shapes and
+tiles, never with simulated cycles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from npusim.kernels import isa
+
+
+@dataclass
+class LayerInfo:
+    """What a layer is, for results: one ONNX node or a fused group of nodes."""
+
+    name: str
+    op_type: str
+    input_shapes: list[tuple[int, ...]]
+    output_shape: tuple[int, ...]
+    macs: int
+    mapping: str  # the tiling used, in ONNXim mapping syntax
+    mapping_source: str  # "heuristic" or "file:line"
+    fused: list[str] = field(default_factory=list)  # names of nodes folded into this layer
+
+
+@dataclass
+class Program:
+    """Flat int64 tables; column meanings are in ``npusim.kernels.isa``."""
+
+    inst: np.ndarray  # [n_inst, N_INST_COLS]
+    tile: np.ndarray  # [n_tiles, N_TILE_COLS]
+    group: np.ndarray  # [n_groups, N_GROUP_COLS]
+    layer: np.ndarray  # [n_layers, N_LAYER_COLS]
+    layer_succ: np.ndarray  # [n_edges] successor layer ids, indexed by L_SUCC_START/LEN
+    layers: list[LayerInfo]
+    max_template_len: int
+
+    @property
+    def n_tiles(self) -> int:
+        return int(self.tile.shape[0])
+
+
+class Instr:
+    """Builders for one instruction row each (keyword names follow the ISA columns)."""
+
+    @staticmethod
+    def _row(op: int, unit: int, deps: tuple[int, ...]) -> np.ndarray:
+        row = np.zeros(isa.N_INST_COLS, dtype=np.int64)
+        row[isa.I_OP] = op
+        row[isa.I_UNIT] = unit
+        row[isa.I_DEP0] = deps[0] if len(deps) > 0 else -1
+        row[isa.I_DEP1] = deps[1] if len(deps) > 1 else -1
+        row[isa.I_SEGS] = 1
+        row[isa.I_PASSES] = 1
+        return row
+
+    @staticmethod
+    def dma(load: bool, slot: int, offset: int, n_outer: int, outer_stride: int,
+            n_inner: int, inner_stride: int, run_bytes: int, to_acc: bool = False,
+            deps: tuple[int, ...] = ()) -> np.ndarray:
+        """MVIN (load=True) or MVOUT of ``n_outer * n_inner`` runs of ``run_bytes``."""
+        op, unit = (isa.OP_MVIN, isa.UNIT_LOAD) if load else (isa.OP_MVOUT, isa.UNIT_STORE)
+        row = Instr._row(op, unit, deps)
+        row[isa.I_SLOT] = slot
+        row[isa.I_OFFSET] = offset
+        row[isa.I_N_OUTER] = max(1, n_outer)
+        row[isa.I_OUTER_STRIDE] = outer_stride
+        row[isa.I_N_INNER] = max(1, n_inner)
+        row[isa.I_INNER_STRIDE] = inner_stride
+        row[isa.I_RUN_BYTES] = run_bytes
+        row[isa.I_TO_ACC] = int(to_acc)
+        return row
+
+    @staticmethod
+    def preload(deps: tuple[int, ...] = ()) -> np.ndarray:
+        return Instr._row(isa.OP_PRELOAD, isa.UNIT_SYSTOLIC, deps)
+
+    @staticmethod
+    def gemm(rows: int, segs: int, macs: int, deps: tuple[int, ...] = ()) -> np.ndarray:
+        row = Instr._row(isa.OP_GEMM, isa.UNIT_SYSTOLIC, deps)
+        row[isa.I_ROWS] = rows
+        row[isa.I_SEGS] = segs
+        row[isa.I_MACS] = macs
+        return row
+
+    @staticmethod
+    def vector(op_name: str, elements: int, passes: int = 1,
+               deps: tuple[int, ...] = ()) -> np.ndarray:
+        row = Instr._row(isa.OP_VECTOR, isa.UNIT_VECTOR, deps)
+        row[isa.I_VOP] = isa.VECTOR_OPS.index(op_name)
+        row[isa.I_ELEMENTS] = elements
+        row[isa.I_PASSES] = passes
+        row[isa.I_MACS] = elements * passes
+        return row
+
+    @staticmethod
+    def im2col(elements: int, deps: tuple[int, ...] = ()) -> np.ndarray:
+        row = Instr._row(isa.OP_IM2COL, isa.UNIT_VECTOR, deps)
+        row[isa.I_ELEMENTS] = elements
+        return row
+
+
+class ProgramBuilder:
+    """Collects templates, tiles, groups and layers, then freezes them into a Program."""
+
+    def __init__(self) -> None:
+        self._inst: list[np.ndarray] = []
+        self._n_inst = 0
+        self._templates: dict[object, tuple[int, int]] = {}
+        self._tiles: list[list[int]] = []
+        self._groups: list[list[int]] = []
+        self._layers: list[list[int]] = []
+        self._layer_info: list[LayerInfo] = []
+        self._preds: list[list[int]] = []
+        self._open_layer: int | None = None
+        self._open_group: int | None = None
+        self.max_template_len = 0
+
+    # templates --------------------------------------------------------------------
+    def template(self, key: object, build) -> tuple[int, int]:
+        """Rows of the template named ``key``, building them with ``build()`` once."""
+        if key not in self._templates:
+            rows = build()
+            if not rows:
+                raise ValueError("a tile template needs at least one instruction")
+            table = np.stack(rows)
+            self._templates[key] = (self._n_inst, len(rows))
+            self._inst.append(table)
+            self._n_inst += len(rows)
+            self.max_template_len = max(self.max_template_len, len(rows))
+        return self._templates[key]
+
+    # layers, groups, tiles ---------------------------------------------------------
+    def begin_layer(self, info: LayerInfo, preds: list[int]) -> int:
+        lid = len(self._layers)
+        self._layers.append([len(self._groups), 0, len(preds), 0, 0])
+        self._layer_info.append(info)
+        self._preds.append(sorted(set(preds)))
+        self._open_layer = lid
+        return lid
+
+    def begin_group(self) -> None:
+        assert self._open_layer is not None
+        self._groups.append([len(self._tiles), 0, self._open_layer])
+        self._layers[self._open_layer][isa.L_GROUP_LEN] += 1
+        self._open_group = len(self._groups) - 1
+
+    def add_tile(self, template: tuple[int, int], bases: tuple[int, ...]) -> None:
+        assert self._open_group is not None
+        row = [template[0], template[1], self._open_layer, self._open_group]
+        row += list(bases) + [0] * (isa.N_TILE_SLOTS - len(bases))
+        self._tiles.append(row)
+        self._groups[self._open_group][isa.G_TILE_LEN] += 1
+
+    def build(self) -> Program:
+        n_layers = len(self._layers)
+        succ: list[list[int]] = [[] for _ in range(n_layers)]
+        for lid, preds in enumerate(self._preds):
+            for p in preds:
+                succ[p].append(lid)
+        flat: list[int] = []
+        for lid in range(n_layers):
+            self._layers[lid][isa.L_SUCC_START] = len(flat)
+            self._layers[lid][isa.L_SUCC_LEN] = len(succ[lid])
+            flat += succ[lid]
+        inst = (np.concatenate(self._inst) if self._inst
+                else np.zeros((0, isa.N_INST_COLS), np.int64))
+        return Program(
+            inst=np.ascontiguousarray(inst, dtype=np.int64),
+            tile=np.array(self._tiles, dtype=np.int64).reshape(-1, isa.N_TILE_COLS),
+            group=np.array(self._groups, dtype=np.int64).reshape(-1, isa.N_GROUP_COLS),
+            layer=np.array(self._layers, dtype=np.int64).reshape(-1, isa.N_LAYER_COLS),
+            layer_succ=np.array(flat, dtype=np.int64),
+            layers=self._layer_info,
+            max_template_len=max(1, self.max_template_len),
+        )

@@ -1,0 +1,126 @@
+"""The result of a simulation: headline numbers, per-core and per-layer statistics.
+
+Everything is derived from the final kernel state once, after the run; the JSON form
+(``Result.to_dict``) is what ``npusim simulate --json`` writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from npusim import __version__
+from npusim.config import NpuConfig, config_to_dict
+from npusim.engine import RawRun
+from npusim.kernels import state as ks
+from npusim.program import Program
+
+
+def _cycles(ticks: int, period: int) -> int:
+    return -(-int(ticks) // period)
+
+
+@dataclass
+class Result:
+    model: str
+    config: NpuConfig
+    total_cycles: int
+    cores: list[dict[str, Any]]
+    layers: list[dict[str, Any]]
+    memory: dict[str, Any]
+    wall_seconds: float
+    compile_seconds: float
+    event_steps: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        """Simulated time at the core clock."""
+        return self.total_cycles / (self.config.core_freq_mhz * 1e6)
+
+    @property
+    def bytes_moved(self) -> int:
+        return int(sum(c["bytes_loaded"] + c["bytes_stored"] for c in self.cores))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "npusim_version": __version__,
+            "model": self.model,
+            "config_name": self.config.name,
+            "total_cycles": self.total_cycles,
+            "seconds": self.seconds,
+            "bytes_moved": self.bytes_moved,
+            "cores": self.cores,
+            "layers": self.layers,
+            "memory": self.memory,
+            "simulation": {"wall_seconds": self.wall_seconds,
+                           "compile_seconds": self.compile_seconds,
+                           "event_steps": self.event_steps,
+                           "cycles_per_second": (self.total_cycles / self.wall_seconds
+                                                 if self.wall_seconds > 0 else None)},
+            "config": config_to_dict(self.config),
+            **self.extra,
+        }
+
+
+def collect(model: str, cfg: NpuConfig, prog: Program, raw: RawRun) -> Result:
+    st, tb = raw.state, raw.timebase
+    P = tb.core_period
+    total = _cycles(st.glob[ks.G_END], P)
+    core = st.core
+    peak_macs = cfg.core.systolic.width * cfg.core.systolic.height
+    cores = []
+    for c in range(cfg.num_cores):
+        n_reads = int(core[ks.C_READ_LAT_N, c])
+        cores.append({
+            "core": c,
+            "tiles": int(core[ks.C_TILES, c]),
+            "busy_cycles": _cycles(core[ks.C_BUSY, c], P),
+            "macs": int(core[ks.C_SA_MACS, c]),
+            "systolic_utilization": (int(core[ks.C_SA_MACS, c]) / (peak_macs * total)) if total else 0.0,
+            "systolic_stream_cycles": int(core[ks.C_SA_STREAM, c]),
+            "vector_busy_cycles": int(core[ks.C_VU_BUSY, c]),
+            "vector_utilization": (int(core[ks.C_VU_BUSY, c]) / total) if total else 0.0,
+            "load_requests": int(core[ks.C_LD_REQUESTS, c]),
+            "store_requests": int(core[ks.C_ST_REQUESTS, c]),
+            "bytes_loaded": int(core[ks.C_LD_BYTES, c]),
+            "bytes_stored": int(core[ks.C_ST_BYTES, c]),
+            "avg_read_latency_cycles": (int(core[ks.C_READ_LAT_SUM, c]) / P / n_reads) if n_reads else 0.0,
+        })
+    layers = []
+    for i, info in enumerate(prog.layers):
+        start = int(st.layer_st[ks.L_START, i])
+        end = int(st.layer_st[ks.L_END, i])
+        layers.append({
+            "name": info.name, "op_type": info.op_type,
+            "input_shapes": [list(s) for s in info.input_shapes],
+            "output_shape": list(info.output_shape), "macs": info.macs,
+            "start_cycle": _cycles(start, P), "end_cycle": _cycles(end, P),
+            "cycles": _cycles(end, P) - _cycles(start, P),
+            "mapping": info.mapping, "mapping_source": info.mapping_source,
+            "fused": info.fused,
+        })
+    chan = st.chan
+    seconds = total / (cfg.core_freq_mhz * 1e6) if total else 0.0
+    n_ch = cfg.memory.channels if cfg.memory.type != "ideal" else 1
+    channels = []
+    for ch in range(n_ch):
+        rb, wb = int(chan[ks.H_READ_BYTES, ch]), int(chan[ks.H_WRITE_BYTES, ch])
+        channels.append({"channel": ch, "reads": int(chan[ks.H_READS, ch]),
+                         "writes": int(chan[ks.H_WRITES, ch]), "bytes_read": rb,
+                         "bytes_written": wb,
+                         "bandwidth_gbps": (rb + wb) / seconds / 1e9 if seconds else 0.0})
+    total_bytes = sum(c["bytes_read"] + c["bytes_written"] for c in channels)
+    memory = {
+        "type": cfg.memory.type,
+        "bytes_read": int(sum(c["bytes_read"] for c in channels)),
+        "bytes_written": int(sum(c["bytes_written"] for c in channels)),
+        "bandwidth_gbps": total_bytes / seconds / 1e9 if seconds else 0.0,
+        "peak_gbps": cfg.memory.peak_gbps if cfg.memory.type != "ideal" else None,
+        "channels": channels,
+    }
+    return Result(model=model, config=cfg, total_cycles=total, cores=cores, layers=layers,
+                  memory=memory, wall_seconds=raw.wall_seconds,
+                  compile_seconds=raw.compile_seconds, event_steps=int(st.glob[ks.G_STEPS]))

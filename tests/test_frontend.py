@@ -1,0 +1,305 @@
+"""Front end: bundled models load with the right nodes and shapes, never touching weights."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from npusim.errors import NpusimError
+from npusim.frontend import (
+    Graph,
+    list_bundled_models,
+    load_graph,
+    load_model,
+    resolve_model_path,
+)
+from npusim.paths import models_dir
+
+REPO = Path(__file__).resolve().parents[1]
+FLOAT = TensorProto.FLOAT
+
+
+def conv_out(size: int, k: int, stride: int, pad: int) -> int:
+    """Output size of a convolution along one axis (the textbook formula)."""
+    return (size + 2 * pad - k) // stride + 1
+
+
+def summary(g: Graph) -> list[tuple]:
+    """(name, op, input shapes, output shapes) per node."""
+    return [
+        (n.name, n.op_type, [g.shape(t) for t in n.inputs if t], [g.shape(t) for t in n.outputs])
+        for n in g.nodes
+    ]
+
+
+def save(model: onnx.ModelProto, path: Path) -> Path:
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def make_model(nodes, inputs, outputs, initializers=(), value_info=()) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "t", inputs, outputs, list(initializers), value_info=list(value_info))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+# --------------------------------------------------------------------------- bundled models
+
+
+def test_bundled_model_list():
+    names = [p.stem for p in list_bundled_models()]
+    assert names == sorted([
+        "bert_ffn", "conv_resnet18_layer1", "matmul_1024", "matmul_512x768x768", "mlp",
+        "tiny_cnn",
+    ])
+
+
+def test_tiny_cnn_nodes_and_shapes():
+    g = load_model("tiny_cnn")
+    layers = [(3, 16, 3, 1, 1), (16, 32, 3, 2, 1), (32, 32, 3, 1, 1), (32, 64, 1, 1, 0)]
+    expected, h = [], 32
+    for i, (cin, cout, k, s, p) in enumerate(layers, start=1):
+        oh = conv_out(h, k, s, p)
+        expected.append((f"conv{i}", "Conv", [(1, cin, h, h), (cout, cin, k, k), (cout,)],
+                         [(1, cout, oh, oh)]))
+        h = oh
+    assert h == 16
+    flat = 64 * h * h
+    expected.append(("flatten", "Flatten", [(1, 64, h, h)], [(1, flat)]))
+    expected.append(("fc", "Gemm", [(1, flat), (10, flat), (10,)], [(1, 10)]))
+    assert summary(g) == expected
+    assert g.inputs == ["input"] and g.outputs == ["logits"]
+    assert g.nodes[1].attrs == {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                "group": 1}
+    assert g.nodes[5].attrs == {"transB": 1}
+    assert g.tensor("conv2.weight").is_initializer and not g.tensor("input").is_initializer
+    assert g.tensor("fc.weight").nbytes == 10 * flat * 4
+    assert "Tiny CNN" in g.doc_string
+
+
+def test_mlp_nodes_and_shapes():
+    g = load_model("mlp")
+    assert summary(g) == [
+        ("fc1", "MatMul", [(64, 256), (256, 512)], [(64, 512)]),
+        ("fc2", "MatMul", [(64, 512), (512, 512)], [(64, 512)]),
+        ("fc3", "Gemm", [(64, 512), (128, 512), (128,)], [(64, 128)]),
+    ]
+
+
+@pytest.mark.parametrize("name,m,k,n", [("matmul_512x768x768", 512, 768, 768),
+                                        ("matmul_1024", 1024, 1024, 1024)])
+def test_single_matmul_models(name, m, k, n):
+    g = load_model(name)
+    assert summary(g) == [("matmul", "MatMul", [(m, k), (k, n)], [(m, n)])]
+    assert g.initializers == ["B"]
+
+
+def test_conv_resnet18_layer1():
+    g = load_model("conv_resnet18_layer1")
+    o = conv_out(56, 3, 1, 1)
+    assert o == 56
+    assert summary(g) == [("conv", "Conv", [(1, 64, 56, 56), (64, 64, 3, 3)], [(1, 64, o, o)])]
+
+
+def test_bert_ffn_binds_seq():
+    g = load_model("bert_ffn", {"seq": 128})
+    assert summary(g) == [
+        ("ffn_up", "MatMul", [(128, 768), (768, 3072)], [(128, 3072)]),
+        ("ffn_down", "MatMul", [(128, 3072), (3072, 768)], [(128, 768)]),
+    ]
+    assert load_model("bert_ffn", {"seq": 7}).shape("output") == (7, 768)
+
+
+def test_bert_ffn_unbound_dim_names_it():
+    with pytest.raises(NpusimError, match=r"'seq'.*input 'input'.*--dim seq=VALUE"):
+        load_model("bert_ffn")
+
+
+def test_unknown_dim_name_lists_model_dims():
+    with pytest.raises(NpusimError, match=r"'batch'.*symbolic dims are: seq"):
+        load_model("bert_ffn", {"seq": 8, "batch": 2})
+    with pytest.raises(NpusimError, match=r"no dimension named 'seq'.*none"):
+        load_model("tiny_cnn", {"seq": 8})
+
+
+def test_dim_must_be_positive():
+    with pytest.raises(NpusimError, match=r"seq=0.*positive integer"):
+        load_model("bert_ffn", {"seq": 0})
+
+
+def test_weights_are_external_and_absent():
+    for path in list_bundled_models():
+        model = onnx.load(str(path), load_external_data=False)
+        assert model.graph.initializer, path
+        for t in model.graph.initializer:
+            assert t.data_location == TensorProto.EXTERNAL and not t.raw_data
+            location = dict((e.key, e.value) for e in t.external_data)["location"]
+            assert location == f"{path.stem}.weights.bin"
+            assert not (path.parent / location).exists()
+        assert path.stat().st_size < 4096
+
+
+def test_existing_external_file_is_never_read(tmp_path):
+    # An empty weights file: reading it would fail on offset/length, so loading proves no read.
+    src = models_dir() / "mlp.onnx"
+    dst = tmp_path / "mlp.onnx"
+    dst.write_bytes(src.read_bytes())
+    (tmp_path / "mlp.weights.bin").write_bytes(b"")
+    with pytest.raises(Exception):
+        onnx.load(str(dst))  # onnx itself would try to read the data
+    assert load_graph(dst).shape("output") == (64, 128)
+
+
+def test_build_models_is_deterministic(tmp_path):
+    subprocess.run([sys.executable, str(REPO / "models" / "build_models.py"), "--out",
+                    str(tmp_path)], check=True, capture_output=True)
+    built = sorted(p.name for p in tmp_path.glob("*.onnx"))
+    assert built == [p.name for p in list_bundled_models()]
+    for name in built:
+        assert (tmp_path / name).read_bytes() == (REPO / "models" / name).read_bytes(), name
+
+
+# --------------------------------------------------------------------------- model lookup
+
+
+def test_resolve_model_path():
+    bundled = models_dir() / "tiny_cnn.onnx"
+    assert resolve_model_path("tiny_cnn") == bundled
+    assert resolve_model_path("tiny_cnn.onnx") == bundled
+    assert resolve_model_path(bundled) == bundled
+    with pytest.raises(NpusimError, match=r"'resnet50' not found.*bundled models are: bert_ffn, "
+                                          r"conv_resnet18_layer1, .*tiny_cnn"):
+        resolve_model_path("resnet50")
+    with pytest.raises(NpusimError, match="not found"):
+        resolve_model_path("some/dir/tiny_cnn.onnx")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_missing_file(tmp_path):
+    missing = tmp_path / "nope.onnx"
+    with pytest.raises(NpusimError, match=r"not found: '.*nope\.onnx'"):
+        load_graph(missing)
+
+
+def test_directory_is_not_a_model(tmp_path):
+    with pytest.raises(NpusimError, match="is not a file"):
+        load_graph(tmp_path)
+
+
+@pytest.mark.parametrize("content", [b"this is not an onnx model\n", bytes(range(256)) * 4, b""])
+def test_not_onnx(tmp_path, content):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(content)
+    with pytest.raises(NpusimError, match=r"'.*bad\.onnx' is not a valid ONNX model"):
+        load_graph(bad)
+
+
+def test_checker_failure_is_reported(tmp_path):
+    # A node reading a tensor nobody produces.
+    m = make_model([helper.make_node("Relu", ["ghost"], ["y"], name="r")],
+                   [helper.make_tensor_value_info("x", FLOAT, [2])],
+                   [helper.make_tensor_value_info("y", FLOAT, [2])])
+    with pytest.raises(NpusimError, match=r"is not a valid ONNX model: .*ghost"):
+        load_graph(save(m, tmp_path / "m.onnx"))
+
+
+def test_tensor_without_shape_names_tensor_and_node(tmp_path):
+    m = make_model([helper.make_node("Mystery", ["x"], ["y"], name="odd", domain="example.custom")],
+                   [helper.make_tensor_value_info("x", FLOAT, [2, 3])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["d0", "d1"])])
+    m.opset_import.append(helper.make_opsetid("example.custom", 1))
+    with pytest.raises(NpusimError, match=r"tensor 'y' produced by node 'odd' \(Mystery\)"):
+        load_graph(save(m, tmp_path / "m.onnx"))
+
+
+def test_unnamed_input_dim_is_an_error(tmp_path):
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                   [helper.make_tensor_value_info("x", FLOAT, [None, 4])],
+                   [helper.make_tensor_value_info("y", FLOAT, [None, 4])])
+    with pytest.raises(NpusimError, match=r"'x' axis 0 have neither a size nor a name"):
+        load_graph(save(m, tmp_path / "m.onnx"))
+
+
+# --------------------------------------------------------------------------- IR details
+
+
+def test_node_names_synthesized_and_unique(tmp_path):
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Relu", ["a"], ["b"], name="act"),
+        helper.make_node("Relu", ["b"], ["c"], name="act"),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    m = make_model(nodes, [helper.make_tensor_value_info("x", FLOAT, [4])],
+                   [helper.make_tensor_value_info("y", FLOAT, [4])])
+    g = load_graph(save(m, tmp_path / "m.onnx"))
+    assert [n.name for n in g.nodes] == ["Relu_0", "act", "act_1", "Relu_3"]
+    assert g.shape("b") == (4,)
+
+
+def test_unsorted_graph_is_sorted(tmp_path):
+    nodes = [
+        helper.make_node("Relu", ["a"], ["y"], name="second"),
+        helper.make_node("Relu", ["x"], ["a"], name="first"),
+    ]
+    m = make_model(nodes, [helper.make_tensor_value_info("x", FLOAT, [3])],
+                   [helper.make_tensor_value_info("y", FLOAT, [3])])
+    g = load_graph(save(m, tmp_path / "m.onnx"))
+    assert [n.name for n in g.nodes] == ["first", "second"]
+    assert g.producer("a").name == "first"
+    assert [n.name for n in g.consumers("a")] == ["second"]
+    assert g.producer("x") is None and g.consumers("y") == []
+
+
+def test_data_propagation_and_inline_constants(tmp_path):
+    # Reshape whose target shape is computed from the (bound) input shape: needs data_prop.
+    # The big weight is inline here (no external data) and must still load as shape only.
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "zero"], ["n"], name="gather", axis=0),
+        helper.make_node("Concat", ["n", "minus1"], ["target"], name="concat", axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"], name="reshape"),
+        helper.make_node("MatMul", ["flat", "w"], ["y"], name="mm"),
+    ]
+    inits = [
+        helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+        helper.make_tensor("minus1", TensorProto.INT64, [1], [-1]),
+        helper.make_tensor("w", FLOAT, [48, 40], [0.5] * (48 * 40)),
+    ]
+    m = make_model(nodes, [helper.make_tensor_value_info("x", FLOAT, ["batch", 3, 4, 4])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["batch", 40])], inits)
+    g = load_graph(save(m, tmp_path / "m.onnx"), {"batch": 5})
+    assert g.shape("flat") == (5, 48)
+    assert g.shape("y") == (5, 40)
+    assert g.shape("w") == (48, 40) and g.tensor("w").is_initializer
+    assert g.inputs == ["x"]
+
+
+def test_attrs_are_python_values(tmp_path):
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="c", auto_pad="SAME_UPPER",
+                            kernel_shape=[3, 3], strides=[2, 2])
+    w = helper.make_tensor_value_info("w", FLOAT, [8, 4, 3, 3])
+    m = make_model([node], [helper.make_tensor_value_info("x", FLOAT, [1, 4, 9, 9]), w],
+                   [helper.make_tensor_value_info("y", FLOAT, ["n", "c", "h", "w"])])
+    g = load_graph(save(m, tmp_path / "m.onnx"))
+    assert g.nodes[0].attrs == {"auto_pad": "SAME_UPPER", "kernel_shape": [3, 3],
+                                "strides": [2, 2]}
+    assert isinstance(g.nodes[0].attrs["auto_pad"], str)
+    assert g.shape("y") == (1, 8, 5, 5)  # SAME_UPPER: ceil(9 / 2)
+    assert g.inputs == ["x", "w"]  # a weight given as a graph input is an input
+
+
+def test_optional_inputs_kept_as_empty_strings(tmp_path):
+    node = helper.make_node("Clip", ["x", "", "hi"], ["y"], name="clip")
+    m = make_model([node], [helper.make_tensor_value_info("x", FLOAT, [6])],
+                   [helper.make_tensor_value_info("y", FLOAT, [6])],
+                   [helper.make_tensor("hi", FLOAT, [], [6.0])])
+    g = load_graph(save(m, tmp_path / "m.onnx"))
+    assert g.nodes[0].inputs == ["x", "", "hi"]
+    assert g.shape("hi") == () and g.tensor("hi").numel == 1
