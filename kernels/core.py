@@ -11,7 +11,8 @@ Systolic array timing (weight stationary, ``h`` x ``w``):
 
 - PRELOAD reads a weight block out of the scratchpad (``h - 1`` cycles, hidden when the
   array is busy) and shifts it in over ``h`` cycles, into the shadow weight buffer, while
-  the previous GEMM may still be streaming.
+  the previous GEMM may still be streaming. The first PRELOAD of a tile (``I_DRAIN``)
+  waits for the array to drain: starting a tile reconfigures the execute unit.
 - GEMM starts when its weights are in and the array input is free, streams its rows (in
   chunks of at most ``h`` rows, each occupying the input for at least ``min_cycles``), and
   its last result reaches the accumulator ``rows + w + h - 1`` cycles after it started,
@@ -64,7 +65,11 @@ def _issue_compute(st, prog, p, c, row, t):
     P = p.core_period
     op = prog.inst[row, isa.I_OP]
     if op == isa.OP_PRELOAD:
-        start = max(t + (p.sa_height - 1) * P, st.core[C_SA_PRELOAD_READY, c], st.core[C_SA_GEMM_START, c])
+        read_from = t  # the scratchpad read of the weights may start at issue...
+        if prog.inst[row, isa.I_DRAIN] == 1:  # ...or only once the array has drained
+            read_from = max(t, st.core[C_SA_DONE, c])
+        start = max(read_from + (p.sa_height - 1) * P, st.core[C_SA_PRELOAD_READY, c],
+                    st.core[C_SA_GEMM_START, c])
         done = start + p.sa_height * P
         st.core[C_SA_PRELOAD_READY, c] = done
     elif op == isa.OP_GEMM:
@@ -74,6 +79,7 @@ def _issue_compute(st, prog, p, c, row, t):
         st.core[C_SA_STREAM_FREE, c] = start + stream * P
         st.core[C_SA_GEMM_START, c] = start
         done = start + (stream + p.sa_width + p.sa_height - 1 + p.acc_latency) * P
+        st.core[C_SA_DONE, c] = done
         st.core[C_SA_STREAM, c] += stream
         st.core[C_SA_MACS, c] += prog.inst[row, isa.I_MACS]
     else:

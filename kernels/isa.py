@@ -54,7 +54,10 @@ I_MACS = 14  # multiply-accumulates (GEMM) or element operations (VECTOR) actual
 I_VOP = 15  # index into the vector latency table (VECTOR_OPS)
 I_ELEMENTS = 16  # elements processed
 I_PASSES = 17  # passes over the data (e.g. softmax = max, exp, sum, div)
-N_INST_COLS = 18
+# PRELOAD: 1 if the array must drain first (the first preload of a tile: switching tiles
+# reconfigures the execute unit, which in Gemmini waits for the mesh to empty)
+I_DRAIN = 18
+N_INST_COLS = 19
 
 # Vector ops, in the order of the latency table handed to the kernels.
 VECTOR_OPS = (

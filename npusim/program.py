@@ -78,8 +78,10 @@ class Instr:
         return row
 
     @staticmethod
-    def preload(deps: tuple[int, ...] = ()) -> np.ndarray:
-        return Instr._row(isa.OP_PRELOAD, isa.UNIT_SYSTOLIC, deps)
+    def preload(deps: tuple[int, ...] = (), drain: bool = False) -> np.ndarray:
+        row = Instr._row(isa.OP_PRELOAD, isa.UNIT_SYSTOLIC, deps)
+        row[isa.I_DRAIN] = int(drain)
+        return row
 
     @staticmethod
     def gemm(rows: int, segs: int, macs: int, deps: tuple[int, ...] = ()) -> np.ndarray:

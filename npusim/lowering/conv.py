@@ -109,7 +109,7 @@ def lower_conv(ctx: LoweringContext, node: Node) -> None:
                 mw = min(WA, mt - mb * WA)
                 for kb in range(ceil(K / HA)):
                     kh = min(HA, K - kb * HA)
-                    out.append(Instr.preload(deps=(w_chunks[mb],)))
+                    out.append(Instr.preload(deps=(w_chunks[mb],), drain=mb == 0 and kb == 0))
                     out.append(Instr.gemm(qt, pt, pt * qt * kh * mw, deps=deps_x))
             if last:
                 last_gemm = (len(out) - 1,)

@@ -59,6 +59,10 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
     builder = ctx.builder
     layer = builder.begin_layer(info, ctx.preds(node))
 
+    # weights load in a few chunks along the reduction, each spanning all m_t columns (long
+    # DRAM runs); compute walks the chunks in order, so it starts after the first chunk
+    max_chunks = max(1, ctx.config.core.ld_queue - 2)
+
     def template(nt: int, ct: int, mt: int, first: bool, last: bool):
         def build():
             rows = []
@@ -66,25 +70,28 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
                 rows.append(Instr.dma(True, 0, 0, ct, prob.x_row_stride, 1, 0, nt * prec))
             else:
                 rows.append(Instr.dma(True, 0, 0, nt, prob.x_row_stride, 1, 0, ct * prec))
-            w_chunks = []
-            for mb in range(ceil(mt / W)):
-                mw = min(W, mt - mb * W)
-                if prob.w_trans:
-                    rows.append(Instr.dma(True, 1, mb * W * C * prec, mw, C * prec, 1, 0, ct * prec))
+            n_cb = ceil(ct / H)
+            per_chunk = ceil(n_cb / min(n_cb, max_chunks))
+            chunk_of_cb = []
+            for cb0 in range(0, n_cb, per_chunk):
+                c_lo = cb0 * H
+                kc = min(per_chunk * H, ct - c_lo)
+                if prob.w_trans:  # W stored M x C: one run of kc per output column
+                    rows.append(Instr.dma(True, 1, c_lo * prec, mt, C * prec, 1, 0, kc * prec))
                 else:
-                    rows.append(Instr.dma(True, 1, mb * W * prec, ct, M * prec, 1, 0, mw * prec))
-                w_chunks.append(len(rows) - 1)
+                    rows.append(Instr.dma(True, 1, c_lo * M * prec, kc, M * prec, 1, 0, mt * prec))
+                chunk_of_cb += [len(rows) - 1] * min(per_chunk, n_cb - cb0)
             deps_x: tuple[int, ...] = (0,)
             if first and prob.bias_addr is not None:
                 nrows = 1 if prob.bias_rows == 1 else nt
                 rows.append(Instr.dma(True, 2, 0, nrows, M * ACC_BYTES, 1, 0, mt * ACC_BYTES,
                                       to_acc=True))
                 deps_x = (0, len(rows) - 1)
-            for mb in range(ceil(mt / W)):
-                mw = min(W, mt - mb * W)
-                for cb in range(ceil(ct / H)):
-                    ch = min(H, ct - cb * H)
-                    rows.append(Instr.preload(deps=(w_chunks[mb],)))
+            for cb in range(n_cb):
+                ch = min(H, ct - cb * H)
+                for mb in range(ceil(mt / W)):
+                    mw = min(W, mt - mb * W)
+                    rows.append(Instr.preload(deps=(chunk_of_cb[cb],), drain=cb == 0 and mb == 0))
                     rows.append(Instr.gemm(nt, 1, nt * ch * mw, deps=deps_x))
             if last:
                 rows.append(Instr.dma(False, 3, 0, nt, M * prec, 1, 0, mt * prec,

@@ -1,0 +1,543 @@
+"""The ``npusim`` command line: simulate a model, list bundled models and presets.
+
+Start-up must stay fast (``npusim --help`` well under a second), so this module imports
+only typer and the tiny ``npusim.errors``; numba, onnx, numpy and the simulator are imported
+inside the commands that need them.
+
+Errors: a :class:`~npusim.errors.NpusimError` (the user's input is wrong) prints
+``error: <message>`` on stderr and exits 2, never with a traceback. Anything else is an npusim
+bug: ``internal error: ...`` plus a hint to report it, exit 3; set ``NPUSIM_DEBUG=1`` to see
+the traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from npusim import __version__
+from npusim.errors import NpusimError
+
+EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 3
+EXIT_INTERRUPTED = 130
+PROGRESS_DELAY_S = 1.0  # the progress bar appears only for runs longer than this
+MAX_CORE_ROWS = 8  # more cores than this are summarised as min / mean / max
+ISSUES_HINT = ("this is a bug in npusim; please report it with the command line, the model "
+               "and the config (set NPUSIM_DEBUG=1 to see the traceback)")
+
+app = typer.Typer(
+    name="npusim",
+    help="npusim: a fast cycle-level simulator of multi-core NPUs, driven by ONNX models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+# --------------------------------------------------------------------------- error routing
+
+
+def _debug() -> bool:
+    return os.environ.get("NPUSIM_DEBUG", "").strip() not in ("", "0")
+
+
+def _print_err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _cli_errors(func: Callable) -> Callable:
+    """Route exceptions of a command to one clear message and an exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except NpusimError as err:
+            if _debug():
+                traceback.print_exc()
+            _print_err(f"error: {err}")
+            raise typer.Exit(EXIT_USER_ERROR) from None
+        except KeyboardInterrupt:
+            _print_err("interrupted")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except BrokenPipeError:
+            # stdout closed early (`npusim models | head -1`): stop quietly.
+            try:
+                sys.stdout = open(os.devnull, "w")
+            except OSError:
+                pass
+            raise typer.Exit(1) from None
+        except Exception as err:  # noqa: BLE001 - everything else is a bug, said so plainly
+            if _debug():
+                traceback.print_exc()
+            text = str(err).strip() or "(no message)"
+            _print_err(f"internal error: {type(err).__name__}: {text}\n{ISSUES_HINT}")
+            raise typer.Exit(EXIT_INTERNAL_ERROR) from None
+
+    return wrapper
+
+
+# --------------------------------------------------------------------------- option parsing
+
+
+def parse_overrides(items: list[str] | None) -> list[str]:
+    """Check ``--set dotted.key=value`` syntax; values are parsed by the config loader."""
+    out = []
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise NpusimError(f"--set {item!r}: expected dotted.key=value, "
+                              f"e.g. --set core.systolic.width=16")
+        out.append(f"{key.strip()}={value.strip()}")
+    return out
+
+
+def parse_dims(items: list[str] | None) -> dict[str, int]:
+    """``--dim NAME=VALUE`` -> {name: value}, VALUE a positive integer."""
+    dims: dict[str, int] = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name or not value:
+            raise NpusimError(f"--dim {item!r}: expected NAME=VALUE, e.g. --dim seq=128")
+        try:
+            number = int(value)
+        except ValueError:
+            number = 0
+        if number < 1 or not value.lstrip("+").isdigit():
+            raise NpusimError(f"--dim {name}={value}: the value of dimension '{name}' must be a "
+                              f"positive integer")
+        if name in dims and dims[name] != number:
+            raise NpusimError(f"--dim {name} is given twice ({dims[name]} and {number})")
+        dims[name] = number
+    return dims
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def human_bytes(n: float) -> str:
+    """Binary units: 512 B, 1.5 KiB, 3.20 MiB."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{int(n)} B"
+            return f"{n:.1f} {unit}" if abs(n) >= 100 else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_count(n: float) -> str:
+    """SI suffixes for big counts: 950, 4.67 M, 1.07 G."""
+    n = float(n)
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)}"
+
+
+def human_seconds(s: float) -> str:
+    """0.5 ns, 107.8 µs, 12.3 ms, 1.50 s."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if abs(s) >= scale or unit == "ns":
+            v = s / scale
+            return f"{v:.3g} {unit}" if v < 100 else f"{v:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def _pct(x: float) -> str:
+    return f"{100.0 * x:.1f}%"
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class ProgressReporter:
+    """The ``progress(layers_done, layers_total, core_cycles)`` callback for the engine.
+
+    Draws a rich progress bar on stderr, but only once the run has lasted ``delay`` seconds
+    and only when ``enabled`` (stderr is a terminal and not ``--quiet``): short runs and
+    captured output never see it.
+    """
+
+    def __init__(self, enabled: bool, delay: float = PROGRESS_DELAY_S, console=None,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.enabled = enabled
+        self.delay = delay
+        self.console = console
+        self.clock = clock
+        self.t0 = clock()
+        self.bar = None
+        self.task = None
+
+    @property
+    def shown(self) -> bool:
+        return self.bar is not None
+
+    def __call__(self, done: int, total: int, cycles: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if self.clock() - self.t0 < self.delay:
+                return
+            self._start(total)
+        self.bar.update(self.task, completed=done, total=max(total, 1), cycles=int(cycles))
+
+    def _start(self, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
+
+        console = self.console or Console(stderr=True)
+        self.bar = Progress(
+            TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("layers"),
+            TextColumn("{task.fields[cycles]:,} cycles"), TimeElapsedColumn(),
+            console=console, transient=True,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("simulate", total=max(total, 1), cycles=0)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _stderr_is_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+# --------------------------------------------------------------------------- JSON output
+
+
+def _json_default(obj: Any):
+    """numpy scalars/arrays and paths, should any reach the result dict."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def check_output_dir(path: Path) -> None:
+    """Fail before simulating if the JSON file could never be written."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise NpusimError(f"--json {path}: is a directory; give a file name")
+    if not parent.is_dir():
+        raise NpusimError(f"--json {path}: directory '{parent}' does not exist")
+    if not os.access(parent, os.W_OK):
+        raise NpusimError(f"--json {path}: directory '{parent}' is not writable")
+
+
+def _new_file_mode(path: Path) -> int:
+    """The mode an existing target has, else what open() would give under the umask."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON via a temp file in the same folder and ``os.replace``.
+
+    On any failure neither the target nor the temp file is left behind (an existing target
+    is left untouched)."""
+    import json
+    import tempfile
+
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        text = json.dumps(data, indent=1, default=_json_default) + "\n"
+    except (TypeError, ValueError) as err:
+        raise RuntimeError(f"result is not JSON serialisable: {err}") from None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    except OSError as err:
+        raise NpusimError(f"cannot write --json {path}: {err.strerror or err}") from None
+    try:
+        os.chmod(tmp, _new_file_mode(path))  # mkstemp makes 0600; match a normal new file
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(err, OSError):
+            raise NpusimError(f"cannot write --json {path}: {err.strerror or err}") from None
+        raise
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: dict[str, int],
+                   console) -> None:
+    """A compact, readable summary of one run."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    cfg = result.config
+    d = result.to_dict()
+    total = result.total_cycles
+    mem = d["memory"]
+    cores = d["cores"]
+    loaded = sum(c["bytes_loaded"] for c in cores)
+    stored = sum(c["bytes_stored"] for c in cores)
+    sim = d["simulation"]
+
+    title = (f"[bold]{escape(result.model)}[/] on [bold]{escape(cfg.name)}[/] "
+             f"({cfg.num_cores} core{'s' if cfg.num_cores != 1 else ''}, "
+             f"{cfg.core.systolic.width}x{cfg.core.systolic.height} array, "
+             f"{cfg.core_freq_mhz} MHz, {escape(mem['type'])} memory)")
+    console.print(title)
+
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="cyan", no_wrap=True)
+    t.add_column(overflow="fold")
+    if overrides:
+        t.add_row("overrides", escape(" ".join(overrides)))
+    if dims:
+        t.add_row("dims", escape(" ".join(f"{k}={v}" for k, v in dims.items())))
+    t.add_row("total cycles", f"[bold]{total:,}[/]  ({human_seconds(result.seconds)} at "
+                              f"{cfg.core_freq_mhz} MHz)")
+    t.add_row("layers", f"{len(result.layers)}")
+    t.add_row("bytes moved", f"{human_bytes(loaded + stored)}  (loaded {human_bytes(loaded)}, "
+                             f"stored {human_bytes(stored)})")
+    bw = f"{mem['bandwidth_gbps']:.2f} GB/s"
+    if mem.get("peak_gbps"):
+        bw += f" of {mem['peak_gbps']:.1f} GB/s peak ({_pct(mem['bandwidth_gbps'] / mem['peak_gbps'])})"
+    t.add_row("memory bandwidth", bw)
+    cps = sim.get("cycles_per_second")
+    speed = f"{human_count(cps)} simulated cycles/s" if cps else "-"
+    t.add_row("wall time", f"{wall_seconds:.2f} s  (simulating {sim['wall_seconds']:.2f} s, "
+                           f"kernel compile {sim['compile_seconds']:.2f} s)")
+    t.add_row("speed", speed)
+    console.print(t)
+
+    ct = Table(box=None, padding=(0, 2), show_edge=False, header_style="bold")
+    for name in ("core", "systolic util", "vector util", "busy cycles", "tiles", "loaded", "stored"):
+        ct.add_column(name, justify="right", no_wrap=True)
+    if len(cores) <= MAX_CORE_ROWS:
+        for c in cores:
+            ct.add_row(str(c["core"]), _pct(c["systolic_utilization"]),
+                       _pct(c["vector_utilization"]), f"{c['busy_cycles']:,}", f"{c['tiles']:,}",
+                       human_bytes(c["bytes_loaded"]), human_bytes(c["bytes_stored"]))
+    else:
+        for label, fn in (("min", min), ("mean", lambda v: sum(v) / len(v)), ("max", max)):
+            def col(k, fn=fn):
+                return fn([c[k] for c in cores])
+            ct.add_row(f"{label}", _pct(col("systolic_utilization")),
+                       _pct(col("vector_utilization")), f"{int(col('busy_cycles')):,}",
+                       f"{int(col('tiles')):,}", human_bytes(col("bytes_loaded")),
+                       human_bytes(col("bytes_stored")))
+    console.print(ct)
+    if len(cores) > MAX_CORE_ROWS:
+        console.print(f"[dim]{len(cores)} cores summarised; per-core numbers are in --json[/]")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        print(f"npusim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[Optional[bool], typer.Option(
+        "--version", "-V", help="Show the npusim version and exit.",
+        callback=_version_callback, is_eager=True)] = None,
+) -> None:
+    """npusim: a fast cycle-level simulator of multi-core NPUs, driven by ONNX models."""
+
+
+@app.command()
+@_cli_errors
+def simulate(
+    model: Annotated[str, typer.Argument(
+        metavar="MODEL", help="ONNX file, or a bundled model name (see `npusim models`).",
+        show_default=False)],
+    config: Annotated[Optional[str], typer.Option(
+        "--config", "-c", metavar="NAME|PATH",
+        help="Preset name (see `npusim configs`), a .toml file or an ONNXim .json file. "
+             "Default: the preset marked (default) there.")] = None,
+    mapping: Annotated[Optional[Path], typer.Option(
+        "--mapping", "-m", metavar="FILE", help="ONNXim mapping file with per-layer tiling.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", "-s", metavar="KEY=VALUE",
+        help="Override a config value, e.g. --set core.systolic.width=16 (repeatable).")] = None,
+    dim: Annotated[Optional[list[str]], typer.Option(
+        "--dim", "-d", metavar="NAME=VALUE",
+        help="Bind a symbolic input dimension, e.g. --dim seq=128 (repeatable).")] = None,
+    json_out: Annotated[Optional[Path], typer.Option(
+        "--json", "-o", metavar="OUT.json",
+        help="Write the full result as JSON (written atomically).")] = None,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q",
+        help="No progress bar and no summary: print only the total cycle count.")] = False,
+    no_skip: Annotated[bool, typer.Option(
+        "--no-skip", help="Step every cycle instead of skipping idle time (slow; for "
+                          "checking that skip-ahead changes nothing).")] = False,
+) -> None:
+    """Simulate MODEL on an NPU config and print a summary."""
+    t0 = time.perf_counter()
+    overrides = parse_overrides(set_)
+    dims = parse_dims(dim)
+    if json_out is not None:
+        check_output_dir(json_out)
+
+    from npusim.simulation import simulate as run_simulation
+
+    reporter = ProgressReporter(enabled=not quiet and _stderr_is_tty())
+    try:
+        result = run_simulation(model, config, overrides=overrides,
+                                mapping=str(mapping) if mapping is not None else None,
+                                dims=dims or None, skip=not no_skip, progress=reporter)
+    finally:
+        reporter.close()
+    wall = time.perf_counter() - t0
+
+    if json_out is not None:
+        write_json_atomic(json_out, result.to_dict())
+    if quiet:
+        print(result.total_cycles)
+        return
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    render_summary(result, wall_seconds=wall, overrides=overrides, dims=dims, console=console)
+    if json_out is not None:
+        console.print(f"[dim]result written to {_escape(str(json_out))}[/]")
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+    return escape(text)
+
+
+def _symbolic_dims(path: Path) -> tuple[int, list[str]]:
+    """Node count and names of symbolic input dims, straight from the protobuf."""
+    import onnx
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as err:  # noqa: BLE001 - a broken bundled file is reported in the table
+        raise NpusimError(f"cannot read: {str(err).splitlines()[0] if str(err) else err}") from None
+    weights = {t.name for t in proto.graph.initializer}
+    names: list[str] = []
+    for vi in proto.graph.input:
+        if vi.name in weights or not vi.type.HasField("tensor_type"):
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param not in names:
+                names.append(d.dim_param)
+    return len(proto.graph.node), names
+
+
+@app.command()
+@_cli_errors
+def models() -> None:
+    """List the bundled ONNX models with size, node count and total MACs."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from npusim.config import load_config
+    from npusim.frontend import list_bundled_models, load_model
+    from npusim.lowering import lower_graph, unsupported_ops
+
+    paths = list_bundled_models()
+    console = Console(highlight=False)
+    if not paths:
+        console.print("no bundled models found")
+        return
+    cfg = load_config(None)
+    table = Table(box=None, padding=(0, 2), show_edge=False, header_style="bold")
+    table.add_column("model", style="cyan", no_wrap=True)
+    table.add_column("size", justify="right")
+    table.add_column("nodes", justify="right")
+    table.add_column("MACs", justify="right")
+    table.add_column("notes")
+    for path in paths:
+        size = human_bytes(path.stat().st_size)
+        nodes, macs, note = "-", "-", ""
+        try:
+            n, sym = _symbolic_dims(path)
+            nodes = str(n)
+            if sym:
+                note = "needs " + " ".join(f"--dim {s}=N" for s in sym)
+            else:
+                graph = load_model(path)
+                missing = unsupported_ops(graph)
+                if missing:
+                    note = "unsupported ops: " + ", ".join(sorted(missing))
+                else:
+                    prog = lower_graph(graph, cfg)
+                    macs = human_count(sum(int(info.macs) for info in prog.layers))
+        except NpusimError as err:
+            note = str(err).splitlines()[0]
+        table.add_row(escape(path.stem), size, nodes, macs, escape(note))
+    console.print(table)
+    console.print(f"[dim]MACs as lowered on the default preset ({escape(cfg.name)}); run one "
+                  f"with `npusim simulate NAME`[/]")
+
+
+@app.command()
+@_cli_errors
+def configs() -> None:
+    """List the bundled hardware presets."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from npusim.config import DEFAULT_PRESET, list_presets, load_config
+
+    console = Console(highlight=False)
+    names = list_presets()
+    if not names:
+        console.print("no bundled presets found")
+        return
+    table = Table(box=None, padding=(0, 2), show_edge=False, header_style="bold")
+    table.add_column("preset", style="cyan", no_wrap=True)
+    table.add_column("description")
+    for name in names:
+        try:
+            desc = load_config(name).description or "-"
+        except NpusimError as err:
+            desc = f"invalid: {str(err).splitlines()[0]}"
+        label = f"{name} (default)" if name == DEFAULT_PRESET else name
+        table.add_row(escape(label), escape(desc))
+    console.print(table)
+
+
+def main() -> None:
+    """Entry point of the ``npusim`` script."""
+    app(prog_name="npusim")
+
+
+if __name__ == "__main__":
+    main()
