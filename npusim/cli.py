@@ -336,7 +336,7 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
     t.add_row("speed", speed)
     console.print(t)
 
-    ct = Table(box=None, padding=(0, 2), show_edge=False, header_style="bold")
+    ct = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
     for name in ("core", "systolic util", "vector util", "busy cycles", "tiles", "loaded", "stored"):
         ct.add_column(name, justify="right", no_wrap=True)
     if len(cores) <= MAX_CORE_ROWS:

@@ -1,0 +1,29 @@
+"""Small helpers shared by the tests: hand-built programs and configs."""
+
+from __future__ import annotations
+
+from npusim.config import NpuConfig, load_config
+from npusim.engine import run_program
+from npusim.kernels import state as ks
+from npusim.program import LayerInfo, Program, ProgramBuilder
+
+
+def config(*overrides: str, preset: str = "gemmini_validation") -> NpuConfig:
+    """The Gemmini-like 1-core 8x8 config (ideal memory) with overrides."""
+    return load_config(preset, list(overrides))
+
+
+def one_tile_program(rows: list, bases=(0, 0, 0, 0), tiles: int = 1) -> Program:
+    """A program of one layer whose tiles all run the instruction list ``rows``."""
+    b = ProgramBuilder()
+    b.begin_layer(LayerInfo("hand", "Test", [], (), 0, "", "hand"), [])
+    tpl = b.template("t", lambda: rows)
+    for _ in range(tiles):
+        b.begin_group()
+        b.add_tile(tpl, bases)
+    return b.build()
+
+
+def cycles(prog: Program, cfg: NpuConfig, skip: bool = True) -> int:
+    raw = run_program(prog, cfg, skip=skip)
+    return -(-int(raw.state.glob[ks.G_END]) // raw.timebase.core_period)

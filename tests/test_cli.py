@@ -1,0 +1,383 @@
+"""The `npusim` command line: real runs, every bad input routed to one clear error line."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from typer.testing import CliRunner
+
+import npusim
+from npusim import cli
+from npusim.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str, env: dict | None = None):
+    return runner.invoke(app, list(args), env=env)
+
+
+def _save(graph, path):
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.fixture
+def lstm_model(tmp_path):
+    """A valid ONNX model whose only op (LSTM) npusim cannot lower."""
+    h, i = 8, 8
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 1, i])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4, 1, 1, h])
+    w = numpy_helper.from_array(np.zeros((1, 4 * h, i), np.float32), "W")
+    r = numpy_helper.from_array(np.zeros((1, 4 * h, h), np.float32), "R")
+    node = helper.make_node("LSTM", ["X", "W", "R"], ["Y"], name="lstm_0", hidden_size=h)
+    return _save(helper.make_graph([node], "lstm_net", [x], [y], [w, r]), tmp_path / "lstm.onnx")
+
+
+@pytest.fixture
+def matmul_model(tmp_path):
+    """One MatMul layer: [16, 256] x [256, 256] (loop bounds N16 C256 M256)."""
+    a = helper.make_tensor_value_info("A", TensorProto.FLOAT, [16, 256])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [16, 256])
+    b = numpy_helper.from_array(np.zeros((256, 256), np.float32), "B")
+    node = helper.make_node("MatMul", ["A", "B"], ["Y"], name="proj")
+    return _save(helper.make_graph([node], "mm_net", [a], [y], [b]), tmp_path / "mm.onnx")
+
+
+# --------------------------------------------------------------------------- a real run
+
+
+def test_simulate_writes_json_matching_the_api(tmp_path):
+    out = tmp_path / "out.json"
+    res = run("simulate", "tiny_cnn", "--config", "gemmini_validation", "--json", str(out))
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+
+    expected = npusim.simulate("tiny_cnn", "gemmini_validation")
+    assert data["total_cycles"] > 0
+    assert data["total_cycles"] == expected.total_cycles
+    assert data["model"] == "tiny_cnn" and data["config_name"] == "gemmini_validation"
+
+    assert len(data["cores"]) == expected.config.num_cores == 1
+    core = data["cores"][0]
+    assert core["macs"] == expected.cores[0]["macs"] > 0
+    assert 0.0 < core["systolic_utilization"] <= 1.0
+    assert core["bytes_loaded"] == expected.cores[0]["bytes_loaded"] > 0
+
+    layers = data["layers"]
+    assert len(layers) == len(expected.layers) > 0
+    for layer in layers:
+        assert layer["end_cycle"] >= layer["start_cycle"] >= 0
+    assert max(layer["end_cycle"] for layer in layers) == data["total_cycles"]
+    assert layers[-1]["end_cycle"] == data["total_cycles"]
+
+    # The summary names the run and gives its headline numbers.
+    text = res.stdout
+    assert "tiny_cnn" in text and "gemmini_validation" in text
+    assert f"{expected.total_cycles:,}" in text
+    util = f"{100 * expected.cores[0]['systolic_utilization']:.1f}%"
+    assert util in text
+    assert "GB/s" in text and "simulated cycles/s" in text
+    # No progress bar in captured (non-terminal) output, and nothing on stderr.
+    assert "simulating" not in res.stderr and res.stderr == ""
+    # No temp file left next to the result.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_quiet_prints_only_cycles_and_no_skip_agrees():
+    skip = run("simulate", "tiny_cnn", "-c", "gemmini_validation", "--quiet")
+    noskip = run("simulate", "tiny_cnn", "-c", "gemmini_validation", "--quiet", "--no-skip")
+    assert skip.exit_code == 0 and noskip.exit_code == 0, skip.output + noskip.output
+    expected = npusim.simulate("tiny_cnn", "gemmini_validation").total_cycles
+    assert skip.stdout.strip() == str(expected)
+    assert noskip.stdout.strip() == str(expected)
+
+
+def test_set_and_dim_are_passed_through(tmp_path):
+    out = tmp_path / "r.json"
+    res = run("simulate", "tiny_cnn", "-c", "gemmini_validation",
+              "--set", "core.systolic.width=16", "--set", "core.systolic.height=16",
+              "--json", str(out))
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["config"]["core"]["systolic"]["width"] == 16
+    expected = npusim.simulate("tiny_cnn", "gemmini_validation",
+                               overrides=["core.systolic.width=16", "core.systolic.height=16"])
+    assert data["total_cycles"] == expected.total_cycles
+    assert "core.systolic.width=16" in res.stdout
+
+    # bert_ffn has a symbolic 'seq' dim: --dim binds it and the run completes.
+    res = run("simulate", "bert_ffn", "-c", "gemmini_validation", "--dim", "seq=8", "-q")
+    assert res.exit_code == 0, res.output
+    assert int(res.stdout.strip()) == npusim.simulate(
+        "bert_ffn", "gemmini_validation", dims={"seq": 8}).total_cycles
+
+
+# --------------------------------------------------------------------------- bad inputs
+
+
+def _bad_cases(tmp_path, lstm_model, matmul_model):
+    text_file = tmp_path / "notes.txt"
+    text_file.write_text("this is not an ONNX model\n")
+    fake_onnx = tmp_path / "fake.onnx"
+    fake_onnx.write_text("neither is this\n")
+    too_big = tmp_path / "big.map"  # whole layer as one tile: more than the scratchpad
+    too_big.write_text("[T] N16 C256 M256 - [O] N1 C1 M1 - [I] N16 C256 M256\n")
+    short = tmp_path / "short.map"  # tiles that do not cover the loop
+    short.write_text("# comment\n[T] N16 C256 M256 - [O] N1 C1 M1 - [I] N8 C256 M256\n")
+    mm, gv = str(matmul_model), ["-c", "gemmini_validation"]
+    return {
+        "missing model": (["no_such_model"], ["no_such_model", "not found"]),
+        "missing model path": ([str(tmp_path / "gone.onnx")], ["gone.onnx"]),
+        "text file": ([str(text_file)], ["notes.txt", "not a valid ONNX model"]),
+        "text file named .onnx": ([str(fake_onnx)], ["fake.onnx", "not a valid ONNX model"]),
+        "unknown preset": (["tiny_cnn", "--config", "no_such_preset"],
+                           ["no_such_preset", "mobile"]),
+        "missing config file": (["tiny_cnn", "--config", str(tmp_path / "hw.toml")], ["hw.toml"]),
+        "value out of range": (["tiny_cnn", "--set", "core.systolic.width=0"],
+                               ["core.systolic.width", "1..4096"]),
+        "unknown config key": (["tiny_cnn", "--set", "core.systolic.wdth=8"],
+                               ["core.systolic.wdth", "width"]),
+        "malformed --set": (["tiny_cnn", "--set", "core.systolic.width"],
+                            ["--set", "core.systolic.width", "key=value"]),
+        "malformed --dim": (["bert_ffn", "--dim", "seq"], ["--dim", "seq", "NAME=VALUE"]),
+        "zero --dim": (["bert_ffn", "--dim", "seq=0"], ["seq", "positive integer"]),
+        "non-integer --dim": (["bert_ffn", "--dim", "seq=1.5"], ["seq", "positive integer"]),
+        "unknown --dim": (["tiny_cnn", "--dim", "batch=2"], ["batch"]),
+        "unbound dim": (["bert_ffn"], ["seq", "--dim seq=VALUE"]),
+        "unsupported op": ([str(lstm_model)], ["LSTM", "lstm_0"]),
+        "mapping too big": ([mm, *gv, "--mapping", str(too_big)],
+                            ["big.map:1", "does not fit", "proj"]),
+        "mapping not covering": ([mm, *gv, "--mapping", str(short)], ["short.map:2", "loop N"]),
+        "mapping missing": (["tiny_cnn", "--mapping", str(tmp_path / "nope.map")],
+                            ["nope.map", "not found"]),
+    }
+
+
+CASE_NAMES = [
+    "missing model", "missing model path", "text file", "text file named .onnx",
+    "unknown preset", "missing config file", "value out of range", "unknown config key",
+    "malformed --set", "malformed --dim", "zero --dim", "non-integer --dim", "unknown --dim",
+    "unbound dim", "unsupported op", "mapping too big", "mapping not covering",
+    "mapping missing",
+]
+
+
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_bad_input_is_one_clear_error(case, tmp_path, lstm_model, matmul_model):
+    cases = _bad_cases(tmp_path, lstm_model, matmul_model)
+    assert set(cases) == set(CASE_NAMES)
+    args, needles = cases[case]
+    out = tmp_path / "out.json"
+    before = set(tmp_path.iterdir())
+    res = run("simulate", *args, "--json", str(out))
+    assert res.exit_code == 2, (case, res.exit_code, res.output)
+    assert res.stdout == ""
+    assert res.stderr.startswith("error: "), res.stderr
+    assert res.stderr.count("error:") == 1
+    for needle in needles:
+        assert needle in res.stderr, (needle, res.stderr)
+    assert "Traceback" not in res.output
+    assert not out.exists()
+    assert set(tmp_path.iterdir()) == before  # no temp file either
+
+
+def test_json_into_missing_directory_fails_before_simulating(tmp_path):
+    target = tmp_path / "no" / "such" / "dir" / "out.json"
+    res = run("simulate", "tiny_cnn", "--json", str(target))
+    assert res.exit_code == 2
+    assert "error:" in res.stderr and str(target.parent) in res.stderr
+    assert "Traceback" not in res.output and not target.exists()
+
+
+def test_failed_write_leaves_no_file(tmp_path, monkeypatch):
+    out = tmp_path / "out.json"
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli.os, "replace", broken_replace)
+    res = run("simulate", "tiny_cnn", "-c", "gemmini_validation", "--json", str(out))
+    assert res.exit_code == 2, res.output
+    assert "No space left on device" in res.stderr and "out.json" in res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_write_keeps_old_file_on_failure(tmp_path):
+    out = tmp_path / "out.json"
+    out.write_text('{"old": 1}')
+    with pytest.raises(RuntimeError, match="not JSON serialisable"):
+        cli.write_json_atomic(out, {"x": object()})
+    with pytest.raises(RuntimeError, match="Circular"):
+        d: dict = {}
+        d["self"] = d
+        cli.write_json_atomic(out, d)
+    assert out.read_text() == '{"old": 1}'
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+    cli.write_json_atomic(out, {"n": np.int64(3), "a": np.arange(2)})
+    assert json.loads(out.read_text()) == {"n": 3, "a": [0, 1]}
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_internal_error_is_exit_3_without_traceback(monkeypatch):
+    import npusim.simulation
+
+    def boom(*args, **kwargs):
+        raise ZeroDivisionError("kaboom")
+
+    monkeypatch.setattr(npusim.simulation, "simulate", boom)
+    res = run("simulate", "tiny_cnn")
+    assert res.exit_code == 3
+    assert res.stderr.startswith("internal error: ZeroDivisionError: kaboom")
+    assert "report" in res.stderr and "NPUSIM_DEBUG" in res.stderr
+    assert "Traceback" not in res.output
+
+    res = run("simulate", "tiny_cnn", env={"NPUSIM_DEBUG": "1"})
+    assert res.exit_code == 3
+    assert "Traceback" in res.stderr and "kaboom" in res.stderr
+
+
+# --------------------------------------------------------------------------- option parsing
+
+
+def test_parse_dims_and_overrides():
+    assert cli.parse_dims(["seq=128", " batch = 2 "]) == {"seq": 128, "batch": 2}
+    assert cli.parse_dims(None) == {}
+    for bad in ("seq", "=3", "seq=", "seq=-1", "seq=0", "seq=abc", "seq=2.0"):
+        with pytest.raises(npusim.errors.NpusimError, match="--dim"):
+            cli.parse_dims([bad])
+    with pytest.raises(npusim.errors.NpusimError, match="twice"):
+        cli.parse_dims(["seq=1", "seq=2"])
+    assert cli.parse_overrides(["a.b = 3", "memory.type=ideal"]) == ["a.b=3", "memory.type=ideal"]
+    for bad in ("a.b", "=3", "a.b="):
+        with pytest.raises(npusim.errors.NpusimError, match="--set"):
+            cli.parse_overrides([bad])
+
+
+def test_human_units():
+    assert cli.human_bytes(512) == "512 B"
+    assert cli.human_bytes(1536) == "1.50 KiB"
+    assert cli.human_bytes(3 * 1024 ** 2) == "3.00 MiB"
+    assert cli.human_seconds(107.832e-6) == "107.8 µs"
+    assert cli.human_seconds(0.0123) == "12.3 ms"
+    assert cli.human_seconds(5e-9) == "5 ns"
+    assert cli.human_seconds(2.5) == "2.5 s"
+    assert cli.human_count(4_669_440) == "4.67 M"
+    assert cli.human_count(950) == "950"
+
+
+# --------------------------------------------------------------------------- progress bar
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_progress_bar_only_after_delay_and_when_enabled():
+    from rich.console import Console
+
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=100)
+    clock = FakeClock()
+    rep = cli.ProgressReporter(enabled=True, delay=1.0, console=console, clock=clock)
+    clock.t = 0.5
+    rep(1, 6, 1000)
+    assert not rep.shown  # a short run never shows a bar
+    clock.t = 1.5
+    rep(3, 6, 50_000)
+    assert rep.shown
+    task = rep.bar.tasks[0]
+    assert (task.completed, task.total, task.fields["cycles"]) == (3, 6, 50_000)
+    rep(6, 6, 90_000)
+    rep.close()
+    assert "layers" in buf.getvalue()
+
+    off = cli.ProgressReporter(enabled=False, delay=0.0, console=console, clock=clock)
+    clock.t = 100.0
+    off(1, 6, 10)
+    off.close()
+    assert not off.shown
+
+
+# --------------------------------------------------------------------------- other commands
+
+
+def test_models_lists_bundled_models():
+    from npusim.config import load_config
+    from npusim.frontend import load_model
+    from npusim.lowering import lower_graph
+
+    res = run("models")
+    assert res.exit_code == 0, res.output
+    lines = {line.split()[0]: line.split() for line in res.stdout.splitlines() if line.strip()}
+    assert "tiny_cnn" in lines
+    graph = load_model("tiny_cnn")
+    macs = sum(info.macs for info in lower_graph(graph, load_config(None)).layers)
+    row = " ".join(lines["tiny_cnn"])
+    assert f" {len(graph.nodes)} " in f" {row} "
+    assert cli.human_count(macs) in row
+    # bert_ffn has an unbound symbolic dim: no MACs, and a hint how to bind it.
+    bert = " ".join(lines["bert_ffn"])
+    assert " - " in bert and "--dim seq" in bert
+
+
+def test_configs_lists_presets_with_descriptions():
+    from npusim.config import DEFAULT_PRESET, list_presets, load_config
+
+    res = run("configs")
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.stdout.split())
+    for name in list_presets():
+        assert name in flat
+        assert " ".join(load_config(name).description.split()[:4]) in flat
+    assert f"{DEFAULT_PRESET} (default)" in flat
+
+
+def test_version():
+    res = run("--version")
+    assert res.exit_code == 0
+    assert res.stdout.strip() == f"npusim {npusim.__version__}"
+
+
+# --------------------------------------------------------------------------- start-up cost
+
+
+def test_cli_import_is_light():
+    code = ("import sys, npusim.cli; "
+            "heavy = [m for m in ('numba', 'onnx', 'numpy', 'npusim.simulation', "
+            "'npusim.engine') if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_help_is_fast_and_imports_nothing_heavy():
+    code = ("import sys, runpy\n"
+            "sys.argv = ['npusim', '--help']\n"
+            "try:\n"
+            "    runpy.run_module('npusim', run_name='__main__')\n"
+            "except SystemExit as e:\n"
+            "    assert e.code in (0, None), e.code\n"
+            "heavy = [m for m in ('numba', 'onnx') if m in sys.modules]\n"
+            "print('HEAVY', heavy, file=sys.stderr)\n")
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "100"})
+    elapsed = time.perf_counter() - t
+    assert out.returncode == 0, out.stderr
+    assert "HEAVY []" in out.stderr
+    assert "simulate" in out.stdout and "models" in out.stdout and "configs" in out.stdout
+    assert elapsed < 2.0  # typically ~0.15 s; generous for loaded CI machines

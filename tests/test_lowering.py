@@ -1,0 +1,148 @@
+"""Lowering of MatMul / Gemm / Conv into tiles: shapes, MACs, bytes, capacity, errors."""
+
+from math import prod
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import npusim
+from npusim.config import load_config
+from npusim.errors import NpusimError
+from npusim.frontend import load_graph
+from npusim.lowering import lower_graph
+from npusim.lowering.mapping import parse_mapping_line
+from npusim.lowering.tiling import ACC_BYTES, Budget
+
+
+def weight(name, shape):
+    t = onnx.TensorProto()
+    t.name, t.data_type = name, TensorProto.FLOAT
+    t.dims.extend(shape)
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "none.bin"), ("offset", "0"), ("length", str(4 * prod(shape)))):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    return t
+
+
+def save(tmp_path, nodes, inputs, outputs, weights, name="m"):
+    g = helper.make_graph(nodes, name,
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+                          initializer=[weight(n, s) for n, s in weights])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(m, str(path))
+    return path
+
+
+def conv_model(tmp_path, c, m, hw, k, stride=1, pad=0, dil=1, group=1, bias=False):
+    out = (hw + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    ins = ["x", "w"] + (["b"] if bias else [])
+    node = helper.make_node("Conv", ins, ["y"], name="conv", kernel_shape=[k, k],
+                            strides=[stride] * 2, pads=[pad] * 4, dilations=[dil] * 2, group=group)
+    weights = [("w", [m, c // group, k, k])] + ([("b", [m])] if bias else [])
+    return save(tmp_path, [node], [("x", [1, c, hw, hw])], [("y", [1, m, out, out])], weights), out
+
+
+@pytest.mark.parametrize("c,m,hw,k,stride,pad,dil,group", [
+    (3, 16, 20, 3, 1, 1, 1, 1),
+    (16, 32, 15, 3, 2, 1, 1, 1),
+    (8, 8, 12, 3, 1, 2, 2, 1),      # dilated
+    (32, 32, 14, 3, 1, 1, 1, 32),   # depthwise
+    (16, 24, 10, 1, 1, 0, 1, 4),    # grouped 1x1
+])
+def test_conv_macs_and_output_bytes(tmp_path, c, m, hw, k, stride, pad, dil, group):
+    path, out = conv_model(tmp_path, c, m, hw, k, stride, pad, dil, group)
+    r = npusim.simulate(str(path), "mobile", overrides=["memory.type=ideal"])
+    macs = out * out * m * (c // group) * k * k
+    assert r.layers[0]["macs"] == macs
+    assert sum(x["macs"] for x in r.cores) == macs
+    # every output element written once; a run shorter than a request costs a full request
+    stored = sum(x["bytes_stored"] for x in r.cores)
+    assert stored >= out * out * m * r.config.precision
+
+
+def test_gemm_with_trans_b_and_bias_loads_weights_and_bias(tmp_path):
+    node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="fc", transB=1)
+    path = save(tmp_path, [node], [("x", [16, 256])], [("y", [16, 96])], [("w", [96, 256]), ("b", [96])])
+    r = npusim.simulate(str(path), "mobile", overrides=["memory.type=ideal"])
+    assert r.layers[0]["macs"] == 16 * 256 * 96
+    loaded = sum(x["bytes_loaded"] for x in r.cores)
+    assert loaded >= 16 * 256 + 96 * 256 + 96 * ACC_BYTES
+
+
+def test_batched_matmul_runs_each_batch(tmp_path):
+    node = helper.make_node("MatMul", ["a", "b"], ["y"], name="bmm")
+    path = save(tmp_path, [node], [("a", [4, 32, 64]), ("b", [4, 64, 48])], [("y", [4, 32, 48])], [])
+    r = npusim.simulate(str(path), "mobile", overrides=["memory.type=ideal"])
+    assert sum(x["macs"] for x in r.cores) == 4 * 32 * 64 * 48
+    # 48-byte output rows from a 32-byte aligned base: each row touches the aligned
+    # 32-byte request blocks it overlaps
+    blocks = sum((r0 * 48 + 47) // 32 - (r0 * 48) // 32 + 1 for r0 in range(4 * 32))
+    assert sum(x["bytes_stored"] for x in r.cores) == blocks * 32
+
+
+def test_broadcast_matmul_shares_the_weights(tmp_path):
+    node = helper.make_node("MatMul", ["a", "w"], ["y"], name="mm")
+    path = save(tmp_path, [node], [("a", [2, 3, 16, 64])], [("y", [2, 3, 16, 40])], [("w", [64, 40])])
+    r = npusim.simulate(str(path), "mobile", overrides=["memory.type=ideal"])
+    assert sum(x["macs"] for x in r.cores) == 6 * 16 * 64 * 40
+
+
+def test_heuristic_tiles_fit_half_the_scratchpad_and_accumulator():
+    for preset in ("mobile", "server"):
+        cfg = load_config(preset)
+        b = Budget.of(cfg)
+        for model in ("tiny_cnn", "mlp", "matmul_1024"):
+            prog = lower_graph(load_graph(npusim.frontend.resolve_model_path(model)), cfg)
+            for info in prog.layers:
+                if not info.mapping:
+                    continue
+                inner = parse_mapping_line(info.mapping).inner
+                if info.op_type == "Conv":
+                    continue  # conv windows are checked by conv_tile_fits at lowering
+                assert (inner.N * inner.C + inner.C * inner.M) * cfg.precision <= b.spad_half
+                assert inner.N * inner.M * ACC_BYTES <= b.acc_half
+
+
+def test_unsupported_ops_are_listed_with_their_nodes(tmp_path):
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Relu", ["h"], ["r"], name="act1"),
+             helper.make_node("LSTMish", ["r"], ["y"], name="odd", domain="custom")]
+    path = save(tmp_path, nodes[:2], [("x", [4, 8])], [("r", [4, 8])], [("w", [8, 8])])
+    with pytest.raises(NpusimError) as e:
+        npusim.simulate(str(path), "mobile")
+    assert "Relu" in str(e.value) and "act1" in str(e.value)
+
+
+def test_tile_that_cannot_fit_the_scratchpad_is_a_clear_error(tmp_path):
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
+    path = save(tmp_path, [node], [("x", [64, 64])], [("y", [64, 64])], [("w", [64, 64])])
+    with pytest.raises(NpusimError) as e:
+        npusim.simulate(str(path), "mobile", overrides=["core.accum_kib=1", "core.systolic.width=32",
+                                                        "core.systolic.height=32"])
+    assert "accumulator" in str(e.value) and "core.accum_kib" in str(e.value)
+
+
+def test_mapping_line_that_does_not_fit_is_a_clear_error(tmp_path):
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
+    path = save(tmp_path, [node], [("x", [512, 512])], [("y", [512, 512])], [("w", [512, 512])])
+    mapping = tmp_path / "big.mapping"
+    mapping.write_text("[T] N512 C512 M512 - [O] N1 C1 M1 - [I] N512 C512 M512\n")
+    with pytest.raises(NpusimError) as e:
+        npusim.simulate(str(path), "gemmini_validation", mapping=str(mapping))
+    msg = str(e.value)
+    assert "big.mapping:1" in msg and "mm" in msg and "scratchpad" in msg
+
+
+def test_mapping_file_changes_the_tiles(tmp_path):
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
+    path = save(tmp_path, [node], [("x", [64, 64])], [("y", [64, 64])], [("w", [64, 64])])
+    mapping = tmp_path / "m.mapping"
+    mapping.write_text("[T] N64 C64 M64 - [O] N8 C2 M8 - [I] N8 C32 M8\n")
+    r = npusim.simulate(str(path), "gemmini_validation", mapping=str(mapping))
+    assert r.layers[0]["mapping_source"].endswith("m.mapping:1")
+    assert sum(c["tiles"] for c in r.cores) == 8 * 2 * 8
