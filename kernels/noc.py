@@ -17,8 +17,9 @@ from .timebase import align_up
 
 @kernel
 def packet_flits(p, carries_data):
+    """Flits of a packet: read requests and write acks fit one; data takes R / flit."""
     if carries_data:
-        return 1 + (p.req_bytes + p.flit_bytes - 1) // p.flit_bytes
+        return max(1, (p.req_bytes + p.flit_bytes - 1) // p.flit_bytes)
     return 1
 
 

@@ -327,7 +327,8 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
                              f"stored {human_bytes(stored)})")
     bw = f"{mem['bandwidth_gbps']:.2f} GB/s"
     if mem.get("peak_gbps"):
-        bw += f" of {mem['peak_gbps']:.1f} GB/s peak ({_pct(mem['bandwidth_gbps'] / mem['peak_gbps'])})"
+        share = _pct(mem["bandwidth_gbps"] / mem["peak_gbps"])
+        bw += f" of {mem['peak_gbps']:.1f} GB/s peak ({share})"
     t.add_row("memory bandwidth", bw)
     cps = sim.get("cycles_per_second")
     speed = f"{human_count(cps)} simulated cycles/s" if cps else "-"
@@ -337,7 +338,8 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
     console.print(t)
 
     ct = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
-    for name in ("core", "systolic util", "vector util", "busy cycles", "tiles", "loaded", "stored"):
+    headers = ("core", "systolic util", "vector util", "busy cycles", "tiles", "loaded", "stored")
+    for name in headers:
         ct.add_column(name, justify="right", no_wrap=True)
     if len(cores) <= MAX_CORE_ROWS:
         for c in cores:
@@ -386,7 +388,8 @@ def simulate(
         help="Preset name (see `npusim configs`), a .toml file or an ONNXim .json file. "
              "Default: the preset marked (default) there.")] = None,
     mapping: Annotated[Optional[Path], typer.Option(
-        "--mapping", "-m", metavar="FILE", help="ONNXim mapping file with per-layer tiling.")] = None,
+        "--mapping", "-m", metavar="FILE",
+        help="ONNXim mapping file with per-layer tiling.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option(
         "--set", "-s", metavar="KEY=VALUE",
         help="Override a config value, e.g. --set core.systolic.width=16 (repeatable).")] = None,

@@ -84,8 +84,8 @@ def test_server_preset_numbers():
     assert (c.core.vector.lanes, c.core.vector.alus) == (128, 16)
     assert (c.core.spad_kib, c.core.accum_kib) == (32768, 4096)
     assert c.core.spad_bytes == 32 * 1024 * 1024
-    assert c.dma.request_bytes == 64
-    assert (c.noc.type, c.noc.freq_mhz, c.noc.flit_bytes) == ("crossbar", 1000, 32)
+    assert c.dma.request_bytes == 256
+    assert (c.noc.type, c.noc.freq_mhz, c.noc.flit_bytes) == ("crossbar", 1000, 256)
     m = c.memory
     assert (m.type, m.freq_mhz, m.channels, m.channel_bytes_per_cycle) == ("simple", 1200, 16, 32)
     assert 30 <= m.latency <= 50
@@ -289,7 +289,7 @@ def test_overrides_as_mapping_and_apply_overrides():
     assert c.core.systolic.height == 64
     c2 = apply_overrides(c, ["dma.request_bytes=128"])
     assert (c2.dma.request_bytes, c2.core.systolic.height) == (128, 64)
-    assert c.dma.request_bytes == 64  # original untouched
+    assert c.dma.request_bytes == 256  # original untouched
 
 
 def test_parse_override_values():

@@ -123,8 +123,8 @@ def test_simple_memory_round_trip_is_noc_plus_latency():
                  "noc.freq_mhz=1000", "noc.latency=4", "noc.flit_bytes=8",
                  "memory.channel_bytes_per_cycle=32")
     # send at cycle 0; NoC grants at 1, the 1-flit request arrives at 1 + 4; the channel
-    # answers 20 cycles later; the 1 + 32/8 = 5-flit response arrives 4 + 5 - 1 later
-    expected = 1 + 4 + 20 + (4 + 5 - 1)
+    # answers 20 cycles later; the 32/8 = 4-flit response arrives 4 + 4 - 1 later
+    expected = 1 + 4 + 20 + (4 + 4 - 1)
     assert cycles(one_tile_program([Instr.dma(True, 0, 0, 1, 32, 1, 0, 32)]), cfg) == expected
 
 

@@ -87,7 +87,8 @@ def _read_model(path: Path) -> ModelProto:
     if not path.is_file():
         raise NpusimError(f"ONNX model path '{path}' is not a file")
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        # format fixed: onnx otherwise picks a text parser from a .json/.textproto suffix
+        model = onnx.load(str(path), format="protobuf", load_external_data=False)
     except (DecodeError, ValueError, RuntimeError, UnicodeDecodeError) as e:
         raise NpusimError(
             f"'{path}' is not a valid ONNX model (the protobuf could not be parsed: {e})"
