@@ -13,11 +13,14 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "validation" / "gemmini_rtl_public.json"
+# the shared validation folder beside the checkout; a copy travels with the repo for
+# checkouts that have no shared/ next to them
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "gemmini_rtl_public.json"
+COPY = Path(__file__).resolve().parent / "data" / "gemmini_rtl_public.json"
 
 
-def load_reference(path: Path = REFERENCE) -> dict:
-    return json.loads(path.read_text())
+def load_reference() -> dict:
+    return json.loads((SHARED if SHARED.exists() else COPY).read_text())
 
 
 def _weight(name: str, shape: list[int]) -> onnx.TensorProto:
