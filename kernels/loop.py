@@ -13,13 +13,12 @@ from . import isa
 from .state import *  # noqa: F403  (field indices of the state tables)
 from .core import core_issue, load_tile, slot_finish_time
 from .dma import dma_has_request, dma_next_request, dma_response
-from .memory import simple_memory_step
+from .dram import dram_step
+from .memory import MEM_DRAM, MEM_IDEAL, simple_memory_step
 from .noc import noc_inject, noc_step
 from .scheduler import next_tile_for_core, scheduler_start, tile_finished
 from .timebase import align_up
 
-MEM_IDEAL = 0
-MEM_SIMPLE = 1
 
 
 @kernel
@@ -50,7 +49,7 @@ def _core_retire(st, prog, p, c, t):
 
 
 @kernel
-def _core_send(st, prog, p, c, t):
+def _core_send(st, prog, mt, p, c, t):
     """Each DMA engine (load, store) sends at most one request this cycle."""
     qarr = st.arr.shape[2]
     for d in range(2):
@@ -70,7 +69,7 @@ def _core_send(st, prog, p, c, t):
             if st.core[C_INJ_COUNT, c] >= p.inj_queue:
                 continue
             k, addr = dma_next_request(st, prog, p, c, d)
-            noc_inject(st, p, c, d, k, addr, t)
+            noc_inject(st, mt, p, c, d, k, addr, t)
         st.core[C_OUTSTANDING, c] += 1
         st.core[C_LD_REQUESTS + d, c] += 1
         st.core[C_LD_BYTES + d, c] += p.req_bytes
@@ -95,7 +94,7 @@ def _core_wake(st, prog, p, c, t, issue_wake):
 
 
 @kernel
-def cores_step(st, prog, p, t):
+def cores_step(st, prog, mt, p, t):
     """One core-clock edge for every core that is due (every core when not skipping)."""
     n = p.n_cores
     for c in range(n):
@@ -118,7 +117,7 @@ def cores_step(st, prog, p, t):
     for c in range(n):
         if p.skip == 0 or st.core[C_WAKE, c] <= t:
             issue_wake = core_issue(st, prog, p, c, t)
-            _core_send(st, prog, p, c, t)
+            _core_send(st, prog, mt, p, c, t)
             st.core[C_WAKE, c] = _core_wake(st, prog, p, c, t, issue_wake)
 
 
@@ -131,7 +130,7 @@ def _any_group_left(st, n):
 
 
 @kernel
-def run(st, prog, p, max_iterations):
+def run(st, prog, mt, p, max_iterations):
     """Advance by at most ``max_iterations`` event steps; returns 0, or 1 on deadlock.
 
     Stopping between two steps never changes results, so the caller may update a
@@ -149,11 +148,14 @@ def run(st, prog, p, max_iterations):
         iterations += 1
         st.glob[G_STEPS] += 1
         if t % p.mem_period == 0 and p.mem_type != MEM_IDEAL and (p.skip == 0 or st.glob[G_WAKE_MEM] <= t):
-            st.glob[G_WAKE_MEM] = simple_memory_step(st, p, t)
+            if p.mem_type == MEM_DRAM:
+                st.glob[G_WAKE_MEM] = dram_step(st, mt, p, t)
+            else:
+                st.glob[G_WAKE_MEM] = simple_memory_step(st, p, t)
         if t % p.noc_period == 0 and p.mem_type != MEM_IDEAL and (p.skip == 0 or st.glob[G_WAKE_NOC] <= t):
             st.glob[G_WAKE_NOC] = noc_step(st, p, t)
         if t % p.core_period == 0:
-            cores_step(st, prog, p, t)
+            cores_step(st, prog, mt, p, t)
         if st.glob[G_LAYERS_LEFT] == 0:
             break
         nxt = isa.NEVER

@@ -4,19 +4,26 @@
 (``ch_bytes_per_cycle`` bytes per memory cycle, as a credit that refills every cycle) and
 answers each one a fixed ``mem_latency`` memory cycles later. ``ideal`` memory has no
 channel state at all: the core's DMA answers itself in the next cycle (see ``loop.py``).
-The cycle-level DRAM plugs in here with the same rings: requests in, responses out.
+The cycle-level DRAM (``dram.py``) uses the same rings: requests in, responses out.
 """
 
-from .jit import kernel
-
 from . import isa
+from .addrmap import dram_channel
+from .jit import kernel
 from .state import *  # noqa: F403  (field indices of the state tables)
 from .timebase import align_up
 
+MEM_IDEAL = 0
+MEM_SIMPLE = 1
+MEM_DRAM = 2
+
 
 @kernel
-def channel_of(addr, p):
-    """Channel of an address: requests interleave across channels at request granularity."""
+def channel_of(addr, p, mt):
+    """Channel of an address: the DRAM's address mapping, or for simple memory requests
+    interleaved across channels at request granularity."""
+    if p.mem_type == MEM_DRAM:
+        return dram_channel(addr, p, mt)
     return (addr // p.req_bytes) % p.n_channels
 
 

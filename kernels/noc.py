@@ -24,7 +24,7 @@ def packet_flits(p, carries_data):
 
 
 @kernel
-def noc_inject(st, p, c, d, entry, addr, t):
+def noc_inject(st, mt, p, c, d, entry, addr, t):
     """Core c's DMA d puts a request into its network interface; False when full."""
     q = st.inj.shape[2]
     if st.core[C_INJ_COUNT, c] >= p.inj_queue:
@@ -34,6 +34,7 @@ def noc_inject(st, p, c, d, entry, addr, t):
     st.inj[N_DIR, c, k] = d
     st.inj[N_ENTRY, c, k] = entry
     st.inj[N_TIME, c, k] = t
+    st.inj[N_CHAN, c, k] = channel_of(addr, p, mt)
     st.core[C_INJ_COUNT, c] += 1
     st.glob[G_WAKE_NOC] = min(st.glob[G_WAKE_NOC], align_up(t + 1, p.noc_period))
     return True
@@ -51,7 +52,7 @@ def _grant_requests(st, p, t):
             if st.core[C_INJ_COUNT, c] == 0:
                 continue
             h = st.core[C_INJ_HEAD, c]
-            if channel_of(st.inj[N_ADDR, c, h], p) != ch:
+            if st.inj[N_CHAN, c, h] != ch:
                 continue
             flits = packet_flits(p, st.inj[N_DIR, c, h] == 1)
             st.chan[H_REQ_PORT_FREE, ch] = t + flits * p.noc_period
@@ -62,6 +63,9 @@ def _grant_requests(st, p, t):
             st.ch_in[P_DIR, ch, k] = st.inj[N_DIR, c, h]
             st.ch_in[P_ENTRY, ch, k] = st.inj[N_ENTRY, c, h]
             st.ch_in[P_SENT, ch, k] = st.inj[N_TIME, c, h]
+            st.ch_in[P_ADDR, ch, k] = st.inj[N_ADDR, c, h]
+            # the channel controller looks at it when it arrives
+            st.dch[DC_WAKE, ch] = min(st.dch[DC_WAKE, ch], -(-arrival // p.mem_period))
             st.chan[H_IN_COUNT, ch] += 1
             st.core[C_INJ_HEAD, c] = (h + 1) % qinj
             st.core[C_INJ_COUNT, c] -= 1
@@ -100,6 +104,7 @@ def _grant_responses(st, p, t):
             st.core[C_WAKE, c] = min(st.core[C_WAKE, c], align_up(arrival, p.core_period))
             # the channel may serve again now that its output ring has room
             st.glob[G_WAKE_MEM] = min(st.glob[G_WAKE_MEM], align_up(t + 1, p.mem_period))
+            st.dch[DC_WAKE, ch] = min(st.dch[DC_WAKE, ch], (t + 1 + p.mem_period - 1) // p.mem_period)
             break
 
 
@@ -111,7 +116,7 @@ def noc_step(st, p, t):
     wake = isa.NEVER
     for c in range(p.n_cores):
         if st.core[C_INJ_COUNT, c] > 0:
-            ch = channel_of(st.inj[N_ADDR, c, st.core[C_INJ_HEAD, c]], p)
+            ch = st.inj[N_CHAN, c, st.core[C_INJ_HEAD, c]]
             if st.chan[H_IN_COUNT, ch] < p.ch_queue:
                 wake = min(wake, max(st.chan[H_REQ_PORT_FREE, ch], t + 1))
     for ch in range(p.n_channels):

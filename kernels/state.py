@@ -24,11 +24,19 @@ PARAM_FIELDS = (
     # DMA and fabric
     "req_bytes", "max_outstanding", "mem_type", "n_channels", "mem_latency",
     "ch_bytes_per_cycle", "ch_queue", "noc_latency", "flit_bytes", "inj_queue",
+    # cycle-level DRAM
+    "d_ranks", "d_bankgroups", "d_banks", "d_cl", "d_cwl", "d_bl", "d_refi", "d_refresh",
+    "d_closed_page", "d_rq", "d_wq", "d_wq_high", "d_wq_low", "d_bursts", "d_burst_bits",
+    "d_bpr_bits", "d_ipoly",
 )
 Params = namedtuple("Params", PARAM_FIELDS)
 
 # The program tables (read-only); vlat is the vector-op latency table (isa.VECTOR_OPS order).
 ProgramArrays = namedtuple("ProgramArrays", ("inst", "tile", "group", "layer", "layer_succ", "vlat"))
+
+# Memory-system tables (read-only): DRAM timing rules grouped by prev command
+# (rules[rule_start[c]:rule_start[c+1]]), address bit fields and the IPOLY channel hash.
+MemTables = namedtuple("MemTables", ("rules", "rule_start", "amap", "ipoly"))
 
 STATE_TABLES = (
     "glob",  # [G_*]                 global scalars
@@ -46,6 +54,19 @@ STATE_TABLES = (
     "chan",  # [H_*, channel]
     "ch_in",  # [P_*, channel, k]     requests queued at a memory channel (ring)
     "ch_out",  # [P_*, channel, k]    responses waiting for the NoC (ring)
+    # cycle-level DRAM (memory type "dram"); times in DRAM cycles
+    "dch",  # [DC_*, channel]         controller state and statistics
+    "dreq",  # [E_*, channel, k]      read queue (k < rq) then write queue, arrival order
+    "dbank",  # [B_*, channel, bank]  open row and per-bank statistics
+    "drank",  # [RK_*, channel, rank] refresh state
+    "rdy_chan",  # [channel, cmd]     earliest cycle of each command, per level node
+    "rdy_rank",  # [channel, rank, cmd]
+    "rdy_bg",  # [channel, rank*bg, cmd]
+    "rdy_bank",  # [channel, bank, cmd]
+    "win",  # [channel, window rule, node, k]  recent issue cycles (tFAW-like rules)
+    "win_ctl",  # [2, channel, window rule, node]  ring position and fill
+    "lat_hist",  # [channel, bin]     read latency histogram (DRAM cycles)
+    "cmd_log",  # [LG_*, n]           DRAM command log (when enabled)
 )
 State = namedtuple("State", STATE_TABLES)
 
@@ -56,8 +77,8 @@ def _fields(*names):
 
 # glob
 (G_NOW, G_STARTED, G_FINISHED, G_END, G_STEPS, G_WAKE_NOC, G_WAKE_MEM, G_READY_HEAD,
- G_READY_TAIL, G_LAYERS_LEFT) = range(10)
-N_GLOB = 10
+ G_READY_TAIL, G_LAYERS_LEFT, G_LOG_N, G_LOG_LOST) = range(12)
+N_GLOB = 12
 # layer_st
 L_PREDS_LEFT, L_TILES_LEFT, L_START, L_END = range(4)
 N_LAYER_FIELDS = 4
@@ -83,12 +104,31 @@ N_DQ_CTL_FIELDS = 3
 A_TIME, A_DIR, A_ENTRY, A_SENT = range(4)
 N_ARR_FIELDS = 4
 # inj
-N_ADDR, N_DIR, N_ENTRY, N_TIME = range(4)
-N_INJ_FIELDS = 4
+N_ADDR, N_DIR, N_ENTRY, N_TIME, N_CHAN = range(5)
+N_INJ_FIELDS = 5
 # chan
 (H_REQ_PORT_FREE, H_REQ_RR, H_IN_HEAD, H_IN_COUNT, H_OUT_HEAD, H_OUT_COUNT, H_CREDIT,
  H_CREDIT_CYCLE, H_READS, H_WRITES, H_READ_BYTES, H_WRITE_BYTES) = range(12)
 N_CHAN_FIELDS = 12
 # packets in ch_in / ch_out
-P_TIME, P_CORE, P_DIR, P_ENTRY, P_SENT = range(5)
-N_PACKET_FIELDS = 5
+P_TIME, P_CORE, P_DIR, P_ENTRY, P_SENT, P_ADDR = range(6)
+N_PACKET_FIELDS = 6
+# dch
+(DC_WAKE, DC_RQ_COUNT, DC_WQ_COUNT, DC_DRAINING, DC_READS, DC_WRITES, DC_READ_BYTES,
+ DC_WRITE_BYTES, DC_ACTS, DC_PRES, DC_REFS, DC_CMDS, DC_BUS_BUSY, DC_LAT_SUM,
+ DC_LAT_N) = range(15)
+N_DCH_FIELDS = 15
+# dreq
+(E_TIME, E_CORE, E_DIR, E_ENTRY, E_SENT, E_RANK, E_BG, E_BANK, E_ROW, E_COL, E_BURSTS,
+ E_CLASS) = range(12)
+N_DREQ_FIELDS = 12
+# dbank (B_HITS, B_MISSES, B_CONFLICTS in class order; B_READS, B_WRITES in dir order)
+B_OPEN_ROW, B_HITS, B_MISSES, B_CONFLICTS, B_READS, B_WRITES = range(6)
+N_DBANK_FIELDS = 6
+# drank
+RK_NEXT_REF, RK_PENDING = range(2)
+N_DRANK_FIELDS = 2
+# cmd_log
+(LG_CYCLE, LG_CHANNEL, LG_RANK, LG_BANKGROUP, LG_BANK, LG_ROW, LG_COLUMN, LG_COMMAND,
+ LG_CORE, LG_REQUEST) = range(10)
+N_LOG_FIELDS = 10

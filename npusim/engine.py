@@ -18,10 +18,10 @@ from npusim.config import NpuConfig
 from npusim.errors import NpusimError
 from npusim.kernels import isa
 from npusim.kernels import state as ks
-from npusim.kernels.state import PARAM_FIELDS, Params, ProgramArrays, State
+from npusim.kernels.state import PARAM_FIELDS, MemTables, Params, ProgramArrays, State
 from npusim.program import Program
 
-MEMORY_TYPES = {"ideal": 0, "simple": 1}
+MEMORY_TYPES = {"ideal": 0, "simple": 1, "dram": 2}
 INJECTION_QUEUE = 16  # requests a core's network interface buffers
 CHANNEL_QUEUE = 32  # requests a memory channel buffers (its controller queue)
 CHANNEL_OUT_QUEUE = 32  # responses a channel holds while the NoC is busy
@@ -60,12 +60,89 @@ def make_params(cfg: NpuConfig, tb: TimeBase, skip: bool) -> Params:
         ch_queue=CHANNEL_QUEUE, noc_latency=cfg.noc.latency, flit_bytes=cfg.noc.flit_bytes,
         inj_queue=INJECTION_QUEUE,
     )
+    values.update(_dram_params(cfg))
     assert set(values) == set(PARAM_FIELDS)
     return Params(**{k: int(values[k]) for k in PARAM_FIELDS})
 
 
-def make_state(cfg: NpuConfig, prog: Program, p: Params) -> State:
-    """Zeroed state tables sized for this config and program."""
+def dram_standard(cfg: NpuConfig):
+    """The DRAM standard of a "dram" config (loaded from configs/dram/), else None."""
+    if cfg.memory.type != "dram":
+        return None
+    from npusim.dram import load_standard
+
+    return load_standard(cfg.memory.standard)
+
+
+def _dram_params(cfg: NpuConfig) -> dict[str, int]:
+    std = dram_standard(cfg)
+    if std is None:  # placeholders: no DRAM state is used
+        names = ("d_ranks", "d_bankgroups", "d_banks", "d_cl", "d_cwl", "d_bl", "d_refi",
+                 "d_refresh", "d_closed_page", "d_rq", "d_wq", "d_wq_high", "d_wq_low",
+                 "d_bursts", "d_burst_bits", "d_bpr_bits", "d_ipoly")
+        return {n: 1 for n in names}
+    ctl = cfg.memory.controller
+    t = std.timing
+    bursts = max(1, cfg.dma.request_bytes // std.burst_bytes)
+    return dict(
+        d_ranks=cfg.memory.ranks, d_bankgroups=std.bank_groups, d_banks=std.banks_per_group,
+        d_cl=t["CL"], d_cwl=t["CWL"], d_bl=t["BL"], d_refi=t["REFI"],
+        d_refresh=int(ctl.refresh), d_closed_page=int(ctl.page_policy == "closed"),
+        d_rq=ctl.read_queue, d_wq=ctl.write_queue,
+        d_wq_high=max(1, ctl.write_queue * ctl.write_high_pct // 100),
+        d_wq_low=ctl.write_queue * ctl.write_low_pct // 100,
+        d_bursts=bursts, d_burst_bits=std.burst_bytes.bit_length() - 1,
+        d_bpr_bits=bursts.bit_length() - 1, d_ipoly=int(ctl.channel_hash == "ipoly"),
+    )
+
+
+def memory_tables(cfg: NpuConfig) -> MemTables:
+    """Timing rules and address mapping of a "dram" config (placeholders otherwise)."""
+    from npusim.dram.addressing import field_table, ipoly_table, log2_exact
+    from npusim.kernels import dram as kd
+
+    std = dram_standard(cfg)
+    if std is None:
+        return MemTables(np.zeros((1, 7), np.int64), np.zeros(kd.N_COMMANDS + 1, np.int64),
+                         np.zeros((6, 2), np.int64), np.zeros(1, np.int64))
+    r = std.rule_arrays()
+    n = len(r["prev"])
+    rules = np.zeros((max(n, 1), 7), dtype=np.int64)
+    rules[:n, kd.R_PREV] = r["prev"]
+    rules[:n, kd.R_NEXT] = r["next"]
+    rules[:n, kd.R_LEVEL] = r["level"]
+    rules[:n, kd.R_LAT] = r["latency"]
+    rules[:n, kd.R_WINDOW] = r["window"]
+    rules[:n, kd.R_SIBLING] = r["sibling"]
+    rules[:, kd.R_WSLOT] = -1
+    windowed = np.flatnonzero(rules[:n, kd.R_WINDOW] > 1)
+    rules[windowed, kd.R_WSLOT] = np.arange(len(windowed))
+    bursts = max(1, cfg.dma.request_bytes // std.burst_bytes)
+    row_bursts = std.columns // std.burst_length
+    if bursts > row_bursts:
+        raise NpusimError(f"dma.request_bytes = {cfg.dma.request_bytes} spans more than one "
+                          f"DRAM row of {std.name} ({row_bursts * std.burst_bytes} B)")
+    ctl = cfg.memory.controller
+    widths = {
+        "Ch": log2_exact(cfg.memory.channels, "memory.channels"),
+        "Co": log2_exact(row_bursts, f"{std.name} bursts per row") - (bursts.bit_length() - 1),
+        "Ra": log2_exact(cfg.memory.ranks, "memory.ranks"),
+        "Ba": log2_exact(std.banks_per_group, f"{std.name} banks per group"),
+        "Bg": log2_exact(std.bank_groups, f"{std.name} bank groups"),
+        "Ro": log2_exact(std.rows, f"{std.name} rows"),
+    }
+    ipoly = (ipoly_table(cfg.memory.channels) if ctl.channel_hash == "ipoly"
+             else np.zeros(1, np.int64))
+    return MemTables(rules, np.asarray(r["prev_start"], dtype=np.int64),
+                     field_table(ctl.address_mapping, widths), ipoly)
+
+
+def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables,
+               log_commands: int = 0) -> State:
+    """Zeroed state tables sized for this config and program.
+
+    ``log_commands`` > 0 records up to that many DRAM commands in ``State.cmd_log``.
+    """
     C = cfg.num_cores
     ch = cfg.memory.channels
     L = prog.layer.shape[0]
@@ -102,6 +179,40 @@ def make_state(cfg: NpuConfig, prog: Program, p: Params) -> State:
         chan=z(ks.N_CHAN_FIELDS, ch),
         ch_in=z(ks.N_PACKET_FIELDS, ch, p.ch_queue),
         ch_out=z(ks.N_PACKET_FIELDS, ch, CHANNEL_OUT_QUEUE),
+        **_dram_state(cfg, p, mt, log_commands),
+    )
+
+
+def _dram_state(cfg: NpuConfig, p: Params, mt: MemTables, log_commands: int) -> dict:
+    """DRAM controller tables; one-element placeholders when the memory is not "dram"."""
+    from npusim.kernels import dram as kd
+
+    dram = cfg.memory.type == "dram"
+    ch = cfg.memory.channels if dram else 1
+    R, G, B = (p.d_ranks, p.d_bankgroups, p.d_banks) if dram else (1, 1, 1)
+    n_ch = max(1, cfg.memory.channels)  # the NoC wakes channels whatever the memory type
+    nc = kd.N_COMMANDS
+    windowed = mt.rules[:, kd.R_WSLOT] >= 0
+    n_win = max(1, int(windowed.sum()))
+    max_window = max(1, int(mt.rules[windowed, kd.R_WINDOW].max()) if windowed.any() else 1)
+
+    def z(*shape, fill=0):
+        return np.full(shape, fill, dtype=np.int64)
+
+    dbank = z(ks.N_DBANK_FIELDS, ch, R * G * B)
+    dbank[ks.B_OPEN_ROW] = -1
+    drank = z(ks.N_DRANK_FIELDS, ch, R)
+    if dram:
+        # stagger the ranks' refreshes across tREFI, as controllers do
+        drank[ks.RK_NEXT_REF] = p.d_refi + (np.arange(R) * p.d_refi // R)[None, :]
+    dch = z(ks.N_DCH_FIELDS, n_ch)
+    dch[ks.DC_WAKE] = isa.NEVER
+    return dict(
+        dch=dch, dreq=z(ks.N_DREQ_FIELDS, ch, p.d_rq + p.d_wq), dbank=dbank, drank=drank,
+        rdy_chan=z(ch, nc), rdy_rank=z(ch, R, nc), rdy_bg=z(ch, R * G, nc),
+        rdy_bank=z(ch, R * G * B, nc), win=z(ch, n_win, R * G * B, max_window),
+        win_ctl=z(2, ch, n_win, R * G * B), lat_hist=z(ch, kd.LAT_BINS),
+        cmd_log=z(ks.N_LOG_FIELDS, log_commands),
     )
 
 
@@ -122,7 +233,8 @@ class RawRun:
 
 
 def run_program(prog: Program, cfg: NpuConfig, skip: bool = True,
-                progress: Callable[[int, int, int], None] | None = None) -> RawRun:
+                progress: Callable[[int, int, int], None] | None = None,
+                log_commands: int = 0) -> RawRun:
     """Simulate ``prog`` on ``cfg`` to completion.
 
     ``progress(layers_done, layers_total, core_cycles)`` is called between kernel chunks.
@@ -131,14 +243,15 @@ def run_program(prog: Program, cfg: NpuConfig, skip: bool = True,
 
     tb = TimeBase.of(cfg)
     p = make_params(cfg, tb, skip)
-    st = make_state(cfg, prog, p)
+    mt = memory_tables(cfg)
+    st = make_state(cfg, prog, p, mt, log_commands)
     pa = program_arrays(prog, cfg)
     t0 = time.perf_counter()
-    _ensure_compiled(run, st, pa, p)
+    _ensure_compiled(run, st, pa, mt, p)
     t1 = time.perf_counter()
     total = prog.layer.shape[0]
     while True:
-        code = run(st, pa, p, ITERATIONS_PER_CALL)
+        code = run(st, pa, mt, p, ITERATIONS_PER_CALL)
         if code != 0:
             raise NpusimError(_deadlock_message(st, prog, tb))
         if st.glob[ks.G_FINISHED] or total == 0:
@@ -155,13 +268,13 @@ def run_program(prog: Program, cfg: NpuConfig, skip: bool = True,
 _compiled: set[tuple] = set()
 
 
-def _ensure_compiled(run, st, pa, p) -> float:
+def _ensure_compiled(run, st, pa, mt, p) -> float:
     """Compile (or load from cache) the kernel for these argument types; returns seconds."""
-    key = (type(st), type(pa), type(p))
+    key = (type(st), type(pa), type(mt), type(p))
     if key in _compiled:
         return 0.0
     t = time.perf_counter()
-    run.compile((numba_typeof(st), numba_typeof(pa), numba_typeof(p), numba_typeof(np.int64(0))))
+    run.compile(tuple(numba_typeof(x) for x in (st, pa, mt, p, np.int64(0))))
     _compiled.add(key)
     return time.perf_counter() - t
 

@@ -139,11 +139,11 @@ def test_partial_latency_table_in_toml(tmp_path):
     ("core.accum_kib", 0, "core.accum_kib = 0 is out of range: must be an integer in 1..1048576"),
     ("precision", 3, "precision = 3 is not a valid choice: must be one of 1, 2, 4"),
     ("scheduler", "lifo", "scheduler = 'lifo' is not a valid choice: must be one of 'fifo'"),
-    ("memory.type", "dram", "memory.type = 'dram' is not a valid choice: must be one of 'ideal', 'simple'"),
+    ("memory.type", "hbm", "memory.type = 'hbm' is not a valid choice: must be one of 'ideal', 'simple', 'dram'"),
     ("noc.type", "mesh", "noc.type = 'mesh' is not a valid choice: must be one of 'crossbar'"),
-    ("memory.channels", 0, "memory.channels = 0 is out of range: must be an integer in 1..1024"),
+    ("memory.channels", 0, "memory.channels = 0 is out of range: simple memory needs a positive integer"),
     ("memory.latency", 100001, "memory.latency = 100001 is out of range: must be an integer in 0..100000"),
-    ("memory.channel_bytes_per_cycle", 4097, "memory.channel_bytes_per_cycle = 4097 is out of range: must be an integer in 1..4096"),
+    ("memory.channel_bytes_per_cycle", 4097, "memory.channel_bytes_per_cycle = 4097 is out of range: must be an integer in 0..4096"),
     ("noc.latency", -1, "noc.latency = -1 is out of range: must be an integer in 0..10000"),
     ("noc.flit_bytes", 24, "noc.flit_bytes = 24 is not a power of two: must be a power of two in 1..1024"),
     ("noc.flit_bytes", 2048, "noc.flit_bytes = 2048 is out of range: must be a power of two in 1..1024"),
@@ -213,7 +213,8 @@ def test_unknown_key_suggests_close_one(mobile_dict):
     d["memory"]["zzz"] = 1
     msg = error_of(config_from_dict, d)
     assert "unknown key memory.zzz" in msg and "did you mean" not in msg
-    assert "valid keys in memory: type, freq_mhz, channels, latency, channel_bytes_per_cycle" in msg
+    assert ("valid keys in memory: type, standard, freq_mhz, channels, ranks, latency, "
+            "channel_bytes_per_cycle, controller") in msg
 
 
 def test_unknown_vector_op_lists_valid_ones(mobile_dict):
@@ -450,4 +451,4 @@ def test_onnxim_range_errors_go_through_validation(tmp_path):
     p.write_text(json.dumps(data))
     msg = error_of(load_config, str(p))
     assert "zero_ch.json" in msg
-    assert "memory.channels = 0 is out of range: must be an integer in 1..1024" in msg
+    assert "memory.channels = 0 is out of range: simple memory needs a positive integer" in msg

@@ -24,7 +24,10 @@ from npusim.errors import NpusimError
 PRECISIONS = (1, 2, 4)
 SCHEDULERS = ("fifo",)
 NOC_TYPES = ("crossbar",)
-MEMORY_TYPES = ("ideal", "simple")
+MEMORY_TYPES = ("ideal", "simple", "dram")
+PAGE_POLICIES = ("open", "closed")
+CHANNEL_HASHES = ("none", "ipoly")
+ADDRESS_FIELDS = ("Ro", "Bg", "Ba", "Ra", "Co", "Ch")
 
 VECTOR_OPS = (
     "add", "sub", "mul", "div", "max", "min", "exp", "log", "sqrt", "rsqrt", "recip",
@@ -51,7 +54,7 @@ MHZ_RANGE = (1, 100000)
 
 @dataclass(frozen=True)
 class Rule:
-    """What one scalar field accepts: kind is "int", "pow2", "choice" or "str"."""
+    """What one scalar field accepts: kind is "int", "pow2", "choice", "str" or "bool"."""
 
     kind: str
     lo: int = 0
@@ -65,10 +68,14 @@ class Rule:
             return f"a power of two in {self.lo}..{self.hi}"
         if self.kind == "choice":
             return "one of " + ", ".join(repr(c) for c in self.choices)
+        if self.kind == "bool":
+            return "true or false"
         return "a non-empty string" if self.lo else "a string"
 
     def problem(self, value: Any) -> str | None:
         """Why `value` breaks the rule ("wrong type", "out of range", ...), or None."""
+        if self.kind == "bool":
+            return None if type(value) is bool else f"has the wrong type ({type(value).__name__})"
         wants_int = self.kind in ("int", "pow2") or (
             self.kind == "choice" and isinstance(self.choices[0], int))
         if wants_int:
@@ -102,6 +109,10 @@ def _choice(choices: tuple, **kw) -> Any:
 
 def _str(nonempty: bool = False, **kw) -> Any:
     return field(metadata={"rule": Rule("str", lo=int(nonempty))}, **kw)
+
+
+def _bool(**kw) -> Any:
+    return field(metadata={"rule": Rule("bool")}, **kw)
 
 
 def _latency_table() -> Any:
@@ -185,14 +196,35 @@ class NocConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ControllerConfig:
+    """DRAM controller of each channel (used by memory type "dram")."""
+
+    read_queue: int = _int(1, 1024, default=32)
+    write_queue: int = _int(1, 1024, default=32)
+    # writes drain once the write queue is this full, until it is down to the low mark
+    write_high_pct: int = _int(1, 100, default=80)
+    write_low_pct: int = _int(0, 99, default=20)
+    page_policy: str = _choice(PAGE_POLICIES, default="open")
+    refresh: bool = _bool(default=True)
+    # address bit fields from the most significant: row, bank group, bank, rank, column,
+    # channel (channel bits lowest, just above the request offset)
+    address_mapping: str = _str(nonempty=True, default="RoBgBaRaCoCh")
+    channel_hash: str = _choice(CHANNEL_HASHES, default="none")
+
+
+@dataclass(frozen=True, kw_only=True)
 class MemoryConfig:
-    """Off-chip memory. "ideal" answers at once; "simple" is fixed latency + bandwidth."""
+    """Off-chip memory: "ideal" answers at once, "simple" is fixed latency + bandwidth,
+    "dram" is the cycle-level DRAM of ``standard`` (a file in configs/dram/)."""
 
     type: str = _choice(MEMORY_TYPES)
-    freq_mhz: int = _int(*MHZ_RANGE)
-    channels: int = _int(1, 1024)
-    latency: int = _int(0, 100000)      # memory cycles, used by "simple"
-    channel_bytes_per_cycle: int = _int(1, 4096)
+    standard: str = _str(default="")    # "dram": e.g. "DDR4-3200_8Gb_x16", "HBM2_2.4Gbps"
+    freq_mhz: int = _int(0, MHZ_RANGE[1], default=0)   # "dram": filled in from the standard
+    channels: int = _int(0, 1024, default=0)           # "dram": 0 = the standard's count
+    ranks: int = _int(0, 16, default=0)                # "dram": 0 = the standard's count
+    latency: int = _int(0, 100000, default=0)          # memory cycles, used by "simple"
+    channel_bytes_per_cycle: int = _int(0, 4096, default=0)  # "dram": from the standard
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
 
     @property
     def peak_bytes_per_s(self) -> int:
@@ -202,6 +234,51 @@ class MemoryConfig:
     def peak_gbps(self) -> float:
         """Peak bandwidth in GB/s (10**9 bytes per second)."""
         return self.peak_bytes_per_s / 1e9
+
+
+def _check_memory(mem: dict) -> None:
+    """Cross-field rules of the memory section; fills what a DRAM standard defines."""
+    kind = mem["type"]
+    if kind == "dram":
+        from npusim.dram import load_standard  # the standard files live in configs/dram/
+
+        if not mem["standard"]:
+            from npusim.dram import list_standards
+            raise NpusimError("config field memory.standard is missing: memory.type = 'dram' "
+                              f"needs one of {', '.join(list_standards())}")
+        std = load_standard(mem["standard"])
+        if mem["freq_mhz"] not in (0, std.freq_mhz):
+            raise NpusimError(f"config field memory.freq_mhz = {mem['freq_mhz']} does not match "
+                              f"{std.name} ({std.freq_mhz} MHz): leave it out for DRAM")
+        mem["freq_mhz"] = std.freq_mhz
+        mem["channels"] = mem["channels"] or std.channels * std.pseudo_channels
+        mem["ranks"] = mem["ranks"] or std.ranks
+        mem["channel_bytes_per_cycle"] = std.bytes_per_cycle
+    else:
+        for name in ("freq_mhz", "channels", "channel_bytes_per_cycle"):
+            if mem[name] < 1:
+                raise NpusimError(f"config field memory.{name} = {mem[name]} is out of range: "
+                                  f"{kind} memory needs a positive integer")
+    ctl = mem["controller"]
+    if ctl["write_low_pct"] >= ctl["write_high_pct"]:
+        raise NpusimError(f"config field memory.controller.write_low_pct = {ctl['write_low_pct']}"
+                          f" must be below write_high_pct = {ctl['write_high_pct']}")
+    fields = [ctl["address_mapping"][i:i + 2] for i in range(0, len(ctl["address_mapping"]), 2)]
+    required = {"Ro", "Ba", "Co", "Ch"}
+    if (len(ctl["address_mapping"]) % 2 or any(f not in ADDRESS_FIELDS for f in fields)
+            or len(set(fields)) != len(fields) or not required <= set(fields)):
+        raise NpusimError(f"config field memory.controller.address_mapping = "
+                          f"{ctl['address_mapping']!r} is not valid: must list each of "
+                          f"{', '.join(ADDRESS_FIELDS)} at most once (Ro, Ba, Co, Ch required), "
+                          f"most significant first, e.g. 'RoBgBaRaCoCh'")
+    ch = mem["channels"]
+    if ch & (ch - 1):
+        if kind == "dram" or ctl["channel_hash"] == "ipoly":
+            raise NpusimError(f"config field memory.channels = {ch} is not a power of two: "
+                              f"DRAM address mapping needs 1, 2, 4, 8, ...")
+    if ctl["channel_hash"] == "ipoly" and not 2 <= ch <= 64:
+        raise NpusimError(f"config field memory.controller.channel_hash = 'ipoly' needs "
+                          f"2..64 channels (a power of two), memory.channels = {ch}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -301,7 +378,9 @@ def normalise_section(cls: type, data: Any, path: str) -> dict:
 
 def normalise(data: Any) -> dict:
     """Validate a whole-NPU dict (TOML shape) and return it with every default filled in."""
-    return normalise_section(NpuConfig, data, "")
+    out = normalise_section(NpuConfig, data, "")
+    _check_memory(out["memory"])
+    return out
 
 
 def build(cls: type, data: dict) -> Any:

@@ -1,0 +1,372 @@
+"""Cycle-level DRAM: one generic controller per channel, every standard from tables.
+
+The standard (``npusim.dram``) arrives as timing rules ``mt.rules`` (prev command, next
+command, level, latency, window, sibling), grouped by prev command. Issuing a command
+pushes forward the earliest cycle of each ``next`` command at the nodes the rule targets;
+a command is legal when the current cycle has reached the latest of those bounds at the
+channel, rank, bank-group and bank holding its target. Bank state is the open row.
+
+The controller of each channel keeps a read and a write queue, drains writes between a
+high and a low watermark, refreshes every rank every tREFI (all-bank refresh, preceded by
+a precharge-all), and schedules FR-FCFS: the oldest request whose next command is a legal
+row hit, else the oldest request with any legal next command. Open page by default;
+closed page uses auto-precharge reads and writes. One command per channel per cycle.
+
+A channel with nothing legal to issue reports the first cycle at which something becomes
+legal (``DC_WAKE``), so the main loop skips straight there.
+"""
+
+from . import isa
+from .addrmap import dram_decode
+from .jit import kernel
+from .state import *  # noqa: F403  (field indices of the state tables)
+from .timebase import align_up
+
+# command indices (npusim.dram.COMMANDS)
+ACT, PRE, PREA, RD, WR, RDA, WRA, REF = range(8)
+N_COMMANDS = 8
+# levels
+LV_CHANNEL, LV_RANK, LV_BANKGROUP, LV_BANK = range(4)
+# rule table columns
+R_PREV, R_NEXT, R_LEVEL, R_LAT, R_WINDOW, R_SIBLING, R_WSLOT = range(7)
+# request classes
+CLASS_HIT, CLASS_MISS, CLASS_CONFLICT = range(3)
+LAT_BINS = 4096  # read latency histogram: one bin per DRAM cycle, last bin = overflow
+
+
+@kernel
+def _earliest(st, p, ch, rank, bg, bank, cmd):
+    """First cycle at which ``cmd`` may issue to this bank (rank-wide for PREA/REF)."""
+    e = max(st.rdy_chan[ch, cmd], st.rdy_rank[ch, rank, cmd])
+    if cmd == PREA or cmd == REF:
+        for g in range(p.d_bankgroups):
+            rbg = rank * p.d_bankgroups + g
+            e = max(e, st.rdy_bg[ch, rbg, cmd])
+            for b in range(p.d_banks):
+                e = max(e, st.rdy_bank[ch, rbg * p.d_banks + b, cmd])
+        return e
+    rbg = rank * p.d_bankgroups + bg
+    return max(e, st.rdy_bg[ch, rbg, cmd], st.rdy_bank[ch, rbg * p.d_banks + bank, cmd])
+
+
+@kernel
+def _bump(arr, i, cmd, when):
+    if arr[i, cmd] < when:
+        arr[i, cmd] = when
+
+
+@kernel
+def _bump3(arr, ch, i, cmd, when):
+    if arr[ch, i, cmd] < when:
+        arr[ch, i, cmd] = when
+
+
+@kernel
+def _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc):
+    """Timing consequences of ``cmd`` issued at ``cyc``."""
+    G = p.d_bankgroups
+    B = p.d_banks
+    rank_wide = cmd == PREA or cmd == REF
+    rbg = rank * G + bg
+    for k in range(mt.rule_start[cmd], mt.rule_start[cmd + 1]):
+        nxt = mt.rules[k, R_NEXT]
+        level = mt.rules[k, R_LEVEL]
+        when = cyc + mt.rules[k, R_LAT]
+        w = mt.rules[k, R_WSLOT]
+        if w >= 0:
+            # window rule: measured from the window-th most recent command at the node
+            node = rank if level == LV_RANK else (rbg if level == LV_BANKGROUP else 0)
+            if level == LV_BANK:
+                node = rbg * B + bank
+            size = mt.rules[k, R_WINDOW]
+            pos = st.win_ctl[0, ch, w, node]
+            st.win[ch, w, node, pos] = cyc
+            st.win_ctl[0, ch, w, node] = (pos + 1) % size
+            st.win_ctl[1, ch, w, node] = min(size, st.win_ctl[1, ch, w, node] + 1)
+            if st.win_ctl[1, ch, w, node] < size:
+                continue
+            when = st.win[ch, w, node, (pos + 1) % size] + mt.rules[k, R_LAT]
+        sibling = mt.rules[k, R_SIBLING] == 1
+        if level == LV_CHANNEL:
+            _bump(st.rdy_chan, ch, nxt, when)
+        elif level == LV_RANK:
+            if not sibling:
+                _bump3(st.rdy_rank, ch, rank, nxt, when)
+            else:
+                for r in range(p.d_ranks):
+                    if r != rank:
+                        _bump3(st.rdy_rank, ch, r, nxt, when)
+        elif level == LV_BANKGROUP:
+            if rank_wide:
+                for g in range(G):
+                    _bump3(st.rdy_bg, ch, rank * G + g, nxt, when)
+            elif not sibling:
+                _bump3(st.rdy_bg, ch, rbg, nxt, when)
+            else:
+                for g in range(G):
+                    if g != bg:
+                        _bump3(st.rdy_bg, ch, rank * G + g, nxt, when)
+        else:
+            if rank_wide:
+                for i in range(rank * G * B, (rank + 1) * G * B):
+                    _bump3(st.rdy_bank, ch, i, nxt, when)
+            elif not sibling:
+                _bump3(st.rdy_bank, ch, rbg * B + bank, nxt, when)
+            else:
+                for b in range(B):
+                    if b != bank:
+                        _bump3(st.rdy_bank, ch, rbg * B + b, nxt, when)
+
+
+@kernel
+def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
+    """Issue ``cmd`` now: bank state, timing bounds, statistics and the command log."""
+    G = p.d_bankgroups
+    B = p.d_banks
+    nb = (rank * G + bg) * B + bank
+    if cmd == ACT:
+        st.dbank[B_OPEN_ROW, ch, nb] = row
+        st.dch[DC_ACTS, ch] += 1
+    elif cmd == PRE or cmd == RDA or cmd == WRA:
+        st.dbank[B_OPEN_ROW, ch, nb] = -1
+        if cmd == PRE:
+            st.dch[DC_PRES, ch] += 1
+    elif cmd == PREA:
+        for i in range(rank * G * B, (rank + 1) * G * B):
+            st.dbank[B_OPEN_ROW, ch, i] = -1
+        st.dch[DC_PRES, ch] += 1
+    elif cmd == REF:
+        st.dch[DC_REFS, ch] += 1
+    if cmd == RD or cmd == RDA or cmd == WR or cmd == WRA:
+        st.dch[DC_BUS_BUSY, ch] += p.d_bl
+    _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc)
+    st.dch[DC_CMDS, ch] += 1
+    n = st.glob[G_LOG_N]
+    if n < st.cmd_log.shape[1]:
+        st.cmd_log[LG_CYCLE, n] = cyc
+        st.cmd_log[LG_CHANNEL, n] = ch
+        st.cmd_log[LG_RANK, n] = rank
+        st.cmd_log[LG_BANKGROUP, n] = bg
+        st.cmd_log[LG_BANK, n] = bank
+        st.cmd_log[LG_ROW, n] = row
+        st.cmd_log[LG_COLUMN, n] = col
+        st.cmd_log[LG_COMMAND, n] = cmd
+        st.cmd_log[LG_CORE, n] = core
+        st.cmd_log[LG_REQUEST, n] = entry
+        st.glob[G_LOG_N] = n + 1
+    elif st.cmd_log.shape[1] > 0:
+        st.glob[G_LOG_LOST] += 1
+
+
+@kernel
+def _next_command(st, p, ch, k):
+    """The command request k needs next, given its bank's open row."""
+    rank = st.dreq[E_RANK, ch, k]
+    nb = (rank * p.d_bankgroups + st.dreq[E_BG, ch, k]) * p.d_banks + st.dreq[E_BANK, ch, k]
+    open_row = st.dbank[B_OPEN_ROW, ch, nb]
+    if open_row == st.dreq[E_ROW, ch, k]:
+        write = st.dreq[E_DIR, ch, k] == 1
+        last = st.dreq[E_BURSTS, ch, k] == 1
+        if p.d_closed_page == 1 and last:
+            return WRA if write else RDA
+        return WR if write else RD
+    if open_row < 0:
+        return ACT
+    return PRE
+
+
+@kernel
+def _accept(st, mt, p, ch, t):
+    """Move arrived requests from the channel's input ring into the controller queues."""
+    qin = st.ch_in.shape[2]
+    while st.chan[H_IN_COUNT, ch] > 0:
+        h = st.chan[H_IN_HEAD, ch]
+        if st.ch_in[P_TIME, ch, h] > t:
+            break
+        write = st.ch_in[P_DIR, ch, h] == 1
+        count = st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch]
+        if count >= (p.d_wq if write else p.d_rq):
+            break  # head-of-line: the queue it needs is full
+        k = (p.d_rq + count) if write else count
+        addr = st.ch_in[P_ADDR, ch, h]
+        rank, bg, bank, row, col = dram_decode(addr, p, mt)
+        st.dreq[E_TIME, ch, k] = t
+        st.dreq[E_CORE, ch, k] = st.ch_in[P_CORE, ch, h]
+        st.dreq[E_DIR, ch, k] = st.ch_in[P_DIR, ch, h]
+        st.dreq[E_ENTRY, ch, k] = st.ch_in[P_ENTRY, ch, h]
+        st.dreq[E_SENT, ch, k] = st.ch_in[P_SENT, ch, h]
+        st.dreq[E_RANK, ch, k] = rank % p.d_ranks
+        st.dreq[E_BG, ch, k] = bg % p.d_bankgroups
+        st.dreq[E_BANK, ch, k] = bank % p.d_banks
+        st.dreq[E_ROW, ch, k] = row
+        st.dreq[E_COL, ch, k] = col
+        st.dreq[E_BURSTS, ch, k] = p.d_bursts
+        st.dreq[E_CLASS, ch, k] = -1
+        st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch] = count + 1
+        st.chan[H_IN_HEAD, ch] = (h + 1) % qin
+        st.chan[H_IN_COUNT, ch] -= 1
+        st.glob[G_WAKE_NOC] = min(st.glob[G_WAKE_NOC], align_up(t, p.noc_period))
+
+
+@kernel
+def _retire(st, p, ch, k, write):
+    """Remove request k from its queue, keeping arrival order."""
+    base = p.d_rq if write else 0
+    n = st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch]
+    for i in range(k, base + n - 1):
+        for f in range(N_DREQ_FIELDS):
+            st.dreq[f, ch, i] = st.dreq[f, ch, i + 1]
+    st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch] = n - 1
+
+
+@kernel
+def _respond(st, p, ch, k, done_cycle):
+    """Queue the response of request k (data or write acknowledgement) for the NoC."""
+    qout = st.ch_out.shape[2]
+    o = (st.chan[H_OUT_HEAD, ch] + st.chan[H_OUT_COUNT, ch]) % qout
+    ready = done_cycle * p.mem_period
+    st.ch_out[P_TIME, ch, o] = ready
+    st.ch_out[P_CORE, ch, o] = st.dreq[E_CORE, ch, k]
+    st.ch_out[P_DIR, ch, o] = st.dreq[E_DIR, ch, k]
+    st.ch_out[P_ENTRY, ch, o] = st.dreq[E_ENTRY, ch, k]
+    st.ch_out[P_SENT, ch, o] = st.dreq[E_SENT, ch, k]
+    st.chan[H_OUT_COUNT, ch] += 1
+    st.glob[G_WAKE_NOC] = min(st.glob[G_WAKE_NOC], align_up(ready, p.noc_period))
+
+
+@kernel
+def _refresh(st, mt, p, ch, cyc):
+    """Refresh duty: returns (issued a command, first cycle a refresh command is legal)."""
+    nxt = isa.NEVER
+    for r in range(p.d_ranks):
+        if st.drank[RK_PENDING, ch, r] == 0:
+            if cyc >= st.drank[RK_NEXT_REF, ch, r]:
+                st.drank[RK_PENDING, ch, r] = 1
+            else:
+                nxt = min(nxt, st.drank[RK_NEXT_REF, ch, r])
+                continue
+        any_open = False
+        G = p.d_bankgroups
+        B = p.d_banks
+        for i in range(r * G * B, (r + 1) * G * B):
+            if st.dbank[B_OPEN_ROW, ch, i] >= 0:
+                any_open = True
+                break
+        cmd = PREA if any_open else REF
+        e = _earliest(st, p, ch, r, 0, 0, cmd)
+        if e <= cyc:
+            dram_issue(st, mt, p, ch, r, 0, 0, -1, -1, cmd, cyc, -1, -1)
+            if cmd == REF:
+                st.drank[RK_PENDING, ch, r] = 0
+                st.drank[RK_NEXT_REF, ch, r] += p.d_refi
+            return True, cyc + 1
+        nxt = min(nxt, e)
+    return False, nxt
+
+
+@kernel
+def _schedule(st, mt, p, ch, cyc, t):
+    """FR-FCFS over the active queue; returns (issued, first cycle something is legal)."""
+    rq = st.dch[DC_RQ_COUNT, ch]
+    wq = st.dch[DC_WQ_COUNT, ch]
+    # write draining with hysteresis; writes also go when there is nothing to read
+    if st.dch[DC_DRAINING, ch] == 1:
+        if wq <= p.d_wq_low:
+            st.dch[DC_DRAINING, ch] = 0
+    elif wq >= p.d_wq_high or (rq == 0 and wq > 0):
+        st.dch[DC_DRAINING, ch] = 1
+    write = st.dch[DC_DRAINING, ch] == 1
+    base = p.d_rq if write else 0
+    n = wq if write else rq
+    qout = st.ch_out.shape[2]
+    out_full = st.chan[H_OUT_COUNT, ch] >= qout
+    best = -1
+    best_cmd = -1
+    wake = isa.NEVER
+    for k in range(base, base + n):
+        rank = st.dreq[E_RANK, ch, k]
+        cmd = _next_command(st, p, ch, k)
+        if st.drank[RK_PENDING, ch, rank] == 1:
+            continue  # the rank is being refreshed
+        is_col = cmd == RD or cmd == WR or cmd == RDA or cmd == WRA
+        if is_col and out_full and st.dreq[E_BURSTS, ch, k] == 1:
+            continue  # its response would have nowhere to go
+        e = _earliest(st, p, ch, rank, st.dreq[E_BG, ch, k], st.dreq[E_BANK, ch, k], cmd)
+        if e <= cyc:
+            if is_col:
+                best, best_cmd = k, cmd
+                break
+            if best < 0:
+                best, best_cmd = k, cmd
+        else:
+            wake = min(wake, e)
+    if best < 0:
+        return False, wake
+    k = best
+    rank = st.dreq[E_RANK, ch, k]
+    bg = st.dreq[E_BG, ch, k]
+    bank = st.dreq[E_BANK, ch, k]
+    nb = (rank * p.d_bankgroups + bg) * p.d_banks + bank
+    if st.dreq[E_CLASS, ch, k] < 0:
+        cls = CLASS_HIT if (best_cmd != ACT and best_cmd != PRE) else (
+            CLASS_MISS if best_cmd == ACT else CLASS_CONFLICT)
+        st.dreq[E_CLASS, ch, k] = cls
+        st.dbank[B_HITS + cls, ch, nb] += 1
+    dram_issue(st, mt, p, ch, rank, bg, bank, st.dreq[E_ROW, ch, k], st.dreq[E_COL, ch, k],
+               best_cmd, cyc, st.dreq[E_CORE, ch, k], st.dreq[E_ENTRY, ch, k])
+    if best_cmd == RD or best_cmd == WR or best_cmd == RDA or best_cmd == WRA:
+        st.dreq[E_BURSTS, ch, k] -= 1
+        st.dreq[E_COL, ch, k] += 1
+        if st.dreq[E_BURSTS, ch, k] == 0:
+            is_write = best_cmd == WR or best_cmd == WRA
+            done = cyc + (p.d_cwl if is_write else p.d_cl) + p.d_bl
+            _respond(st, p, ch, k, done)
+            d = 1 if is_write else 0
+            st.dbank[B_READS + d, ch, nb] += 1
+            st.dch[DC_READS + d, ch] += 1
+            st.dch[DC_READ_BYTES + d, ch] += p.req_bytes
+            if not is_write:
+                lat = done - st.dreq[E_TIME, ch, k] // p.mem_period
+                st.dch[DC_LAT_SUM, ch] += lat
+                st.dch[DC_LAT_N, ch] += 1
+                st.lat_hist[ch, min(lat, LAT_BINS - 1)] += 1
+            _retire(st, p, ch, k, is_write)
+    return True, cyc + 1
+
+
+@kernel
+def dram_channel_step(st, mt, p, ch, t):
+    """One DRAM clock of channel ch at tick t; sets the channel's next wake cycle."""
+    cyc = t // p.mem_period
+    _accept(st, mt, p, ch, t)
+    issued = False
+    wake = isa.NEVER
+    if p.d_refresh == 1:
+        issued, wake = _refresh(st, mt, p, ch, cyc)
+    if not issued:
+        issued, w = _schedule(st, mt, p, ch, cyc, t)
+        wake = min(wake, w)
+    if issued:
+        wake = cyc + 1
+    # requests still waiting outside the queues
+    if st.chan[H_IN_COUNT, ch] > 0:
+        head = st.ch_in[P_TIME, ch, st.chan[H_IN_HEAD, ch]]
+        write = st.ch_in[P_DIR, ch, st.chan[H_IN_HEAD, ch]] == 1
+        room = st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch] < (p.d_wq if write else p.d_rq)
+        if room:
+            wake = min(wake, max(cyc + 1, -(-head // p.mem_period)))
+    st.dch[DC_WAKE, ch] = max(wake, cyc + 1)
+
+
+@kernel
+def dram_step(st, mt, p, t):
+    """Every DRAM channel that is due at memory edge t; returns the domain's next wake."""
+    cyc = t // p.mem_period
+    wake = isa.NEVER
+    for ch in range(p.n_channels):
+        if p.skip == 0 or st.dch[DC_WAKE, ch] <= cyc:
+            dram_channel_step(st, mt, p, ch, t)
+        wake = min(wake, st.dch[DC_WAKE, ch])
+    if wake >= isa.NEVER:
+        return isa.NEVER
+    return wake * p.mem_period
