@@ -269,9 +269,10 @@ def _schedule(st, mt, p, ch, cyc, t):
     """FR-FCFS over the active queue; returns (issued, first cycle something is legal)."""
     rq = st.dch[DC_RQ_COUNT, ch]
     wq = st.dch[DC_WQ_COUNT, ch]
-    # write draining with hysteresis; writes also go when there is nothing to read
+    # write draining with hysteresis: start at the high watermark (or when there is
+    # nothing to read), stop at the low one once reads are waiting (or when empty)
     if st.dch[DC_DRAINING, ch] == 1:
-        if wq <= p.d_wq_low:
+        if wq == 0 or (wq <= p.d_wq_low and rq > 0):
             st.dch[DC_DRAINING, ch] = 0
     elif wq >= p.d_wq_high or (rq == 0 and wq > 0):
         st.dch[DC_DRAINING, ch] = 1

@@ -537,6 +537,51 @@ def configs() -> None:
     console.print(table)
 
 
+@app.command()
+@_cli_errors
+def dram(
+    trace: Annotated[Path, typer.Argument(
+        metavar="TRACE", help="Memory trace in Ramulator's format: '0x<address> R|W' per line.",
+        show_default=False)],
+    config: Annotated[Optional[str], typer.Option(
+        "--config", "-c", metavar="NAME|PATH",
+        help="Preset or config file whose memory is a cycle-level DRAM.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", "-s", metavar="KEY=VALUE",
+        help="Override a config value, e.g. --set memory.standard=DDR4-3200_8Gb_x8.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option(
+        "--json", "-o", metavar="OUT.json",
+        help="Write the statistics as JSON (written atomically).")] = None,
+) -> None:
+    """Replay a memory trace on the DRAM of a config and report its statistics."""
+    overrides = parse_overrides(set_)
+    if json_out is not None:
+        check_output_dir(json_out)
+    from npusim.config import load_config
+    from npusim.dram.replay import read_trace, replay_requests
+
+    cfg = load_config(config, overrides)
+    addrs, writes = read_trace(trace)
+    stats, _ = replay_requests(cfg, addrs, writes)
+    if json_out is not None:
+        write_json_atomic(json_out, stats)
+    hits, misses, conflicts = stats["row_hits"], stats["row_misses"], stats["row_conflicts"]
+    rows = [
+        ("standard", f"{stats['standard']} x {cfg.memory.channels} channel(s)"),
+        ("DRAM cycles", f"{stats['dram_cycles']:,}"),
+        ("reads / writes", f"{stats['reads']:,} / {stats['writes']:,}"),
+        ("avg read latency", f"{stats['avg_read_latency_cycles']:.1f} DRAM cycles "
+                             f"(p99 {stats['p99_read_latency_cycles']})"),
+        ("row hits / misses / conflicts", f"{hits:,} / {misses:,} / {conflicts:,}"),
+        ("bandwidth", f"{stats['bandwidth_gbps']:.2f} GB/s of {stats['peak_gbps']:.1f} peak "
+                      f"({100 * stats['bandwidth_utilization']:.1f}% bus busy)"),
+        ("speed", f"{human_count(stats['requests_per_second'] or 0)} requests/s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+
+
 def main() -> None:
     """Entry point of the ``npusim`` script."""
     app(prog_name="npusim")

@@ -206,9 +206,10 @@ class ControllerConfig:
     write_low_pct: int = _int(0, 99, default=20)
     page_policy: str = _choice(PAGE_POLICIES, default="open")
     refresh: bool = _bool(default=True)
-    # address bit fields from the most significant: row, bank group, bank, rank, column,
-    # channel (channel bits lowest, just above the request offset)
-    address_mapping: str = _str(nonempty=True, default="RoBgBaRaCoCh")
+    # address bit fields from the most significant: row, bank, rank, column, bank group,
+    # channel: channel bits lowest above the request offset, then the bank-group bits, so a
+    # sequential stream alternates bank groups (tCCD_S, not tCCD_L) as DDR4 controllers do
+    address_mapping: str = _str(nonempty=True, default="RoBaRaCoBgCh")
     channel_hash: str = _choice(CHANNEL_HASHES, default="none")
 
 

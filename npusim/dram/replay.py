@@ -1,0 +1,82 @@
+"""`npusim dram TRACE`: replay a memory trace in Ramulator's format on a DRAM config.
+
+One request per line: ``0x<address> R`` or ``0x<address> W`` (decimal addresses work too;
+blank lines and ``#`` comments are skipped). Each request is one DMA request of the
+config's ``dma.request_bytes``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from npusim.config import NpuConfig
+from npusim.errors import NpusimError
+
+CHUNK = 1 << 20
+
+
+def read_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """(addresses, is_write) of a trace file, or a clear error naming file:line."""
+    path = Path(path)
+    if not path.is_file():
+        raise NpusimError(f"memory trace not found: '{path}'")
+    addrs: list[int] = []
+    writes: list[int] = []
+    with path.open() as f:
+        for no, line in enumerate(f, 1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            parts = text.split()
+            if len(parts) != 2 or parts[1].upper() not in ("R", "W"):
+                raise NpusimError(f"{path}:{no}: expected '0x<address> R' or '0x<address> W', "
+                                  f"got {line.strip()!r}")
+            try:
+                addr = int(parts[0], 0)
+            except ValueError:
+                raise NpusimError(f"{path}:{no}: bad address {parts[0]!r}") from None
+            if addr < 0:
+                raise NpusimError(f"{path}:{no}: negative address {parts[0]!r}")
+            addrs.append(addr)
+            writes.append(1 if parts[1].upper() == "W" else 0)
+    if not addrs:
+        raise NpusimError(f"memory trace '{path}' has no requests")
+    return np.array(addrs, dtype=np.int64), np.array(writes, dtype=np.int64)
+
+
+def replay_requests(cfg: NpuConfig, addrs: np.ndarray, writes: np.ndarray, skip: bool = True,
+                    log_commands: int = 0) -> tuple[dict[str, Any], Any]:
+    """Replay requests on ``cfg``'s DRAM; returns (stats, final state)."""
+    from npusim.dram.stats import dram_stats
+    from npusim.engine import TimeBase, make_params, make_state, memory_tables
+    from npusim.kernels import state as ks
+    from npusim.kernels.replay import replay
+    from npusim.program import ProgramBuilder
+
+    if cfg.memory.type != "dram":
+        raise NpusimError(f"trace replay needs a cycle-level DRAM config (memory.type = 'dram'),"
+                          f" config '{cfg.name}' has memory.type = '{cfg.memory.type}'")
+    p = make_params(cfg, TimeBase.of(cfg), skip)
+    mt = memory_tables(cfg)
+    st = make_state(cfg, ProgramBuilder().build(), p, mt, log_commands)
+    cursor = np.zeros(2, dtype=np.int64)
+    t0 = time.perf_counter()
+    replay(st, mt, p, addrs[:0], writes[:0], cursor, 1)  # compile / load from cache
+    compile_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    while True:
+        code = replay(st, mt, p, addrs, writes, cursor, CHUNK)
+        if code == 1:
+            break
+        if code == 2:
+            raise NpusimError("trace replay stalled: this is an npusim bug, please report it")
+    wall = time.perf_counter() - t1
+    stats = dram_stats(st, cfg, int(st.glob[ks.G_END]))
+    stats.update({"requests": int(len(addrs)), "wall_seconds": wall,
+                  "compile_seconds": compile_s,
+                  "requests_per_second": len(addrs) / wall if wall > 0 else None})
+    return stats, st
