@@ -161,18 +161,22 @@ def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
 @kernel
 def _next_command(st, p, ch, k):
     """The command request k needs next, given its bank's open row."""
-    rank = st.dreq[E_RANK, ch, k]
-    nb = (rank * p.d_bankgroups + st.dreq[E_BG, ch, k]) * p.d_banks + st.dreq[E_BANK, ch, k]
-    open_row = st.dbank[B_OPEN_ROW, ch, nb]
+    open_row = st.dbank[B_OPEN_ROW, ch, st.dreq[E_NB, ch, k]]
     if open_row == st.dreq[E_ROW, ch, k]:
         write = st.dreq[E_DIR, ch, k] == 1
-        last = st.dreq[E_BURSTS, ch, k] == 1
-        if p.d_closed_page == 1 and last:
+        if p.d_closed_page == 1 and st.dreq[E_BURSTS, ch, k] == 1:
             return WRA if write else RDA
         return WR if write else RD
     if open_row < 0:
         return ACT
     return PRE
+
+
+@kernel
+def _request_earliest(st, ch, k, cmd):
+    """First cycle request k's next command ``cmd`` (not PREA/REF) may issue."""
+    return max(st.rdy_chan[ch, cmd], st.rdy_rank[ch, st.dreq[E_RANK, ch, k], cmd],
+               st.rdy_bg[ch, st.dreq[E_RBG, ch, k], cmd], st.rdy_bank[ch, st.dreq[E_NB, ch, k], cmd])
 
 
 @kernel
@@ -195,9 +199,14 @@ def _accept(st, mt, p, ch, t):
         st.dreq[E_DIR, ch, k] = st.ch_in[P_DIR, ch, h]
         st.dreq[E_ENTRY, ch, k] = st.ch_in[P_ENTRY, ch, h]
         st.dreq[E_SENT, ch, k] = st.ch_in[P_SENT, ch, h]
-        st.dreq[E_RANK, ch, k] = rank % p.d_ranks
-        st.dreq[E_BG, ch, k] = bg % p.d_bankgroups
-        st.dreq[E_BANK, ch, k] = bank % p.d_banks
+        rank = rank % p.d_ranks
+        bg = bg % p.d_bankgroups
+        bank = bank % p.d_banks
+        st.dreq[E_RANK, ch, k] = rank
+        st.dreq[E_BG, ch, k] = bg
+        st.dreq[E_BANK, ch, k] = bank
+        st.dreq[E_RBG, ch, k] = rank * p.d_bankgroups + bg
+        st.dreq[E_NB, ch, k] = (rank * p.d_bankgroups + bg) * p.d_banks + bank
         st.dreq[E_ROW, ch, k] = row
         st.dreq[E_COL, ch, k] = col
         st.dreq[E_BURSTS, ch, k] = p.d_bursts
@@ -265,17 +274,24 @@ def _refresh(st, mt, p, ch, cyc):
 
 
 @kernel
+def _drain_mode(draining, rq, wq, p):
+    """Write draining with hysteresis: start at the high watermark (or when there is
+    nothing to read), stop at the low one once reads are waiting (or when empty)."""
+    if draining == 1:
+        if wq == 0 or (wq <= p.d_wq_low and rq > 0):
+            return 0
+        return 1
+    if wq >= p.d_wq_high or (rq == 0 and wq > 0):
+        return 1
+    return 0
+
+
+@kernel
 def _schedule(st, mt, p, ch, cyc, t):
     """FR-FCFS over the active queue; returns (issued, first cycle something is legal)."""
     rq = st.dch[DC_RQ_COUNT, ch]
     wq = st.dch[DC_WQ_COUNT, ch]
-    # write draining with hysteresis: start at the high watermark (or when there is
-    # nothing to read), stop at the low one once reads are waiting (or when empty)
-    if st.dch[DC_DRAINING, ch] == 1:
-        if wq == 0 or (wq <= p.d_wq_low and rq > 0):
-            st.dch[DC_DRAINING, ch] = 0
-    elif wq >= p.d_wq_high or (rq == 0 and wq > 0):
-        st.dch[DC_DRAINING, ch] = 1
+    st.dch[DC_DRAINING, ch] = _drain_mode(st.dch[DC_DRAINING, ch], rq, wq, p)
     write = st.dch[DC_DRAINING, ch] == 1
     base = p.d_rq if write else 0
     n = wq if write else rq
@@ -283,24 +299,22 @@ def _schedule(st, mt, p, ch, cyc, t):
     out_full = st.chan[H_OUT_COUNT, ch] >= qout
     best = -1
     best_cmd = -1
-    wake = isa.NEVER
+    best_hit = False
+    wake = isa.NEVER  # earliest cycle any other request could go (a lower bound after issue)
     for k in range(base, base + n):
-        rank = st.dreq[E_RANK, ch, k]
-        cmd = _next_command(st, p, ch, k)
-        if st.drank[RK_PENDING, ch, rank] == 1:
+        if st.drank[RK_PENDING, ch, st.dreq[E_RANK, ch, k]] == 1:
             continue  # the rank is being refreshed
+        cmd = _next_command(st, p, ch, k)
         is_col = cmd == RD or cmd == WR or cmd == RDA or cmd == WRA
         if is_col and out_full and st.dreq[E_BURSTS, ch, k] == 1:
             continue  # its response would have nowhere to go
-        e = _earliest(st, p, ch, rank, st.dreq[E_BG, ch, k], st.dreq[E_BANK, ch, k], cmd)
-        if e <= cyc:
-            if is_col:
-                best, best_cmd = k, cmd
-                break
-            if best < 0:
-                best, best_cmd = k, cmd
+        e = _request_earliest(st, ch, k, cmd)
+        if e <= cyc and not best_hit and (is_col or best < 0):
+            if best >= 0:
+                wake = cyc + 1  # the older candidate it displaces could go next cycle
+            best, best_cmd, best_hit = k, cmd, is_col
         else:
-            wake = min(wake, e)
+            wake = min(wake, max(e, cyc + 1))
     if best < 0:
         return False, wake
     k = best
@@ -332,7 +346,13 @@ def _schedule(st, mt, p, ch, cyc, t):
                 st.dch[DC_LAT_N, ch] += 1
                 st.lat_hist[ch, min(lat, LAT_BINS - 1)] += 1
             _retire(st, p, ch, k, is_write)
-    return True, cyc + 1
+            mode = st.dch[DC_DRAINING, ch]
+            if _drain_mode(mode, st.dch[DC_RQ_COUNT, ch], st.dch[DC_WQ_COUNT, ch], p) != mode:
+                wake = cyc + 1  # the other queue takes over next cycle
+            return True, wake
+    # the same request's next command (e.g. RD after its ACT)
+    nxt = _next_command(st, p, ch, k)
+    return True, min(wake, max(_request_earliest(st, ch, k, nxt), cyc + 1))
 
 
 @kernel
@@ -347,8 +367,6 @@ def dram_channel_step(st, mt, p, ch, t):
     if not issued:
         issued, w = _schedule(st, mt, p, ch, cyc, t)
         wake = min(wake, w)
-    if issued:
-        wake = cyc + 1
     # requests still waiting outside the queues
     if st.chan[H_IN_COUNT, ch] > 0:
         head = st.ch_in[P_TIME, ch, st.chan[H_IN_HEAD, ch]]

@@ -13,3 +13,4 @@ from numba import njit
 def kernel(fn):
     """Compile ``fn`` as an npusim kernel (nopython, cached, no refcounting runtime)."""
     return njit(cache=True, _nrt=False)(fn)
+

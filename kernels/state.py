@@ -120,8 +120,8 @@ N_PACKET_FIELDS = 6
 N_DCH_FIELDS = 15
 # dreq
 (E_TIME, E_CORE, E_DIR, E_ENTRY, E_SENT, E_RANK, E_BG, E_BANK, E_ROW, E_COL, E_BURSTS,
- E_CLASS) = range(12)
-N_DREQ_FIELDS = 12
+ E_CLASS, E_RBG, E_NB) = range(14)  # E_RBG/E_NB: flat bank-group and bank index
+N_DREQ_FIELDS = 14
 # dbank (B_HITS, B_MISSES, B_CONFLICTS in class order; B_READS, B_WRITES in dir order)
 B_OPEN_ROW, B_HITS, B_MISSES, B_CONFLICTS, B_READS, B_WRITES = range(6)
 N_DBANK_FIELDS = 6
