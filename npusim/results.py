@@ -102,8 +102,23 @@ def collect(model: str, cfg: NpuConfig, prog: Program, raw: RawRun) -> Result:
             "mapping": info.mapping, "mapping_source": info.mapping_source,
             "fused": info.fused,
         })
+    memory = _memory_stats(cfg, raw, total)
+    return Result(model=model, config=cfg, total_cycles=total, cores=cores, layers=layers,
+                  memory=memory, wall_seconds=raw.wall_seconds,
+                  compile_seconds=raw.compile_seconds, event_steps=int(st.glob[ks.G_STEPS]))
+
+
+def _memory_stats(cfg: NpuConfig, raw: RawRun, core_cycles: int) -> dict[str, Any]:
+    """Traffic per channel; for the cycle-level DRAM also row-buffer and latency stats."""
+    st = raw.state
+    seconds = core_cycles / (cfg.core_freq_mhz * 1e6) if core_cycles else 0.0
+    if cfg.memory.type == "dram":
+        from npusim.dram.stats import dram_stats
+
+        dram_cycles = -(-int(st.glob[ks.G_END]) // raw.timebase.mem_period)
+        out = dram_stats(st, cfg, dram_cycles)
+        return {"type": "dram", **out}
     chan = st.chan
-    seconds = total / (cfg.core_freq_mhz * 1e6) if total else 0.0
     n_ch = cfg.memory.channels if cfg.memory.type != "ideal" else 1
     channels = []
     for ch in range(n_ch):
@@ -113,7 +128,7 @@ def collect(model: str, cfg: NpuConfig, prog: Program, raw: RawRun) -> Result:
                          "bytes_written": wb,
                          "bandwidth_gbps": (rb + wb) / seconds / 1e9 if seconds else 0.0})
     total_bytes = sum(c["bytes_read"] + c["bytes_written"] for c in channels)
-    memory = {
+    return {
         "type": cfg.memory.type,
         "bytes_read": int(sum(c["bytes_read"] for c in channels)),
         "bytes_written": int(sum(c["bytes_written"] for c in channels)),
@@ -121,6 +136,3 @@ def collect(model: str, cfg: NpuConfig, prog: Program, raw: RawRun) -> Result:
         "peak_gbps": cfg.memory.peak_gbps if cfg.memory.type != "ideal" else None,
         "channels": channels,
     }
-    return Result(model=model, config=cfg, total_cycles=total, cores=cores, layers=layers,
-                  memory=memory, wall_seconds=raw.wall_seconds,
-                  compile_seconds=raw.compile_seconds, event_steps=int(st.glob[ks.G_STEPS]))

@@ -67,12 +67,13 @@ def test_mobile_preset_numbers():
     assert (c.core.spad_kib, c.core.accum_kib) == (64, 16)
     assert (c.core.spad_bytes, c.core.accum_bytes) == (65536, 16384)
     assert (c.core.ld_queue, c.core.st_queue, c.core.ex_queue) == (8, 8, 8)
-    assert c.dma.request_bytes == 32
+    assert c.dma.request_bytes == 64
     assert (c.noc.type, c.noc.freq_mhz, c.noc.flit_bytes) == ("crossbar", 1000, 8)
     assert 1 <= c.noc.latency <= 8
     m = c.memory
-    assert (m.type, m.freq_mhz, m.channels, m.channel_bytes_per_cycle) == ("simple", 800, 1, 16)
-    assert 40 <= m.latency <= 60
+    # DDR4-1600: 800 MHz command clock, 64-bit bus double data rate = 16 B per cycle
+    assert (m.type, m.standard, m.freq_mhz, m.channels) == ("dram", "DDR4-1600K_8Gb_x8", 800, 1)
+    assert m.channel_bytes_per_cycle == 64 // 8 * 2
     assert m.peak_bytes_per_s == 12.8e9
     assert m.peak_gbps == pytest.approx(12.8)
 
@@ -87,8 +88,10 @@ def test_server_preset_numbers():
     assert c.dma.request_bytes == 256
     assert (c.noc.type, c.noc.freq_mhz, c.noc.flit_bytes) == ("crossbar", 1000, 256)
     m = c.memory
-    assert (m.type, m.freq_mhz, m.channels, m.channel_bytes_per_cycle) == ("simple", 1200, 16, 32)
-    assert 30 <= m.latency <= 50
+    # HBM2 at 2.4 Gb/s: 16 channels in pseudo-channel mode = 32 channels of 64 bits,
+    # 1200 MHz double data rate = 16 B per cycle each
+    assert (m.type, m.standard, m.freq_mhz, m.channels) == ("dram", "HBM2-2400_8Gb_x128", 1200, 32)
+    assert m.channel_bytes_per_cycle == 64 // 8 * 2
     assert m.peak_bytes_per_s == 614.4e9
     assert m.peak_gbps == pytest.approx(614.4)
 
@@ -141,7 +144,10 @@ def test_partial_latency_table_in_toml(tmp_path):
     ("scheduler", "lifo", "scheduler = 'lifo' is not a valid choice: must be one of 'fifo'"),
     ("memory.type", "hbm", "memory.type = 'hbm' is not a valid choice: must be one of 'ideal', 'simple', 'dram'"),
     ("noc.type", "mesh", "noc.type = 'mesh' is not a valid choice: must be one of 'crossbar'"),
-    ("memory.channels", 0, "memory.channels = 0 is out of range: simple memory needs a positive integer"),
+    ("memory.controller.read_queue", 0, "memory.controller.read_queue = 0 is out of range: must be an integer in 1..1024"),
+    ("memory.controller.page_policy", "lazy", "memory.controller.page_policy = 'lazy' is not a valid choice: must be one of 'open', 'closed'"),
+    ("memory.channels", 3, "memory.channels = 3 is not a power of two"),
+    ("memory.standard", "DDR9", "memory.standard = 'DDR9': unknown DRAM standard 'DDR9'"),
     ("memory.latency", 100001, "memory.latency = 100001 is out of range: must be an integer in 0..100000"),
     ("memory.channel_bytes_per_cycle", 4097, "memory.channel_bytes_per_cycle = 4097 is out of range: must be an integer in 0..4096"),
     ("noc.latency", -1, "noc.latency = -1 is out of range: must be an integer in 0..10000"),
@@ -228,9 +234,9 @@ def test_unknown_vector_op_lists_valid_ones(mobile_dict):
 
 def test_direct_construction_is_validated(mobile_dict):
     c = load_config("mobile")
-    bad_mem = dataclasses.replace(c.memory, channels=0)
+    bad_mem = dataclasses.replace(c.memory, channels=3)
     msg = error_of(dataclasses.replace, c, memory=bad_mem)
-    assert "config field memory.channels = 0 is out of range" in msg
+    assert "config field memory.channels = 3 is not a power of two" in msg
 
 
 def test_file_errors_name_the_file(tmp_path):

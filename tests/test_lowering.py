@@ -79,10 +79,11 @@ def test_batched_matmul_runs_each_batch(tmp_path):
     path = save(tmp_path, [node], [("a", [4, 32, 64]), ("b", [4, 64, 48])], [("y", [4, 32, 48])], [])
     r = npusim.simulate(str(path), "mobile", overrides=["memory.type=ideal"])
     assert sum(x["macs"] for x in r.cores) == 4 * 32 * 64 * 48
-    # 48-byte output rows from a 32-byte aligned base: each row touches the aligned
-    # 32-byte request blocks it overlaps
-    blocks = sum((r0 * 48 + 47) // 32 - (r0 * 48) // 32 + 1 for r0 in range(4 * 32))
-    assert sum(x["bytes_stored"] for x in r.cores) == blocks * 32
+    # 48-byte output rows from a request-aligned base: each row touches the aligned
+    # request blocks it overlaps
+    R = r.config.dma.request_bytes
+    blocks = sum((r0 * 48 + 47) // R - (r0 * 48) // R + 1 for r0 in range(4 * 32))
+    assert sum(x["bytes_stored"] for x in r.cores) == blocks * R
 
 
 def test_broadcast_matmul_shares_the_weights(tmp_path):

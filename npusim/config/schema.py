@@ -237,7 +237,7 @@ class MemoryConfig:
         return self.peak_bytes_per_s / 1e9
 
 
-def _check_memory(mem: dict) -> None:
+def _check_memory(mem: dict, core_freq_mhz: int) -> None:
     """Cross-field rules of the memory section; fills what a DRAM standard defines."""
     kind = mem["type"]
     if kind == "dram":
@@ -247,7 +247,10 @@ def _check_memory(mem: dict) -> None:
             from npusim.dram import list_standards
             raise NpusimError("config field memory.standard is missing: memory.type = 'dram' "
                               f"needs one of {', '.join(list_standards())}")
-        std = load_standard(mem["standard"])
+        try:
+            std = load_standard(mem["standard"])
+        except NpusimError as e:
+            raise NpusimError(f"config field memory.standard = {mem['standard']!r}: {e}") from None
         if mem["freq_mhz"] not in (0, std.freq_mhz):
             raise NpusimError(f"config field memory.freq_mhz = {mem['freq_mhz']} does not match "
                               f"{std.name} ({std.freq_mhz} MHz): leave it out for DRAM")
@@ -255,6 +258,9 @@ def _check_memory(mem: dict) -> None:
         mem["channels"] = mem["channels"] or std.channels * std.pseudo_channels
         mem["ranks"] = mem["ranks"] or std.ranks
         mem["channel_bytes_per_cycle"] = std.bytes_per_cycle
+    elif kind == "ideal":  # answered the next core cycle: clock and width are nominal
+        mem["freq_mhz"] = mem["freq_mhz"] or core_freq_mhz
+        mem["channels"] = mem["channels"] or 1
     else:
         for name in ("freq_mhz", "channels", "channel_bytes_per_cycle"):
             if mem[name] < 1:
@@ -380,7 +386,7 @@ def normalise_section(cls: type, data: Any, path: str) -> dict:
 def normalise(data: Any) -> dict:
     """Validate a whole-NPU dict (TOML shape) and return it with every default filled in."""
     out = normalise_section(NpuConfig, data, "")
-    _check_memory(out["memory"])
+    _check_memory(out["memory"], out["core_freq_mhz"])
     return out
 
 

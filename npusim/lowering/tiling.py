@@ -29,6 +29,11 @@ class Budget:
     precision: int
     cores: int
     load_bytes_per_cycle: float  # DRAM bytes a core can load per core cycle
+    request_bytes: int  # DMA granule: a shorter run still moves a whole request
+
+    def run_bytes(self, elements: int) -> int:
+        """DRAM bytes one contiguous run of ``elements`` costs, in whole requests."""
+        return -(-elements * self.precision // self.request_bytes) * self.request_bytes
 
     @staticmethod
     def of(cfg: NpuConfig) -> "Budget":
@@ -40,7 +45,7 @@ class Budget:
             per_core = min(float(cfg.dma.request_bytes), total / cfg.num_cores)
         return Budget(core.spad_bytes // 2, core.accum_bytes // 2, core.systolic.height,
                       core.systolic.width, core.systolic.min_gemm_cycles, cfg.precision,
-                      cfg.num_cores, per_core)
+                      cfg.num_cores, per_core, cfg.dma.request_bytes)
 
 
 def stream_cycles(rows: int, h: int, min_cycles: int) -> int:
@@ -101,13 +106,17 @@ def choose_gemm_tile(b: Budget, N: int, C: int, M: int, batch: int = 1) -> GemmT
                 c = min(C, c_max)
             tn, tm, tc = ceil(N / n), ceil(M / m), ceil(C / c)
             groups = batch * tn * tm
-            blocks = ceil(c / b.height) * ceil(m / b.width)
-            per_tile = blocks * max(stream_cycles(n, b.height, b.min_cycles), b.height)
-            compute = groups * tc * per_tile / min(b.cores, groups)
-            traffic = groups * tc * (n * c + c * m) * b.precision + batch * N * M * b.precision
+            c_last = C - (tc - 1) * c
+            # array cycles of one group: every weight block of its C x m slice streams n rows
+            blocks = ((tc - 1) * ceil(c / b.height) + ceil(c_last / b.height)) * ceil(m / b.width)
+            compute = groups * blocks * max(stream_cycles(n, b.height, b.min_cycles), b.height)
+            compute /= min(b.cores, groups)
+            # rows of X (c long) and W (m long) and of the output, in whole requests
+            x_rows = n * ((tc - 1) * b.run_bytes(c) + b.run_bytes(c_last))
+            traffic = groups * (x_rows + C * b.run_bytes(m)) + batch * N * tm * b.run_bytes(m)
             memory = traffic / (b.load_bytes_per_cycle * min(b.cores, groups))
-            fill = b.width + b.height + b.height  # pipeline fill and drain of each group
-            est = max(compute, memory) + fill * groups / min(b.cores, groups)
+            fill = b.width + b.height + b.height  # pipeline fill and drain of each tile
+            est = max(compute, memory) + fill * groups * tc / min(b.cores, groups)
             key = (est, -n * m * c)
             if best is None or key < best[0]:
                 best = (key, GemmTile(n, c, m))
@@ -170,14 +179,17 @@ def choose_conv_tile(b: Budget, N: int, C: int, M: int, P: int, Q: int, S: int, 
                 t = ConvTile(p, q, c, m)
                 tp, tq, tm, tc = ceil(P / p), ceil(Q / q), ceil(M / m), ceil(C / c)
                 ngroups = N * groups * tp * tq * tm
-                blocks = ceil(c * S * R / b.height) * ceil(m / b.width)
-                per_tile = blocks * max(p * stream_cycles(q, b.height, b.min_cycles), b.height)
+                c_last = C - (tc - 1) * c
+                blocks = ((tc - 1) * ceil(c * S * R / b.height) + ceil(c_last * S * R / b.height))
+                blocks *= ceil(m / b.width)
                 par = min(b.cores, ngroups)
-                compute = ngroups * tc * per_tile / par
-                traffic = ngroups * tc * (rows * cols * c + c * S * R * m) * b.precision
+                compute = ngroups * blocks * max(p * stream_cycles(q, b.height, b.min_cycles),
+                                                 b.height) / par
+                window = rows * ((tc - 1) * cols * b.run_bytes(c) + cols * b.run_bytes(c_last))
+                traffic = ngroups * (window + m * b.run_bytes(C * S * R))
                 memory = traffic / (b.load_bytes_per_cycle * par)
                 fill = b.width + 2 * b.height
-                est = max(compute, memory) + fill * ngroups / par
+                est = max(compute, memory) + fill * ngroups * tc / par
                 key = (est, -p * q * m * c)
                 if best is None or key < best[0]:
                     best = (key, t)
