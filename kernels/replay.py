@@ -60,6 +60,8 @@ def replay(st, mt, p, addrs, writes, cursor, max_iterations):
                 cursor[1] += 1
                 st.glob[G_END] = cyc
             nxt = min(nxt, st.dch[DC_WAKE, ch])
+        if cursor[0] < n and st.chan[H_IN_COUNT, channel_of(addrs[cursor[0]], p, mt)] == 0:
+            nxt = cyc + 1  # the next request can enter now
         if p.skip == 0 or nxt <= cyc:
             nxt = cyc + 1
         if nxt >= isa.NEVER:

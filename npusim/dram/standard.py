@@ -313,16 +313,6 @@ def _eval_expr(expr: str | int, timing: dict[str, int], where: str) -> int:
     return ev(tree)
 
 
-def _names_in(expr: str | int) -> set[str]:
-    if not isinstance(expr, str):
-        return set()
-    try:
-        return {n.id for n in ast.walk(ast.parse(expr.strip(), mode="eval"))
-                if isinstance(n, ast.Name) and n.id not in ("max", "min")}
-    except SyntaxError:
-        return set()
-
-
 # ---- family rules -----------------------------------------------------------------------
 def _command_list(path: Path, where: str, v: Any, allowed: tuple[str, ...]) -> list[str]:
     items = [v] if isinstance(v, str) else v
@@ -396,11 +386,6 @@ def load_family_rules(path: Path, timing: dict[str, int]) -> tuple[tuple[str, ..
                 if key not in merged or merged[key].latency < lat:
                     merged[key] = r
     return cmds, tuple(merged.values())
-
-
-def family_expressions(family: str) -> list[dict]:
-    """The raw rule rows of a bundled family file (for inspection and tests)."""
-    return _read_toml(dram_dir() / "families" / f"{family}.toml")["rule"]
 
 
 # ---- speed bins -------------------------------------------------------------------------
