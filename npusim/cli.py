@@ -548,7 +548,7 @@ def dram(
         help="Preset or config file whose memory is a cycle-level DRAM.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option(
         "--set", "-s", metavar="KEY=VALUE",
-        help="Override a config value, e.g. --set memory.standard=DDR4-3200_8Gb_x8.")] = None,
+        help="Override a config value, e.g. --set memory.standard=DDR4-3200AA_8Gb_x8.")] = None,
     json_out: Annotated[Optional[Path], typer.Option(
         "--json", "-o", metavar="OUT.json",
         help="Write the statistics as JSON (written atomically).")] = None,

@@ -219,7 +219,7 @@ class MemoryConfig:
     "dram" is the cycle-level DRAM of ``standard`` (a file in configs/dram/)."""
 
     type: str = _choice(MEMORY_TYPES)
-    standard: str = _str(default="")    # "dram": e.g. "DDR4-3200_8Gb_x16", "HBM2_2.4Gbps"
+    standard: str = _str(default="")    # "dram": a file in configs/dram/, e.g. "HBM2-2400_8Gb_x128"
     freq_mhz: int = _int(0, MHZ_RANGE[1], default=0)   # "dram": filled in from the standard
     channels: int = _int(0, 1024, default=0)           # "dram": 0 = the standard's count
     ranks: int = _int(0, 16, default=0)                # "dram": 0 = the standard's count
