@@ -212,6 +212,7 @@ def _accept(st, mt, p, ch, t):
         st.dreq[E_BURSTS, ch, k] = p.d_bursts
         st.dreq[E_CLASS, ch, k] = -1
         st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch] = count + 1
+        _update_drain(st, p, ch)
         st.chan[H_IN_HEAD, ch] = (h + 1) % qin
         st.chan[H_IN_COUNT, ch] -= 1
         st.glob[G_WAKE_NOC] = min(st.glob[G_WAKE_NOC], align_up(t, p.noc_period))
@@ -287,20 +288,28 @@ def _drain_mode(draining, rq, wq, p):
 
 
 @kernel
-def _schedule(st, mt, p, ch, cyc, t):
-    """FR-FCFS over the active queue; returns (issued, first cycle something is legal)."""
-    rq = st.dch[DC_RQ_COUNT, ch]
-    wq = st.dch[DC_WQ_COUNT, ch]
-    st.dch[DC_DRAINING, ch] = _drain_mode(st.dch[DC_DRAINING, ch], rq, wq, p)
-    write = st.dch[DC_DRAINING, ch] == 1
+def _update_drain(st, p, ch):
+    """Re-decide the drain mode; called whenever a queue count changes, so the mode is a
+    function of the sequence of arrivals and departures, not of when the controller looks."""
+    st.dch[DC_DRAINING, ch] = _drain_mode(st.dch[DC_DRAINING, ch], st.dch[DC_RQ_COUNT, ch],
+                                          st.dch[DC_WQ_COUNT, ch], p)
+
+
+@kernel
+def _scan(st, p, ch, cyc, write):
+    """FR-FCFS choice at cycle ``cyc`` in the read or write queue.
+
+    Returns (request, command) of the oldest legal row hit, else of the oldest request with
+    a legal next command (request -1: none), and the first cycle after ``cyc`` at which
+    some other request could issue.
+    """
     base = p.d_rq if write else 0
-    n = wq if write else rq
-    qout = st.ch_out.shape[2]
-    out_full = st.chan[H_OUT_COUNT, ch] >= qout
+    n = st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch]
+    out_full = st.chan[H_OUT_COUNT, ch] >= st.ch_out.shape[2]
     best = -1
     best_cmd = -1
     best_hit = False
-    wake = isa.NEVER  # earliest cycle any other request could go (a lower bound after issue)
+    wake = isa.NEVER
     for k in range(base, base + n):
         if st.drank[RK_PENDING, ch, st.dreq[E_RANK, ch, k]] == 1:
             continue  # the rank is being refreshed
@@ -315,25 +324,31 @@ def _schedule(st, mt, p, ch, cyc, t):
             best, best_cmd, best_hit = k, cmd, is_col
         else:
             wake = min(wake, max(e, cyc + 1))
-    if best < 0:
+    return best, best_cmd, wake
+
+
+@kernel
+def _schedule(st, mt, p, ch, cyc, t):
+    """Issue the FR-FCFS choice, if any; returns (issued, next cycle worth a look)."""
+    k, cmd, wake = _scan(st, p, ch, cyc, st.dch[DC_DRAINING, ch] == 1)
+    if k < 0:
         return False, wake
-    k = best
     rank = st.dreq[E_RANK, ch, k]
     bg = st.dreq[E_BG, ch, k]
     bank = st.dreq[E_BANK, ch, k]
-    nb = (rank * p.d_bankgroups + bg) * p.d_banks + bank
+    nb = st.dreq[E_NB, ch, k]
     if st.dreq[E_CLASS, ch, k] < 0:
-        cls = CLASS_HIT if (best_cmd != ACT and best_cmd != PRE) else (
-            CLASS_MISS if best_cmd == ACT else CLASS_CONFLICT)
+        cls = CLASS_HIT if (cmd != ACT and cmd != PRE) else (
+            CLASS_MISS if cmd == ACT else CLASS_CONFLICT)
         st.dreq[E_CLASS, ch, k] = cls
         st.dbank[B_HITS + cls, ch, nb] += 1
     dram_issue(st, mt, p, ch, rank, bg, bank, st.dreq[E_ROW, ch, k], st.dreq[E_COL, ch, k],
-               best_cmd, cyc, st.dreq[E_CORE, ch, k], st.dreq[E_ENTRY, ch, k])
-    if best_cmd == RD or best_cmd == WR or best_cmd == RDA or best_cmd == WRA:
+               cmd, cyc, st.dreq[E_CORE, ch, k], st.dreq[E_ENTRY, ch, k])
+    if cmd == RD or cmd == WR or cmd == RDA or cmd == WRA:
         st.dreq[E_BURSTS, ch, k] -= 1
         st.dreq[E_COL, ch, k] += 1
         if st.dreq[E_BURSTS, ch, k] == 0:
-            is_write = best_cmd == WR or best_cmd == WRA
+            is_write = cmd == WR or cmd == WRA
             done = cyc + (p.d_cwl if is_write else p.d_cl) + p.d_bl
             _respond(st, p, ch, k, done)
             d = 1 if is_write else 0
@@ -346,13 +361,11 @@ def _schedule(st, mt, p, ch, cyc, t):
                 st.dch[DC_LAT_N, ch] += 1
                 st.lat_hist[ch, min(lat, LAT_BINS - 1)] += 1
             _retire(st, p, ch, k, is_write)
-            mode = st.dch[DC_DRAINING, ch]
-            if _drain_mode(mode, st.dch[DC_RQ_COUNT, ch], st.dch[DC_WQ_COUNT, ch], p) != mode:
-                wake = cyc + 1  # the other queue takes over next cycle
-            return True, wake
-    # the same request's next command (e.g. RD after its ACT)
-    nxt = _next_command(st, p, ch, k)
-    return True, min(wake, max(_request_earliest(st, ch, k, nxt), cyc + 1))
+            _update_drain(st, p, ch)
+    # the exact next cycle worth a look, as of after this command (in whichever queue
+    # the controller will then serve): looking earlier would find nothing legal
+    k2, _, wake2 = _scan(st, p, ch, cyc + 1, st.dch[DC_DRAINING, ch] == 1)
+    return True, (cyc + 1 if k2 >= 0 else wake2)
 
 
 @kernel
