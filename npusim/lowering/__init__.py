@@ -1,4 +1,5 @@
-"""ONNX graph -> Program. One lowering function per op type, in ``LOWERINGS``.
+"""ONNX graph -> Program. One lowering function per op type, in ``LOWERINGS``; each op
+family's module (gemm, conv, layout, vector, attention) contributes its entries.
 
 An op type with no entry is never silently free: :func:`lower_graph` lists every
 unsupported op (with node names) before doing any work and stops.
@@ -14,6 +15,7 @@ from npusim.frontend.graph import Graph, Node
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import lower_conv
 from npusim.lowering.gemm import lower_gemm, lower_matmul
+from npusim.lowering import attention, vector
 from npusim.lowering.layout import lower_relabel
 from npusim.lowering.mapping import MappingTable
 from npusim.program import Program, ProgramBuilder
@@ -27,6 +29,8 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
     "Squeeze": lower_relabel,
     "Unsqueeze": lower_relabel,
     "Identity": lower_relabel,
+    **vector.LOWERINGS,
+    **attention.LOWERINGS,
 }
 
 
