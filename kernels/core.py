@@ -60,7 +60,7 @@ def _ex_queue_push(st, p, c, start):
 
 
 @kernel
-def _issue_compute(st, prog, p, c, row, t):
+def _issue_compute(st, prog, p, c, row, t, layer):
     """Start/finish of a PRELOAD, GEMM, VECTOR or IM2COL issued at tick t; returns finish."""
     P = p.core_period
     op = prog.inst[row, isa.I_OP]
@@ -81,6 +81,7 @@ def _issue_compute(st, prog, p, c, row, t):
         done = start + (stream + p.sa_width + p.sa_height - 1 + p.acc_latency) * P
         st.core[C_SA_DONE, c] = done
         st.core[C_SA_STREAM, c] += stream
+        st.layer_st[L_SA_CYCLES, layer] += stream
         st.core[C_SA_MACS, c] += prog.inst[row, isa.I_MACS]
     else:
         start = max(t, st.core[C_VU_FREE, c])
@@ -88,6 +89,7 @@ def _issue_compute(st, prog, p, c, row, t):
         done = start + cycles * P
         st.core[C_VU_FREE, c] = done
         st.core[C_VU_BUSY, c] += cycles
+        st.layer_st[L_VU_CYCLES, layer] += cycles
         st.core[C_VU_OPS, c] += prog.inst[row, isa.I_MACS]
     _ex_queue_push(st, p, c, start)
     return done
@@ -146,7 +148,7 @@ def _issue(st, prog, p, c, s, t):
         if d == 1:
             st.slot[S_STORE_LEFT, c, s] -= 1
     else:
-        done = _issue_compute(st, prog, p, c, row, t)
+        done = _issue_compute(st, prog, p, c, row, t, prog.tile[tile, isa.T_LAYER])
         st.done[c, s, j] = done
         st.slot[S_LAST_DONE, c, s] = max(st.slot[S_LAST_DONE, c, s], done)
         st.slot[S_COMPUTE_LEFT, c, s] -= 1

@@ -73,6 +73,8 @@ def _core_send(st, prog, mt, p, c, t):
         st.core[C_OUTSTANDING, c] += 1
         st.core[C_LD_REQUESTS + d, c] += 1
         st.core[C_LD_BYTES + d, c] += p.req_bytes
+        layer = prog.tile[st.slot[S_TILE, c, st.dq[Q_SLOT, c, d, k]], isa.T_LAYER]
+        st.layer_st[L_LD_BYTES + d, layer] += p.req_bytes
 
 
 @kernel

@@ -80,8 +80,10 @@ def _fields(*names):
  G_READY_TAIL, G_LAYERS_LEFT, G_LOG_N, G_LOG_LOST) = range(12)
 N_GLOB = 12
 # layer_st
-L_PREDS_LEFT, L_TILES_LEFT, L_START, L_END = range(4)
-N_LAYER_FIELDS = 4
+# (per-layer statistics: array stream cycles, vector busy cycles, DMA bytes loaded/stored)
+(L_PREDS_LEFT, L_TILES_LEFT, L_START, L_END, L_SA_CYCLES, L_VU_CYCLES, L_LD_BYTES,
+ L_ST_BYTES) = range(8)
+N_LAYER_FIELDS = 8
 # core
 (C_WAKE, C_SEQ, C_GROUP_NEXT, C_GROUP_END, C_SA_PRELOAD_READY, C_SA_STREAM_FREE,
  C_SA_GEMM_START, C_VU_FREE, C_EX_POS, C_OUTSTANDING, C_ARR_HEAD, C_ARR_COUNT, C_INJ_HEAD,

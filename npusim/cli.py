@@ -405,6 +405,10 @@ def simulate(
     no_skip: Annotated[bool, typer.Option(
         "--no-skip", help="Step every cycle instead of skipping idle time (slow; for "
                           "checking that skip-ahead changes nothing).")] = False,
+    unsupported: Annotated[str, typer.Option(
+        "--unsupported", metavar="error|zero-cost",
+        help="What to do with ops npusim cannot lower: stop with a list of them (error), "
+             "or treat them as free with a warning (zero-cost).")] = "error",
 ) -> None:
     """Simulate MODEL on an NPU config and print a summary."""
     t0 = time.perf_counter()
@@ -419,10 +423,13 @@ def simulate(
     try:
         result = run_simulation(model, config, overrides=overrides,
                                 mapping=str(mapping) if mapping is not None else None,
-                                dims=dims or None, skip=not no_skip, progress=reporter)
+                                dims=dims or None, skip=not no_skip, progress=reporter,
+                                unsupported=unsupported)
     finally:
         reporter.close()
     wall = time.perf_counter() - t0
+    for warning in result.warnings:
+        _print_err(f"warning: {warning}")
 
     if json_out is not None:
         write_json_atomic(json_out, result.to_dict())

@@ -40,6 +40,7 @@ class Program:
     layer_succ: np.ndarray  # [n_edges] successor layer ids, indexed by L_SUCC_START/LEN
     layers: list[LayerInfo]
     max_template_len: int
+    warnings: list[str] = field(default_factory=list)  # shown to the user with the result
 
     @property
     def n_tiles(self) -> int:

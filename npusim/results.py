@@ -33,6 +33,7 @@ class Result:
     wall_seconds: float
     compile_seconds: float
     event_steps: int
+    warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -61,6 +62,7 @@ class Result:
                            "cycles_per_second": (self.total_cycles / self.wall_seconds
                                                  if self.wall_seconds > 0 else None)},
             "config": config_to_dict(self.config),
+            "warnings": self.warnings,
             **self.extra,
         }
 
@@ -89,19 +91,7 @@ def collect(model: str, cfg: NpuConfig, prog: Program, raw: RawRun) -> Result:
             "bytes_stored": int(core[ks.C_ST_BYTES, c]),
             "avg_read_latency_cycles": (int(core[ks.C_READ_LAT_SUM, c]) / P / n_reads) if n_reads else 0.0,
         })
-    layers = []
-    for i, info in enumerate(prog.layers):
-        start = int(st.layer_st[ks.L_START, i])
-        end = int(st.layer_st[ks.L_END, i])
-        layers.append({
-            "name": info.name, "op_type": info.op_type,
-            "input_shapes": [list(s) for s in info.input_shapes],
-            "output_shape": list(info.output_shape), "macs": info.macs,
-            "start_cycle": _cycles(start, P), "end_cycle": _cycles(end, P),
-            "cycles": _cycles(end, P) - _cycles(start, P),
-            "mapping": info.mapping, "mapping_source": info.mapping_source,
-            "fused": info.fused,
-        })
+    layers = [_layer_stats(cfg, prog, st, i, P) for i in range(len(prog.layers))]
     memory = _memory_stats(cfg, raw, total)
     return Result(model=model, config=cfg, total_cycles=total, cores=cores, layers=layers,
                   memory=memory, wall_seconds=raw.wall_seconds,
@@ -135,4 +125,42 @@ def _memory_stats(cfg: NpuConfig, raw: RawRun, core_cycles: int) -> dict[str, An
         "bandwidth_gbps": total_bytes / seconds / 1e9 if seconds else 0.0,
         "peak_gbps": cfg.memory.peak_gbps if cfg.memory.type != "ideal" else None,
         "channels": channels,
+    }
+
+
+def _layer_stats(cfg: NpuConfig, prog: Program, st, i: int, P: int) -> dict[str, Any]:
+    """One layer's times, traffic and the unit that bounds it.
+
+    The bound is the unit with the largest demand relative to the layer's duration: array
+    stream cycles and vector cycles per core used, and DRAM bytes over the memory's peak.
+    """
+    from npusim.kernels import isa
+
+    info = prog.layers[i]
+    ls = st.layer_st
+    start, end = _cycles(ls[ks.L_START, i], P), _cycles(ls[ks.L_END, i], P)
+    duration = end - start
+    cores_used = max(1, min(cfg.num_cores, int(prog.layer[i, isa.L_GROUP_LEN])))
+    loaded, stored = int(ls[ks.L_LD_BYTES, i]), int(ls[ks.L_ST_BYTES, i])
+    if cfg.memory.type == "ideal":  # one load and one store request per core and cycle
+        bytes_per_cycle = 2 * cfg.dma.request_bytes * cores_used
+    else:
+        bytes_per_cycle = cfg.memory.peak_bytes_per_s / (cfg.core_freq_mhz * 1e6)
+    demand = {
+        "systolic": int(ls[ks.L_SA_CYCLES, i]) / cores_used,
+        "vector": int(ls[ks.L_VU_CYCLES, i]) / cores_used,
+        "memory": (loaded + stored) / bytes_per_cycle,
+    }
+    bound = max(demand, key=demand.get) if duration > 0 and max(demand.values()) > 0 else "none"
+    return {
+        "name": info.name, "op_type": info.op_type,
+        "input_shapes": [list(s) for s in info.input_shapes],
+        "output_shape": list(info.output_shape), "macs": info.macs,
+        "start_cycle": start, "end_cycle": end, "cycles": duration,
+        "bytes_loaded": loaded, "bytes_stored": stored,
+        "systolic_cycles": int(ls[ks.L_SA_CYCLES, i]),
+        "vector_cycles": int(ls[ks.L_VU_CYCLES, i]),
+        "bound": bound,
+        "mapping": info.mapping, "mapping_source": info.mapping_source,
+        "fused": info.fused,
     }

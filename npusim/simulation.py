@@ -13,11 +13,13 @@ from npusim.results import Result, collect
 
 
 def simulate(model, config=None, *, overrides=(), mapping=None, dims=None, skip=True,
-             progress=None) -> Result:
+             progress=None, unsupported="error") -> Result:
     cfg = config if isinstance(config, NpuConfig) else load_config(config, list(overrides))
     path = resolve_model_path(model)
     graph = load_model(path, dims)
     table = parse_mapping_file(mapping) if mapping else None
-    prog = lower_graph(graph, cfg, table)
+    prog = lower_graph(graph, cfg, table, unsupported=unsupported)
     raw = run_program(prog, cfg, skip=skip, progress=progress)
-    return collect(Path(path).stem, cfg, prog, raw)
+    result = collect(Path(path).stem, cfg, prog, raw)
+    result.warnings = list(prog.warnings)
+    return result

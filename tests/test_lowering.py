@@ -147,3 +147,29 @@ def test_mapping_file_changes_the_tiles(tmp_path):
     r = npusim.simulate(str(path), "gemmini_validation", mapping=str(mapping))
     assert r.layers[0]["mapping_source"].endswith("m.mapping:1")
     assert sum(c["tiles"] for c in r.cores) == 8 * 2 * 8
+
+
+def test_unsupported_ops_can_be_treated_as_free_with_a_warning(tmp_path):
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("LpNormalization", ["h"], ["y"], name="norm1")]
+    path = save(tmp_path, nodes, [("x", [16, 64])], [("y", [16, 64])], [("w", [64, 64])])
+    alone = npusim.simulate(str(path), "mobile", unsupported="zero-cost")
+    assert any("LpNormalization" in w and "norm1" in w for w in alone.warnings)
+    free = [l for l in alone.layers if l["name"] == "norm1"][0]
+    assert free["cycles"] == 0 and free["bytes_loaded"] == 0
+    # the free op adds nothing to the MatMul alone
+    only_mm = save(tmp_path, nodes[:1], [("x", [16, 64])], [("h", [16, 64])], [("w", [64, 64])],
+                   name="mm_only")
+    assert npusim.simulate(str(only_mm), "mobile").total_cycles == alone.total_cycles
+
+
+def test_per_layer_traffic_adds_up_and_names_the_bound_unit():
+    r = npusim.simulate("tiny_cnn", "mobile")
+    assert sum(l["bytes_loaded"] for l in r.layers) == sum(c["bytes_loaded"] for c in r.cores)
+    assert sum(l["bytes_stored"] for l in r.layers) == sum(c["bytes_stored"] for c in r.cores)
+    assert sum(l["systolic_cycles"] for l in r.layers) == sum(
+        c["systolic_stream_cycles"] for c in r.cores)
+    for l in r.layers:
+        assert l["bound"] in (("none",) if l["cycles"] == 0 else ("systolic", "vector", "memory"))
+    # the FC layer of a batch-1 CNN streams one row per weight block: memory-bound
+    assert r.layers[-1]["bound"] == "memory"

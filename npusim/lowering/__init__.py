@@ -16,7 +16,7 @@ from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import lower_conv
 from npusim.lowering.gemm import lower_gemm, lower_matmul
 from npusim.lowering import attention, vector
-from npusim.lowering.layout import lower_relabel
+from npusim.lowering.layout import lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
 from npusim.program import Program, ProgramBuilder
 
@@ -43,16 +43,28 @@ def unsupported_ops(graph: Graph) -> dict[str, list[str]]:
     return missing
 
 
-def lower_graph(graph: Graph, config: NpuConfig, mapping: MappingTable | None = None) -> Program:
-    """Lower every node of ``graph`` into tiles for ``config``."""
+def lower_graph(graph: Graph, config: NpuConfig, mapping: MappingTable | None = None,
+                unsupported: str = "error") -> Program:
+    """Lower every node of ``graph`` into tiles for ``config``.
+
+    Ops npusim cannot lower stop the run with a list of them, unless ``unsupported`` is
+    ``"zero-cost"``: then they take no time and the program carries a warning naming them.
+    """
+    if unsupported not in ("error", "zero-cost"):
+        raise NpusimError(f"unsupported = {unsupported!r}: must be 'error' or 'zero-cost'")
     missing = unsupported_ops(graph)
-    if missing:
-        lines = [f"  {op}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
-                 for op, names in sorted(missing.items())]
+    listing = [f"  {op}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
+               for op, names in sorted(missing.items())]
+    if missing and unsupported == "error":
         raise NpusimError(
-            f"model '{graph.name}' uses op types npusim cannot lower yet:\n" + "\n".join(lines)
-            + f"\nsupported op types: {', '.join(sorted(LOWERINGS))}")
+            f"model '{graph.name}' uses op types npusim cannot lower yet:\n" + "\n".join(listing)
+            + f"\nsupported op types: {', '.join(sorted(LOWERINGS))}"
+            + "\n(--unsupported zero-cost treats them as free instead)")
     ctx = LoweringContext(graph=graph, config=config, builder=ProgramBuilder(), mapping=mapping)
     for node in graph.nodes:
-        LOWERINGS[node.op_type](ctx, node)
-    return ctx.builder.build()
+        LOWERINGS.get(node.op_type, lower_free)(ctx, node)
+    program = ctx.builder.build()
+    if missing:
+        program.warnings.append("treated as free (no cycles, no data moved), results "
+                                "underestimate the model:\n" + "\n".join(listing))
+    return program
