@@ -16,7 +16,7 @@ from .dma import dma_has_request, dma_next_request, dma_response
 from .dram import dram_step
 from .memory import MEM_DRAM, MEM_IDEAL, simple_memory_step
 from .noc import noc_inject, noc_step
-from .scheduler import next_tile_for_core, scheduler_start, tile_finished
+from .scheduler import next_tile_for_core, release_due, scheduler_start, tile_finished
 from .timebase import align_up
 
 
@@ -103,6 +103,7 @@ def cores_step(st, prog, mt, p, t):
         if p.skip == 0 or st.core[C_WAKE, c] <= t:
             _core_receive(st, prog, p, c, t)
             _core_retire(st, prog, p, c, t)
+    release_due(st, prog, p, t)  # requests that have arrived
     # hand out ready tiles: idle cores first, then second (prefetch) slots
     if st.glob[G_READY_HEAD] < st.glob[G_READY_TAIL] or _any_group_left(st, n):
         for rnd in range(2):
@@ -168,6 +169,9 @@ def run(st, prog, mt, p, max_iterations):
         else:
             for c in range(p.n_cores):
                 nxt = min(nxt, st.core[C_WAKE, c])
+            if st.glob[G_RELEASED] < prog.release_order.shape[0]:
+                layer = prog.release_order[st.glob[G_RELEASED]]
+                nxt = min(nxt, prog.layer[layer, isa.L_RELEASE] * p.core_period)
             nxt = min(nxt, st.glob[G_WAKE_NOC], st.glob[G_WAKE_MEM])
             nxt = max(nxt, t + 1)
         if nxt >= isa.NEVER:

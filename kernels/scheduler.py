@@ -49,8 +49,23 @@ def release_layers(st, prog, first, t):
 @kernel
 def scheduler_start(st, prog):
     for layer in range(prog.layer.shape[0]):
-        if st.layer_st[L_PREDS_LEFT, layer] == 0:
+        if st.layer_st[L_PREDS_LEFT, layer] == 0 and prog.layer[layer, isa.L_RELEASE] == 0:
             release_layers(st, prog, layer, 0)
+
+
+@kernel
+def release_due(st, prog, p, t):
+    """Release the root layers whose request has arrived by tick t; returns the tick the
+    next one arrives (isa.NEVER when none is left)."""
+    order = prog.release_order
+    while st.glob[G_RELEASED] < order.shape[0]:
+        layer = order[st.glob[G_RELEASED]]
+        when = prog.layer[layer, isa.L_RELEASE] * p.core_period
+        if when > t:
+            return when
+        st.glob[G_RELEASED] += 1
+        release_layers(st, prog, layer, when)
+    return isa.NEVER
 
 
 @kernel

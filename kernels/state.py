@@ -32,7 +32,8 @@ PARAM_FIELDS = (
 Params = namedtuple("Params", PARAM_FIELDS)
 
 # The program tables (read-only); vlat is the vector-op latency table (isa.VECTOR_OPS order).
-ProgramArrays = namedtuple("ProgramArrays", ("inst", "tile", "group", "layer", "layer_succ", "vlat"))
+ProgramArrays = namedtuple("ProgramArrays", ("inst", "tile", "group", "layer", "layer_succ",
+                                             "release_order", "vlat"))
 
 # Memory-system tables (read-only): DRAM timing rules grouped by prev command
 # (rules[rule_start[c]:rule_start[c+1]]), address bit fields and the IPOLY channel hash.
@@ -77,8 +78,8 @@ def _fields(*names):
 
 # glob
 (G_NOW, G_STARTED, G_FINISHED, G_END, G_STEPS, G_WAKE_NOC, G_WAKE_MEM, G_READY_HEAD,
- G_READY_TAIL, G_LAYERS_LEFT, G_LOG_N, G_LOG_LOST) = range(12)
-N_GLOB = 12
+ G_READY_TAIL, G_LAYERS_LEFT, G_LOG_N, G_LOG_LOST, G_RELEASED) = range(13)
+N_GLOB = 13
 # layer_st
 # (per-layer statistics: array stream cycles, vector busy cycles, DMA bytes loaded/stored)
 (L_PREDS_LEFT, L_TILES_LEFT, L_START, L_END, L_SA_CYCLES, L_VU_CYCLES, L_LD_BYTES,

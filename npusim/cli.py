@@ -357,6 +357,14 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
     console.print(ct)
     if len(cores) > MAX_CORE_ROWS:
         console.print(f"[dim]{len(cores)} cores summarised; per-core numbers are in --json[/]")
+    if result.requests:
+        rt = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+        for name in ("request", "arrival", "start", "finish", "latency (cycles)"):
+            rt.add_column(name, justify="right", no_wrap=True)
+        for r in result.requests:
+            rt.add_row(escape(r["name"]), f"{r['arrival_cycle']:,}", f"{r['start_cycle']:,}",
+                       f"{r['finish_cycle']:,}", f"{r['latency_cycles']:,}")
+        console.print(rt)
 
 
 # --------------------------------------------------------------------------- commands
@@ -380,9 +388,9 @@ def _root(
 @app.command()
 @_cli_errors
 def simulate(
-    model: Annotated[str, typer.Argument(
-        metavar="MODEL", help="ONNX file, or a bundled model name (see `npusim models`).",
-        show_default=False)],
+    model: Annotated[Optional[str], typer.Argument(
+        metavar="[MODEL]", help="ONNX file, or a bundled model name (see `npusim models`).",
+        show_default=False)] = None,
     config: Annotated[Optional[str], typer.Option(
         "--config", "-c", metavar="NAME|PATH",
         help="Preset name (see `npusim configs`), a .toml file or an ONNXim .json file. "
@@ -409,6 +417,10 @@ def simulate(
         "--unsupported", metavar="error|zero-cost",
         help="What to do with ops npusim cannot lower: stop with a list of them (error), "
              "or treat them as free with a warning (zero-cost).")] = "error",
+    models_list: Annotated[Optional[Path], typer.Option(
+        "--models-list", metavar="FILE",
+        help="ONNXim models-list JSON: several models (with request_time in ms and their "
+             "dims) sharing the NPU, instead of MODEL.")] = None,
 ) -> None:
     """Simulate MODEL on an NPU config and print a summary."""
     t0 = time.perf_counter()
@@ -421,10 +433,22 @@ def simulate(
 
     reporter = ProgressReporter(enabled=not quiet and _stderr_is_tty())
     try:
-        result = run_simulation(model, config, overrides=overrides,
-                                mapping=str(mapping) if mapping is not None else None,
-                                dims=dims or None, skip=not no_skip, progress=reporter,
-                                unsupported=unsupported)
+        mapping_path = str(mapping) if mapping is not None else None
+        if (model is None) == (models_list is None):
+            raise NpusimError("give either a MODEL or --models-list FILE (exactly one)")
+        if models_list is not None:
+            from npusim.config import load_config
+            from npusim.simulation import simulate_requests
+            from npusim.workload import read_models_list
+
+            cfg = load_config(config, overrides)
+            requests = read_models_list(models_list, cfg.core_freq_mhz)
+            result = simulate_requests(requests, cfg, mapping=mapping_path, skip=not no_skip,
+                                       progress=reporter, unsupported=unsupported)
+        else:
+            result = run_simulation(model, config, overrides=overrides, mapping=mapping_path,
+                                    dims=dims or None, skip=not no_skip, progress=reporter,
+                                    unsupported=unsupported)
     finally:
         reporter.close()
     wall = time.perf_counter() - t0
@@ -449,25 +473,6 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
-def _symbolic_dims(path: Path) -> tuple[int, list[str]]:
-    """Node count and names of symbolic input dims, straight from the protobuf."""
-    import onnx
-
-    try:
-        proto = onnx.load(str(path), load_external_data=False)
-    except Exception as err:  # noqa: BLE001 - a broken bundled file is reported in the table
-        raise NpusimError(f"cannot read: {str(err).splitlines()[0] if str(err) else err}") from None
-    weights = {t.name for t in proto.graph.initializer}
-    names: list[str] = []
-    for vi in proto.graph.input:
-        if vi.name in weights or not vi.type.HasField("tensor_type"):
-            continue
-        for d in vi.type.tensor_type.shape.dim:
-            if d.HasField("dim_param") and d.dim_param not in names:
-                names.append(d.dim_param)
-    return len(proto.graph.node), names
-
-
 @app.command()
 @_cli_errors
 def models() -> None:
@@ -477,7 +482,7 @@ def models() -> None:
     from rich.table import Table
 
     from npusim.config import load_config
-    from npusim.frontend import list_bundled_models, load_model
+    from npusim.frontend import list_bundled_models, load_model, symbolic_dims
     from npusim.lowering import lower_graph, unsupported_ops
 
     paths = list_bundled_models()
@@ -496,7 +501,7 @@ def models() -> None:
         size = human_bytes(path.stat().st_size)
         nodes, macs, note = "-", "-", ""
         try:
-            n, sym = _symbolic_dims(path)
+            n, sym = symbolic_dims(path)
             nodes = str(n)
             if sym:
                 note = "needs " + " ".join(f"--dim {s}=N" for s in sym)

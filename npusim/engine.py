@@ -163,6 +163,10 @@ def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables,
     layer_st[ks.L_END] = -1
     slot = z(ks.N_SLOT_FIELDS, C, 2)
     slot[ks.S_TILE] = -1
+    dram = _dram_state(cfg, p, mt, log_commands)
+    first = int(dram["dch"][ks.DC_WAKE].min())
+    if cfg.memory.type == "dram" and first < isa.NEVER:
+        glob[ks.G_WAKE_MEM] = first * p.mem_period
     return State(
         glob=glob,
         ready_groups=z(max(1, prog.group.shape[0])),
@@ -179,7 +183,7 @@ def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables,
         chan=z(ks.N_CHAN_FIELDS, ch),
         ch_in=z(ks.N_PACKET_FIELDS, ch, p.ch_queue),
         ch_out=z(ks.N_PACKET_FIELDS, ch, CHANNEL_OUT_QUEUE),
-        **_dram_state(cfg, p, mt, log_commands),
+        **dram,
     )
 
 
@@ -203,10 +207,12 @@ def _dram_state(cfg: NpuConfig, p: Params, mt: MemTables, log_commands: int) -> 
     dbank[ks.B_OPEN_ROW] = -1
     drank = z(ks.N_DRANK_FIELDS, ch, R)
     if dram:
-        # stagger the ranks' refreshes across tREFI, as controllers do
-        drank[ks.RK_NEXT_REF] = p.d_refi + (np.arange(R) * p.d_refi // R)[None, :]
+        # refresh rank r at r/R of every tREFI, from cycle 0 on: controllers stagger ranks,
+        # and starting at 0 makes the refresh phase a property of absolute time only
+        drank[ks.RK_NEXT_REF] = (np.arange(R) * p.d_refi // R)[None, :]
     dch = z(ks.N_DCH_FIELDS, n_ch)
-    dch[ks.DC_WAKE] = isa.NEVER
+    # an idle channel first wakes for its first refresh (or never, without refresh)
+    dch[ks.DC_WAKE] = int(drank[ks.RK_NEXT_REF].min()) if dram and p.d_refresh else isa.NEVER
     return dict(
         dch=dch, dreq=z(ks.N_DREQ_FIELDS, ch, p.d_rq + p.d_wq), dbank=dbank, drank=drank,
         rdy_chan=z(ch, nc), rdy_rank=z(ch, R, nc), rdy_bg=z(ch, R * G, nc),
@@ -218,7 +224,8 @@ def _dram_state(cfg: NpuConfig, p: Params, mt: MemTables, log_commands: int) -> 
 
 def program_arrays(prog: Program, cfg: NpuConfig) -> ProgramArrays:
     vlat = np.array([cfg.core.vector.latency[op] for op in isa.VECTOR_OPS], dtype=np.int64)
-    return ProgramArrays(prog.inst, prog.tile, prog.group, prog.layer, prog.layer_succ, vlat)
+    return ProgramArrays(prog.inst, prog.tile, prog.group, prog.layer, prog.layer_succ,
+                         prog.release_order, vlat)
 
 
 @dataclass

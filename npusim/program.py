@@ -27,6 +27,7 @@ class LayerInfo:
     mapping: str  # the tiling used, in ONNXim mapping syntax
     mapping_source: str  # "heuristic" or "file:line"
     fused: list[str] = field(default_factory=list)  # names of nodes folded into this layer
+    request: int = 0  # which request (model instance) of the workload it belongs to
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Program:
     group: np.ndarray  # [n_groups, N_GROUP_COLS]
     layer: np.ndarray  # [n_layers, N_LAYER_COLS]
     layer_succ: np.ndarray  # [n_edges] successor layer ids, indexed by L_SUCC_START/LEN
+    release_order: np.ndarray  # layers waiting for their release cycle, earliest first
     layers: list[LayerInfo]
     max_template_len: int
     warnings: list[str] = field(default_factory=list)  # shown to the user with the result
@@ -124,6 +126,9 @@ class ProgramBuilder:
         self._open_layer: int | None = None
         self._open_group: int | None = None
         self.max_template_len = 0
+        self.request = 0  # request tag given to the layers begun from now on
+        self.release = 0  # core cycle before which root layers begun from now on wait
+        self.next_free_address = 4096  # DRAM bump allocator shared by every model
 
     # templates --------------------------------------------------------------------
     def template(self, key: object, build) -> tuple[int, int]:
@@ -142,11 +147,22 @@ class ProgramBuilder:
     # layers, groups, tiles ---------------------------------------------------------
     def begin_layer(self, info: LayerInfo, preds: list[int]) -> int:
         lid = len(self._layers)
-        self._layers.append([len(self._groups), 0, len(preds), 0, 0])
+        release = self.release if not preds else 0
+        self._layers.append([len(self._groups), 0, len(preds), 0, 0, release])
+        info.request = self.request
         self._layer_info.append(info)
         self._preds.append(sorted(set(preds)))
         self._open_layer = lid
         return lid
+
+    @property
+    def n_layers(self) -> int:
+        return len(self._layers)
+
+    def prefix_names(self, first: int, prefix: str) -> None:
+        """Prefix the names of layers ``first``.. (to tell several requests apart)."""
+        for info in self._layer_info[first:]:
+            info.name = prefix + info.name
 
     def begin_group(self) -> None:
         assert self._open_layer is not None
@@ -174,12 +190,16 @@ class ProgramBuilder:
             flat += succ[lid]
         inst = (np.concatenate(self._inst) if self._inst
                 else np.zeros((0, isa.N_INST_COLS), np.int64))
+        waiting = [lid for lid, row in enumerate(self._layers)
+                   if row[isa.L_RELEASE] > 0 and not self._preds[lid]]
+        waiting.sort(key=lambda lid: (self._layers[lid][isa.L_RELEASE], lid))
         return Program(
             inst=np.ascontiguousarray(inst, dtype=np.int64),
             tile=np.array(self._tiles, dtype=np.int64).reshape(-1, isa.N_TILE_COLS),
             group=np.array(self._groups, dtype=np.int64).reshape(-1, isa.N_GROUP_COLS),
             layer=np.array(self._layers, dtype=np.int64).reshape(-1, isa.N_LAYER_COLS),
             layer_succ=np.array(flat, dtype=np.int64),
+            release_order=np.array(waiting, dtype=np.int64),
             layers=self._layer_info,
             max_template_len=max(1, self.max_template_len),
         )

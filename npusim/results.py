@@ -34,6 +34,7 @@ class Result:
     compile_seconds: float
     event_steps: int
     warnings: list[str] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -63,6 +64,7 @@ class Result:
                                                  if self.wall_seconds > 0 else None)},
             "config": config_to_dict(self.config),
             "warnings": self.warnings,
+            "requests": self.requests,
             **self.extra,
         }
 

@@ -6,6 +6,7 @@ from npusim.frontend.onnx_loader import (
     load_graph,
     load_model,
     resolve_model_path,
+    symbolic_dims,
 )
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "load_graph",
     "load_model",
     "resolve_model_path",
+    "symbolic_dims",
 ]

@@ -52,6 +52,21 @@ def resolve_model_path(name_or_path: str | Path) -> Path:
     )
 
 
+def symbolic_dims(path: str | Path) -> tuple[int, list[str]]:
+    """Node count and the names of the model's symbolic input dims, read straight from the
+    protobuf (no shape inference), e.g. to know which ``--dim`` values a model takes."""
+    proto = _read_model(Path(path))
+    weights = {t.name for t in proto.graph.initializer}
+    names: list[str] = []
+    for vi in proto.graph.input:
+        if vi.name in weights or not vi.type.HasField("tensor_type"):
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param not in names:
+                names.append(d.dim_param)
+    return len(proto.graph.node), names
+
+
 def load_model(name_or_path: str | Path, dims: dict[str, int] | None = None) -> Graph:
     """:func:`load_graph` on a file path or a bundled model name."""
     return load_graph(resolve_model_path(name_or_path), dims)

@@ -50,6 +50,18 @@ def lower_graph(graph: Graph, config: NpuConfig, mapping: MappingTable | None = 
     Ops npusim cannot lower stop the run with a list of them, unless ``unsupported`` is
     ``"zero-cost"``: then they take no time and the program carries a warning naming them.
     """
+    builder = ProgramBuilder()
+    warnings = lower_into(builder, graph, config, mapping, unsupported)
+    program = builder.build()
+    program.warnings += warnings
+    return program
+
+
+def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
+               mapping: MappingTable | None = None, unsupported: str = "error",
+               prefix: str = "") -> list[str]:
+    """Lower ``graph`` into ``builder`` (which may already hold other requests' layers);
+    layer names get ``prefix``. Returns warnings for the user."""
     if unsupported not in ("error", "zero-cost"):
         raise NpusimError(f"unsupported = {unsupported!r}: must be 'error' or 'zero-cost'")
     missing = unsupported_ops(graph)
@@ -60,11 +72,13 @@ def lower_graph(graph: Graph, config: NpuConfig, mapping: MappingTable | None = 
             f"model '{graph.name}' uses op types npusim cannot lower yet:\n" + "\n".join(listing)
             + f"\nsupported op types: {', '.join(sorted(LOWERINGS))}"
             + "\n(--unsupported zero-cost treats them as free instead)")
-    ctx = LoweringContext(graph=graph, config=config, builder=ProgramBuilder(), mapping=mapping)
+    ctx = LoweringContext(graph=graph, config=config, builder=builder, mapping=mapping)
+    first = builder.n_layers
     for node in graph.nodes:
         LOWERINGS.get(node.op_type, lower_free)(ctx, node)
-    program = ctx.builder.build()
-    if missing:
-        program.warnings.append("treated as free (no cycles, no data moved), results "
-                                "underestimate the model:\n" + "\n".join(listing))
-    return program
+    if prefix:
+        builder.prefix_names(first, prefix)
+    if not missing:
+        return []
+    return [f"{prefix}{graph.name}: treated as free (no cycles, no data moved), results "
+            "underestimate the model:\n" + "\n".join(listing)]

@@ -22,7 +22,6 @@ class LoweringContext:
     mapping: MappingTable | None = None
     address: dict[str, int] = field(default_factory=dict)
     producer_layer: dict[str, int] = field(default_factory=dict)
-    _next_free: int = PAGE
 
     @property
     def budget(self) -> Budget:
@@ -36,8 +35,8 @@ class LoweringContext:
         """DRAM base address of a tensor, allocated on first use."""
         if tensor not in self.address:
             nbytes = self.graph.tensor(tensor).numel * self.precision
-            self.address[tensor] = self._next_free
-            self._next_free += -(-max(nbytes, 1) // PAGE) * PAGE
+            self.address[tensor] = self.builder.next_free_address
+            self.builder.next_free_address += -(-max(nbytes, 1) // PAGE) * PAGE
         return self.address[tensor]
 
     def alias(self, tensor: str, same_as: str) -> None:

@@ -1,0 +1,79 @@
+"""Several requests on one NPU: arrival times, ONNXim models lists."""
+
+import json
+
+import pytest
+
+import npusim
+from npusim.errors import NpusimError
+from npusim.simulation import simulate_requests
+from npusim.workload import Request, read_models_list
+from npusim.frontend import resolve_model_path
+from npusim.config import load_config
+from npusim.dram import load_standard
+
+
+def test_a_request_never_starts_before_it_arrives_and_alone_takes_its_solo_time():
+    # without refresh the DRAM has no clock of its own: any arrival gives the solo time
+    # (12345 core cycles is also a whole number of 800 MHz DRAM cycles)
+    no_refresh = ["memory.controller.refresh=false"]
+    solo = npusim.simulate("mlp", "mobile", overrides=no_refresh).total_cycles
+    late = simulate_requests([Request(str(resolve_model_path("mlp")), arrival_cycle=12345,
+                                      name="late")], "mobile", overrides=no_refresh)
+    r = late.requests[0]
+    assert r["start_cycle"] >= 12345
+    assert r["latency_cycles"] == solo
+    assert late.total_cycles == 12345 + solo
+
+
+def test_with_refresh_the_solo_time_repeats_when_arriving_in_phase_with_refresh():
+    std = load_standard(load_config("mobile").memory.standard)
+    refi_ns = std.timing["REFI"] * 1000 // std.freq_mhz  # core cycles at 1 GHz
+    solo = npusim.simulate("mlp", "mobile").total_cycles
+    late = simulate_requests([Request(str(resolve_model_path("mlp")), arrival_cycle=2 * refi_ns,
+                                      name="late")], "mobile")
+    assert late.requests[0]["latency_cycles"] == solo
+
+
+def test_skip_ahead_over_an_idle_gap_changes_nothing():
+    reqs = [Request(str(resolve_model_path("mlp")), arrival_cycle=0, name="a"),
+            Request(str(resolve_model_path("tiny_cnn")), arrival_cycle=500000, name="b")]
+    fast = simulate_requests(reqs, "mobile")
+    slow = simulate_requests(reqs, "mobile", skip=False)
+    assert fast.requests == slow.requests and fast.total_cycles == slow.total_cycles
+    assert fast.event_steps < slow.event_steps
+
+
+def test_two_requests_sharing_the_npu_take_longer_than_one():
+    path = str(resolve_model_path("matmul_512x768x768"))
+    one = simulate_requests([Request(path, name="a")], "mobile")
+    two = simulate_requests([Request(path, name="a"), Request(path, name="b")], "mobile")
+    assert two.total_cycles > 1.5 * one.total_cycles
+    assert max(r["latency_cycles"] for r in two.requests) > one.requests[0]["latency_cycles"]
+
+
+def test_onnxim_models_list(tmp_path):
+    f = tmp_path / "models_list.json"
+    f.write_text(json.dumps({"models": [
+        {"name": "tiny_cnn", "request_time": 0},
+        {"name": "bert_ffn", "seq": 32, "request_time": 0.5},
+    ]}))
+    reqs = read_models_list(f, core_freq_mhz=1000)
+    assert [r.arrival_cycle for r in reqs] == [0, 500000]  # 0.5 ms at 1 GHz
+    assert reqs[1].dims == {"seq": 32}
+    r = simulate_requests(reqs, "mobile")
+    assert r.requests[1]["start_cycle"] >= 500000
+
+
+@pytest.mark.parametrize("entry,message", [
+    ({"name": "no_such_model"}, "no_such_model"),
+    ({"name": "bert_ffn", "seqq": 4}, "seqq"),
+    ({"name": "bert_ffn", "seq": 0}, "seq = 0"),
+    ({"name": "tiny_cnn", "request_time": -1}, "request_time"),
+])
+def test_models_list_errors_name_the_entry(tmp_path, entry, message):
+    f = tmp_path / "list.json"
+    f.write_text(json.dumps({"models": [entry]}))
+    with pytest.raises(NpusimError) as e:
+        read_models_list(f, 1000)
+    assert message in str(e.value)
