@@ -159,6 +159,9 @@ class ProgramBuilder:
     def n_layers(self) -> int:
         return len(self._layers)
 
+    def layer_info(self, layer: int) -> LayerInfo:
+        return self._layer_info[layer]
+
     def prefix_names(self, first: int, prefix: str) -> None:
         """Prefix the names of layers ``first``.. (to tell several requests apart)."""
         for info in self._layer_info[first:]:

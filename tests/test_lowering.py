@@ -111,12 +111,11 @@ def test_heuristic_tiles_fit_half_the_scratchpad_and_accumulator():
 
 def test_unsupported_ops_are_listed_with_their_nodes(tmp_path):
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
-             helper.make_node("Relu", ["h"], ["r"], name="act1"),
-             helper.make_node("LSTMish", ["r"], ["y"], name="odd", domain="custom")]
-    path = save(tmp_path, nodes[:2], [("x", [4, 8])], [("r", [4, 8])], [("w", [8, 8])])
+             helper.make_node("LpNormalization", ["h"], ["r"], name="norm1")]
+    path = save(tmp_path, nodes, [("x", [4, 8])], [("r", [4, 8])], [("w", [8, 8])])
     with pytest.raises(NpusimError) as e:
         npusim.simulate(str(path), "mobile")
-    assert "Relu" in str(e.value) and "act1" in str(e.value)
+    assert "LpNormalization" in str(e.value) and "norm1" in str(e.value)
 
 
 def test_tile_that_cannot_fit_the_scratchpad_is_a_clear_error(tmp_path):
@@ -173,3 +172,35 @@ def test_per_layer_traffic_adds_up_and_names_the_bound_unit():
         assert l["bound"] in (("none",) if l["cycles"] == 0 else ("systolic", "vector", "memory"))
     # the FC layer of a batch-1 CNN streams one row per weight block: memory-bound
     assert r.layers[-1]["bound"] == "memory"
+
+
+def test_batchnorm_and_relu_after_a_conv_ride_in_its_output_path(tmp_path):
+    conv = helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3],
+                            pads=[1, 1, 1, 1])
+    bn = helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"], name="bn")
+    relu = helper.make_node("Relu", ["n"], ["y"], name="relu")
+    stats = [(k, [16]) for k in ("s", "b", "m", "v")]
+    fused = save(tmp_path, [conv, bn, relu], [("x", [1, 8, 12, 12])], [("y", [1, 16, 12, 12])],
+                 [("w", [16, 8, 3, 3])] + stats, name="fused")
+    plain = save(tmp_path, [conv], [("x", [1, 8, 12, 12])], [("c", [1, 16, 12, 12])],
+                 [("w", [16, 8, 3, 3])], name="plain")
+    rf = npusim.simulate(str(fused), "mobile")
+    rp = npusim.simulate(str(plain), "mobile")
+    assert [l["name"] for l in rf.layers] == ["conv"]
+    assert rf.layers[0]["fused"] == ["bn", "relu"]
+    assert rf.total_cycles == rp.total_cycles
+
+
+def test_bias_add_after_matmul_is_fused_but_a_second_consumer_prevents_it(tmp_path):
+    mm = helper.make_node("MatMul", ["x", "w"], ["h"], name="mm")
+    add = helper.make_node("Add", ["h", "bias"], ["y"], name="bias_add")
+    path = save(tmp_path, [mm, add], [("x", [16, 64])], [("y", [16, 32])],
+                [("w", [64, 32]), ("bias", [32])], name="mm_bias")
+    r = npusim.simulate(str(path), "mobile")
+    assert r.layers[0]["fused"] == ["bias_add"] and len(r.layers) == 1
+    # h also feeds a graph output: the Add cannot be folded into the MatMul
+    path2 = save(tmp_path, [mm, add], [("x", [16, 64])], [("y", [16, 32]), ("h", [16, 32])],
+                 [("w", [64, 32]), ("bias", [32])], name="mm_bias_out")
+    from npusim.frontend import load_graph
+    from npusim.lowering.fusion import plan_fusions
+    assert plan_fusions(load_graph(path2)) == {}

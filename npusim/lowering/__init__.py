@@ -16,6 +16,7 @@ from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import lower_conv
 from npusim.lowering.gemm import lower_gemm, lower_matmul
 from npusim.lowering import attention, vector
+from npusim.lowering.fusion import plan_fusions
 from npusim.lowering.layout import lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
 from npusim.program import Program, ProgramBuilder
@@ -74,8 +75,19 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
             + "\n(--unsupported zero-cost treats them as free instead)")
     ctx = LoweringContext(graph=graph, config=config, builder=builder, mapping=mapping)
     first = builder.n_layers
+    fused = plan_fusions(graph)
+    layer_of: dict[str, int] = {}
     for node in graph.nodes:
+        if node.name in fused:  # rides in its producer's output path: same layer, free
+            layer = layer_of[fused[node.name]]
+            builder.layer_info(layer).fused.append(node.name)
+            for out in node.outputs:
+                ctx.alias(out, node.inputs[0])
+                ctx.producer_layer[out] = layer
+            layer_of[node.name] = layer
+            continue
         LOWERINGS.get(node.op_type, lower_free)(ctx, node)
+        layer_of[node.name] = builder.n_layers - 1
     if prefix:
         builder.prefix_names(first, prefix)
     if not missing:
