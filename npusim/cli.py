@@ -482,7 +482,7 @@ def models() -> None:
     from rich.table import Table
 
     from npusim.config import load_config
-    from npusim.frontend import list_bundled_models, load_model, symbolic_dims
+    from npusim.frontend import default_dims, list_bundled_models, load_model, symbolic_dims
     from npusim.lowering import lower_graph, unsupported_ops
 
     paths = list_bundled_models()
@@ -503,16 +503,20 @@ def models() -> None:
         try:
             n, sym = symbolic_dims(path)
             nodes = str(n)
-            if sym:
+            example = default_dims(path)
+            if sym and not set(sym) <= set(example):
                 note = "needs " + " ".join(f"--dim {s}=N" for s in sym)
             else:
-                graph = load_model(path)
+                dims = {k: example[k] for k in sym}
+                graph = load_model(path, dims or None)
                 missing = unsupported_ops(graph)
                 if missing:
                     note = "unsupported ops: " + ", ".join(sorted(missing))
                 else:
                     prog = lower_graph(graph, cfg)
                     macs = human_count(sum(int(info.macs) for info in prog.layers))
+                    if dims:
+                        note = "at " + " ".join(f"{k}={v}" for k, v in dims.items())
         except NpusimError as err:
             note = str(err).splitlines()[0]
         table.add_row(escape(path.stem), size, nodes, macs, escape(note))

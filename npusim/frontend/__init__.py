@@ -2,6 +2,7 @@
 
 from npusim.frontend.graph import Graph, Node, TensorInfo
 from npusim.frontend.onnx_loader import (
+    default_dims,
     list_bundled_models,
     load_graph,
     load_model,
@@ -10,6 +11,7 @@ from npusim.frontend.onnx_loader import (
 )
 
 __all__ = [
+    "default_dims",
     "Graph",
     "Node",
     "TensorInfo",

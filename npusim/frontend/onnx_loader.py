@@ -67,6 +67,17 @@ def symbolic_dims(path: str | Path) -> tuple[int, list[str]]:
     return len(proto.graph.node), names
 
 
+def default_dims(path: str | Path) -> dict[str, int]:
+    """Example values of a model's symbolic dims, from its ``npusim.default_dims`` metadata
+    (``batch=1,seq=128``); bundled models carry them so listings can show their MACs."""
+    proto = _read_model(Path(path))
+    for prop in proto.metadata_props:
+        if prop.key == "npusim.default_dims":
+            pairs = (item.split("=", 1) for item in prop.value.split(",") if "=" in item)
+            return {k.strip(): int(v) for k, v in pairs}
+    return {}
+
+
 def load_model(name_or_path: str | Path, dims: dict[str, int] | None = None) -> Graph:
     """:func:`load_graph` on a file path or a bundled model name."""
     return load_graph(resolve_model_path(name_or_path), dims)

@@ -1,0 +1,360 @@
+"""``--optimize none|basic|extended``: ONNX Runtime's offline graph optimizer as a front-end pass.
+
+This is the flow of ONNXim's front end: the model goes through ONNX Runtime's own graph
+optimizer first (constant folding, Conv+BatchNormalization folding, Conv/Gemm + activation
+fusion into ``FusedConv``/``FusedGemm``, and for transformers attention, layer-norm and GELU
+fusion into ``Attention``, ``SkipLayerNormalization``, ``BiasGelu``, ...), and npusim lowers
+the optimized graph. No home-made stand-in: the fusions are ONNX Runtime's.
+
+npusim models usually carry their weights as *absent* external data (shapes only), but ONNX
+Runtime needs real tensors to build a session. So the model is first copied into a working
+directory with every data-less initializer pointing at a zero-filled external data file of
+the right size. The file is sparse (created with ``truncate``), so it costs neither memory
+nor disk, whatever the model's size. Small initializers with data (shape tensors, axes,
+scales) keep their values, so shape computations fold correctly.
+
+The optimized model has no shapes for the outputs of ONNX Runtime's contrib ops (ONNX shape
+inference does not know ``com.microsoft`` ops), so a second pass asks ONNX Runtime itself
+for the type and shape of every node output and writes them into ``value_info``.
+
+Public API::
+
+    optimize_model(path, level, dims=..., out_dir=...) -> Path   # the optimized model file
+    with prepared_model(path, optimize, dims) as (load_path, load_dims): load_graph(...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import onnx
+from onnx import TensorProto, helper
+
+from npusim.errors import NpusimError
+
+LEVELS = ("none", "basic", "extended")
+_ORT_LEVEL = {"none": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+              "extended": "ORT_ENABLE_EXTENDED"}
+_TRANSFORMER_TYPES = ("bert", "gpt2")
+STANDARD_DOMAINS = ("", "ai.onnx")
+ZEROS_FILE = "zeros.bin"
+_SMALL = 1024  # elements: external initializers at most this big are read (if present)
+_ALIGN = 4096
+
+# ONNX Runtime type strings -> TensorProto element types
+_ORT_TYPES = {
+    "tensor(float)": TensorProto.FLOAT, "tensor(float16)": TensorProto.FLOAT16,
+    "tensor(bfloat16)": TensorProto.BFLOAT16, "tensor(double)": TensorProto.DOUBLE,
+    "tensor(int8)": TensorProto.INT8, "tensor(uint8)": TensorProto.UINT8,
+    "tensor(int16)": TensorProto.INT16, "tensor(uint16)": TensorProto.UINT16,
+    "tensor(int32)": TensorProto.INT32, "tensor(uint32)": TensorProto.UINT32,
+    "tensor(int64)": TensorProto.INT64, "tensor(uint64)": TensorProto.UINT64,
+    "tensor(bool)": TensorProto.BOOL,
+}
+
+
+def _ort():
+    try:
+        import onnxruntime
+    except ImportError as e:  # pragma: no cover - onnxruntime is a dependency
+        raise NpusimError(f"--optimize needs the onnxruntime package ({e}); "
+                          "install it with `pip install onnxruntime`") from None
+    return onnxruntime
+
+
+def check_level(level: str) -> str:
+    if level not in LEVELS:
+        raise NpusimError(f"--optimize {level!r}: expected one of {', '.join(LEVELS)}")
+    return level
+
+
+def uses_contrib_ops(path: str | Path) -> bool:
+    """Whether the model has nodes outside the standard ONNX domain (e.g. ``com.microsoft``)."""
+    try:
+        model = onnx.load(str(path), format="protobuf", load_external_data=False)
+    except Exception:  # noqa: BLE001 - the loader reports unreadable files properly
+        return False
+    return any(n.domain not in STANDARD_DOMAINS for n in model.graph.node)
+
+
+# --------------------------------------------------------------------------- zero weights
+
+
+def _numel(t: TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        n *= int(d)
+    return n
+
+
+def _itemsize(data_type: int) -> int:
+    try:
+        return int(helper.tensor_dtype_to_np_dtype(data_type).itemsize)
+    except (KeyError, ValueError, TypeError):
+        return 0
+
+
+def _has_inline_data(t: TensorProto) -> bool:
+    return bool(t.raw_data) or any(len(getattr(t, f)) for f in (
+        "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data"))
+
+
+def _external_info(t: TensorProto) -> dict[str, str]:
+    return {e.key: e.value for e in t.external_data}
+
+
+def _set_external(t: TensorProto, location: str, offset: int, length: int) -> None:
+    del t.external_data[:]
+    for k, v in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    t.data_location = TensorProto.EXTERNAL
+    t.ClearField("raw_data")
+
+
+def fill_zero_weights(model: onnx.ModelProto, src_dir: Path, out_dir: Path) -> int:
+    """Point every data-less initializer at a sparse zero file in ``out_dir``; return its size.
+
+    External initializers of at most ``_SMALL`` elements whose data file exists are read and
+    inlined (they may be shape tensors whose values matter); all others become zeros.
+    """
+    offset = 0
+    for t in model.graph.initializer:
+        external = t.data_location == TensorProto.EXTERNAL
+        if not external and _has_inline_data(t):
+            continue
+        size = _itemsize(t.data_type)
+        n = _numel(t)
+        if size == 0:
+            raise NpusimError(f"initializer '{t.name}' has element type {t.data_type}, which "
+                              "cannot be zero-filled for ONNX Runtime")
+        if external and n <= _SMALL:
+            info = _external_info(t)
+            f = src_dir / info.get("location", "")
+            if info.get("location") and f.is_file():
+                with open(f, "rb") as fh:
+                    fh.seek(int(info.get("offset", 0)))
+                    data = fh.read(int(info.get("length", n * size)))
+                if len(data) == n * size:
+                    del t.external_data[:]
+                    t.data_location = TensorProto.DEFAULT
+                    t.raw_data = data
+                    continue
+        if n == 0:
+            del t.external_data[:]
+            t.data_location = TensorProto.DEFAULT
+            t.raw_data = b""
+            continue
+        _set_external(t, ZEROS_FILE, offset, n * size)
+        offset += -(-(n * size) // _ALIGN) * _ALIGN
+    with open(out_dir / ZEROS_FILE, "wb") as fh:
+        fh.truncate(offset)  # sparse: reads as zeros, takes no disk blocks
+    return offset
+
+
+# --------------------------------------------------------------------------- optimizing
+
+
+def _looks_like_transformer(model: onnx.ModelProto) -> bool:
+    ops = {n.op_type for n in model.graph.node}
+    return "Softmax" in ops and bool(ops & {"MatMul", "Gemm"}) and \
+        bool(ops & {"LayerNormalization", "ReduceMean"})
+
+
+# What onnxruntime.transformers.optimizer disables in its ONNX Runtime pass before its own
+# fusions (they would hide the patterns the Python fusions look for).
+_TRANSFORMER_DISABLED = ["ConstantSharing", "MatMulScaleFusion", "MatMulAddFusion",
+                         "MatmulTransposeFusion", "GemmActivationFusion", "BiasSoftmaxFusion"]
+
+
+def _session_optimize(src: Path, dst: Path, level: str, where: str,
+                      disabled: list[str] | None = None) -> None:
+    ort = _ort()
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _ORT_LEVEL[level])
+    so.optimized_model_filepath = str(dst)
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                dst.name + ".data")
+    so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
+                                str(_SMALL))
+    try:
+        ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"],
+                             disabled_optimizers=disabled or [])
+    except Exception as e:  # noqa: BLE001 - any ORT failure is reported with its message
+        raise NpusimError(f"ONNX Runtime could not optimize {where} (--optimize {level}): "
+                          f"{_first_line(e)}") from None
+
+
+def transformer_fusions_available() -> bool:
+    """Whether onnxruntime.transformers' Python fusions can run (they need sympy)."""
+    try:
+        import sympy  # noqa: F401
+        from onnxruntime.transformers import optimizer  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _transformer_fusions(src: Path, dst: Path, model_type: str, num_heads: int,
+                         hidden_size: int, where: str) -> None:
+    """onnxruntime.transformers' Python fusions (attention, layer norm, GELU, embedding) on a
+    model ONNX Runtime has already optimized: its ``optimize_model`` flow, run in two steps
+    because its own ONNX Runtime step imports torch."""
+    import logging
+
+    from onnxruntime.transformers.optimizer import optimize_model as ort_transformers
+
+    for name in ("onnxruntime.transformers", "onnx_model", "fusion_base", "optimizer"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        opt = ort_transformers(str(src), model_type=model_type, num_heads=num_heads,
+                               hidden_size=hidden_size, opt_level=0, use_gpu=False)
+        opt.save_model_to_file(str(dst), use_external_data_format=True,
+                               all_tensors_to_one_file=True)
+    except Exception as e:  # noqa: BLE001
+        raise NpusimError(f"ONNX Runtime's transformer optimizer (model_type={model_type}) "
+                          f"failed on {where}: {_first_line(e)}") from None
+
+
+def annotate_shapes(path: Path, where: str) -> None:
+    """Write ONNX Runtime's type and shape of every node output into the model's value_info.
+
+    ONNX shape inference cannot see through contrib ops, ONNX Runtime can: every node output
+    becomes a graph output of a throw-away copy, and the session reports their shapes.
+    """
+    ort = _ort()
+    model = onnx.load(str(path), format="protobuf", load_external_data=False)
+    g = model.graph
+    known = {vi.name for vi in list(g.input) + list(g.output)} | {t.name for t in g.initializer}
+    wanted = [o for n in g.node for o in n.output if o and o not in known]
+    if not wanted:
+        return
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.value_info[:]
+    # weights become typed inputs (shape inference needs no values, and the session then
+    # reads no data); small inline tensors stay, they may drive shapes
+    pg = probe.graph
+    small = [t.data_location != TensorProto.EXTERNAL and _numel(t) <= _SMALL
+             for t in pg.initializer]
+    keep = [t for t, k in zip(pg.initializer, small) if k]
+    moved = [(t.name, t.data_type, list(t.dims)) for t, k in zip(pg.initializer, small) if not k]
+    input_names = {vi.name for vi in pg.input}
+    del pg.initializer[:]
+    pg.initializer.extend(keep)
+    for name, dtype, dims in moved:
+        if name not in input_names:
+            pg.input.append(helper.make_tensor_value_info(name, dtype, dims))
+    for name in dict.fromkeys(wanted):
+        probe.graph.output.append(onnx.ValueInfoProto(name=name))
+    probe_path = path.with_name(path.stem + ".shapes.onnx")
+    onnx.save(probe, str(probe_path))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(str(probe_path), so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001
+        raise NpusimError(f"ONNX Runtime could not infer the tensor shapes of {where}: "
+                          f"{_first_line(e)}") from None
+    finally:
+        probe_path.unlink(missing_ok=True)
+    have = {vi.name: vi for vi in g.value_info}
+    for out in sess.get_outputs():
+        if out.name in known or out.type not in _ORT_TYPES:
+            continue
+        vi = helper.make_tensor_value_info(out.name, _ORT_TYPES[out.type], out.shape)
+        if out.name in have:
+            have[out.name].CopyFrom(vi)
+        else:
+            g.value_info.append(vi)
+    onnx.save(model, str(path))
+
+
+def optimize_model(path: str | Path, level: str = "extended", *, dims: dict[str, int] | None = None,
+                   out_dir: str | Path | None = None, model_type: str | None = None,
+                   num_heads: int = 0, hidden_size: int = 0) -> Path:
+    """Run ONNX Runtime's offline graph optimizer on ``path``; return the optimized model file.
+
+    ``level``: ``none`` (ORT_DISABLE_ALL: the graph as ONNX Runtime reads it), ``basic``
+    (constant folding, Conv+BatchNormalization, redundant-node elimination) or ``extended``
+    (plus FusedConv/FusedGemm and the transformer fusions). ``dims`` binds symbolic input
+    dimensions before optimizing (more shape computations fold). At ``extended``,
+    transformer-like graphs (or an explicit ``model_type`` of ``bert``/``gpt2``) go through
+    ``onnxruntime.transformers.optimizer`` with ``num_heads``/``hidden_size`` (0: detect).
+    The result lives in ``out_dir`` (a new temporary directory if None; the caller removes
+    it) next to its zero-weight data files.
+    """
+    check_level(level)
+    src = Path(path)
+    where = f"model '{src}'"
+    if model_type is not None and model_type not in _TRANSFORMER_TYPES:
+        raise NpusimError(f"model_type {model_type!r}: expected one of "
+                          f"{', '.join(_TRANSFORMER_TYPES)} (or None to detect)")
+    if not src.is_file():
+        raise NpusimError(f"ONNX model file not found: '{src}'")
+    try:
+        model = onnx.load(str(src), format="protobuf", load_external_data=False)
+    except Exception as e:  # noqa: BLE001
+        raise NpusimError(f"'{src}' is not a valid ONNX model: {_first_line(e)}") from None
+    out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="npusim-ort-"))
+    out.mkdir(parents=True, exist_ok=True)
+
+    fill_zero_weights(model, src.parent, out)
+    if dims:
+        from npusim.frontend.onnx_loader import _bind_dims
+
+        _bind_dims(model.graph, dict(dims), f"ONNX model '{src}'")
+    prepared = out / "input.onnx"
+    onnx.save(model, str(prepared))
+
+    result = out / "optimized.onnx"
+    mtype = model_type
+    if mtype is None and level == "extended" and _looks_like_transformer(model):
+        mtype = "bert"
+    del model
+    if mtype is not None and level == "extended" and transformer_fusions_available():
+        stage = out / "ort.onnx"
+        _session_optimize(prepared, stage, level, where, _TRANSFORMER_DISABLED)
+        _transformer_fusions(stage, result, mtype, num_heads, hidden_size, where)
+    else:
+        _session_optimize(prepared, result, level, where)
+    annotate_shapes(result, where)
+    return result
+
+
+@contextlib.contextmanager
+def prepared_model(path: str | Path, optimize: str = "none",
+                   dims: dict[str, int] | None = None, **kwargs) -> Iterator[tuple[Path, dict | None]]:
+    """The file (and the dims still to bind) the loader should read for ``--optimize``.
+
+    ``none`` on a standard-ONNX model is the file itself. Otherwise the model goes through
+    :func:`optimize_model` in a temporary directory (removed on exit); ``none`` on a model
+    with contrib ops still passes through ONNX Runtime (with every optimization disabled)
+    so their output shapes are known. Dims are bound before optimizing, so the caller gets
+    ``None`` back for them.
+    """
+    check_level(optimize)
+    path = Path(path)
+    if optimize == "none" and not uses_contrib_ops(path):
+        yield path, dims
+        return
+    tmp = tempfile.mkdtemp(prefix="npusim-ort-")
+    try:
+        yield optimize_model(path, optimize, dims=dims, out_dir=tmp, **kwargs), None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+__all__ = ["LEVELS", "optimize_model", "prepared_model", "annotate_shapes",
+           "fill_zero_weights", "uses_contrib_ops", "check_level"]
