@@ -88,10 +88,11 @@ def test_server_preset_numbers():
     assert c.dma.request_bytes == 256
     assert (c.noc.type, c.noc.freq_mhz, c.noc.flit_bytes) == ("crossbar", 1000, 256)
     m = c.memory
-    # HBM2 at 2.4 Gb/s: 16 channels in pseudo-channel mode = 32 channels of 64 bits,
-    # 1200 MHz double data rate = 16 B per cycle each
-    assert (m.type, m.standard, m.freq_mhz, m.channels) == ("dram", "HBM2-2400_8Gb_x128", 1200, 32)
-    assert m.channel_bytes_per_cycle == 64 // 8 * 2
+    # HBM2 at 2.4 Gb/s: 16 channels of 128 bits (legacy mode), 1200 MHz double data rate =
+    # 32 B per cycle each
+    assert (m.type, m.standard, m.freq_mhz, m.channels) == (
+        "dram", "HBM2-2400_8Gb_x128_legacy", 1200, 16)
+    assert m.channel_bytes_per_cycle == 128 // 8 * 2
     assert m.peak_bytes_per_s == 614.4e9
     assert m.peak_gbps == pytest.approx(614.4)
 

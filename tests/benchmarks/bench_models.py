@@ -1,0 +1,127 @@
+"""Whole-model benchmark (issue 4): ResNet-50 at batch 1 and 8 and BERT-base at sequence 512
+on the `server` and `mobile` presets.
+
+Each case runs in its own process (so its peak memory is its own): one warm-up simulation
+loads the cached kernels, then the timed one. Prints simulated cycles, wall seconds of the
+simulation (lowering and kernel separately), simulated cycles per second and peak resident
+memory, and writes results/benchmarks/models.{json,md}.
+
+    python tests/benchmarks/bench_models.py [--quick] [--out FILE]
+
+For scale: ONNXim needs about 15 s on this machine for ResNet-18 on its TPUv4i-like config;
+npusim should do ResNet-50 on `server` in under 5 s once compiled, in under 2 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = REPO / "results" / "benchmarks" / "models.json"
+
+CASES = [
+    ("resnet50", {"batch": 1}, "server"),
+    ("resnet50", {"batch": 8}, "server"),
+    ("bert_base", {"batch": 1, "seq": 512}, "server"),
+    ("resnet50", {"batch": 1}, "mobile"),
+    ("resnet50", {"batch": 8}, "mobile"),
+    ("bert_base", {"batch": 1, "seq": 512}, "mobile"),
+]
+QUICK = CASES[:1]
+
+CHILD = r"""
+import json, resource, sys, time
+import npusim
+from npusim.config import load_config
+from npusim.engine import run_program
+from npusim.frontend import load_model
+from npusim.lowering import lower_graph
+from npusim.results import collect
+model, dims, preset = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+npusim.simulate("tiny_cnn", preset)  # load the cached kernels
+cfg = load_config(preset)
+t0 = time.perf_counter()
+graph = load_model(model, dims)
+prog = lower_graph(graph, cfg)
+t1 = time.perf_counter()
+raw = run_program(prog, cfg)
+t2 = time.perf_counter()
+r = collect(model, cfg, prog, raw)
+print(json.dumps({
+    "total_cycles": r.total_cycles, "layers": len(r.layers), "tiles": int(prog.n_tiles),
+    "load_and_lower_seconds": t1 - t0, "kernel_seconds": raw.wall_seconds,
+    "wall_seconds": t2 - t0, "event_steps": r.event_steps,
+    "dram_requests": sum(c["load_requests"] + c["store_requests"] for c in r.cores),
+    "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "bound": {b: sum(1 for l in r.layers if l["bound"] == b)
+              for b in ("systolic", "vector", "memory")},
+}))
+"""
+
+
+def run_case(model: str, dims: dict, preset: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, model, json.dumps(dims), preset],
+                         capture_output=True, text=True, cwd=REPO)
+    if out.returncode != 0:
+        return {"model": model, "dims": dims, "config": preset,
+                "error": out.stderr.strip().splitlines()[-1] if out.stderr else "failed"}
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    row.update(model=model, dims=dims, config=preset)
+    row["cycles_per_second"] = row["total_cycles"] / row["kernel_seconds"]
+    return row
+
+
+def table(rows: list[dict]) -> list[str]:
+    head = ("model", "dims", "config", "sim cycles", "lower s", "kernel s", "wall s",
+            "cycles/s", "DRAM req/s", "peak MiB", "layers bound s/v/m")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        dims = " ".join(f"{k}={v}" for k, v in r["dims"].items())
+        if "error" in r:
+            lines.append(f"| {r['model']} | {dims} | {r['config']} | error: {r['error']} |")
+            continue
+        b = r["bound"]
+        lines.append(
+            f"| {r['model']} | {dims} | {r['config']} | {r['total_cycles']:,} | "
+            f"{r['load_and_lower_seconds']:.2f} | {r['kernel_seconds']:.2f} | "
+            f"{r['wall_seconds']:.2f} | {r['cycles_per_second'] / 1e6:.2f} M | "
+            f"{r['dram_requests'] / r['kernel_seconds'] / 1e3:.0f} k | {r['peak_rss_mib']:.0f} | "
+            f"{b['systolic']}/{b['vector']}/{b['memory']} |")
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="ResNet-50 batch 1 on server only")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = ap.parse_args()
+    rows = []
+    for model, dims, preset in (QUICK if args.quick else CASES):
+        print(f"running {model} {dims} on {preset} ...", flush=True)
+        rows.append(run_case(model, dims, preset))
+    lines = table(rows)
+    print("\n".join(lines))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=REPO).stdout.strip()
+    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit,
+              "python": platform.python_version(), "machine": platform.platform(),
+              "cases": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    args.out.with_suffix(".md").write_text(
+        f"# Whole-model benchmark\n\n{report['date']}, commit {commit}, Python "
+        f"{report['python']}, {report['machine']}\n\n" + "\n".join(lines) + "\n\n"
+        "Targets: ResNet-50 on `server` under 5 s once compiled and under 2 GB "
+        "(ONNXim: ~15 s for ResNet-18 on its TPUv4i-like config on this machine).\n")
+    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
