@@ -48,8 +48,10 @@ def release_layers(st, prog, first, t):
 
 @kernel
 def scheduler_start(st, prog):
+    # roots by their static predecessor count: releasing a root without tiles releases its
+    # successors in the same cascade, which must not be released a second time here
     for layer in range(prog.layer.shape[0]):
-        if st.layer_st[L_PREDS_LEFT, layer] == 0 and prog.layer[layer, isa.L_RELEASE] == 0:
+        if prog.layer[layer, isa.L_N_PREDS] == 0 and prog.layer[layer, isa.L_RELEASE] == 0:
             release_layers(st, prog, layer, 0)
 
 

@@ -108,3 +108,26 @@ def test_clock_domains_at_their_own_frequencies():
     slow = npusim.simulate("mlp", "mobile", overrides=simple + ["memory.freq_mhz=400"])
     fast = npusim.simulate("mlp", "mobile", overrides=simple + ["memory.freq_mhz=800"])
     assert fast.total_cycles < slow.total_cycles
+
+
+def test_a_layer_behind_a_free_root_runs_exactly_once(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Flatten", ["x"], ["f"], name="flat"),
+             helper.make_node("MatMul", ["f", "w"], ["y"], name="mm")]
+    w = TensorProto()
+    w.name, w.data_type = "w", TensorProto.FLOAT
+    w.dims.extend([64, 128])
+    w.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "none.bin"), ("offset", "0"), ("length", str(4 * 64 * 128))):
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [1, 4, 4, 4])],
+                          [helper.make_tensor_value_info("y", 1, [1, 128])], initializer=[w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "flat_mm.onnx"
+    onnx.save(m, str(path))
+    r = npusim.simulate(str(path), "mobile")
+    assert sum(c["macs"] for c in r.cores) == 64 * 128

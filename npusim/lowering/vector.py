@@ -1,6 +1,925 @@
 """Element-wise, activation, normalization, reduction, pooling and data-moving ops on the
-vector unit (filled in by the op-coverage work; see LOWERINGS)."""
+vector unit.
+
+Every op here becomes one layer of tiles. A tile loads what it reads (MVIN), runs a few
+VECTOR instructions over it and stores what it writes (MVOUT); a VECTOR instruction of
+``elements`` elements and ``passes`` passes takes ``ceil(elements / (lanes * alus)) *
+latency[op] * passes`` cycles (``kernels/core.py``), so an op's cost is its list of
+*steps* below, applied to each tile. The vector unit is in order, so a tile's steps run one
+after another.
+
+Cost table (op -> steps; every step runs over all output elements of a tile unless marked
+"per row", which runs over one value per reduced row; ``T = ceil(log2(L))`` reduce levels,
+``L`` the reduced length):
+
+=====================  ====================================================================
+Relu                   max
+Clip                   max, min
+Sigmoid / Tanh         sigmoid / tanh
+Gelu / Erf             gelu / erf
+Silu, Swish            sigmoid, mul      (ONNX graphs spell it Sigmoid + Mul: two layers)
+HardSigmoid            mul, add, max, min             (alpha*x + beta, clamped to [0, 1])
+HardSwish              mul, add, max, min, mul
+Add / Sub / Mul / Div  add / sub / mul / div
+Pow                    mul if the exponent is the constant 2, sqrt if 0.5, else pow
+Sqrt / Reciprocal      sqrt / recip
+Exp / Log / Neg        exp / log / sub
+Abs                    sub, max                       (max(x, -x))
+LeakyRelu / PRelu      mul, max
+Max / Min (n inputs)   max / min with n - 1 passes
+Cast                   cast
+Where                  max                            (a select: one compare-class pass)
+Expand                 cast                           (a move that replicates the input)
+Transpose              cast                           (an on-chip move; the DMA gathers)
+BatchNormalization     mul, add           (scale and shift precomputed from scale, B,
+                                           mean, var: loads X, scale and B)
+ReduceSum              add; per row: reduce x T
+ReduceMean             add; per row: reduce x T, mul
+ReduceMax / ReduceMin  max / min; per row: reduce x T
+GlobalAveragePool      as ReduceMean over H*W;  GlobalMaxPool as ReduceMax over H*W
+Softmax                max; per row: reduce x T; sub, exp, add; per row: reduce x T; div
+LogSoftmax             max; per row: reduce x T; sub, exp, add; per row: reduce x T, log; sub
+LayerNormalization     add; per row: reduce x T, mul (mean);  sub, mul (square), add;
+                       per row: reduce x T, mul (variance), add (eps), rsqrt;
+                       mul (normalize), mul (gamma), add (beta, when B is given)
+MaxPool                max with kh*kw passes      (every output element compares its window)
+AveragePool            add with kh*kw passes, mul (the window sum, scaled)
+Concat, Split, Slice   no vector step: DMA in, DMA out (a Concat whose inputs could be
+                       written in place still costs one copy here)
+Gather                 no vector step: load the indices, then the gathered rows, store them
+Constant               nothing (no tiles: the value sits in DRAM from the start, so its
+                       consumers do not wait for it)
+=====================  ====================================================================
+
+Softmax and LogSoftmax follow opset 13 (one axis, default -1); LayerNormalization
+normalizes over every axis from ``axis`` on. Reductions take their axes from the
+attribute, a constant input, or (when the axes input's value is unknown) from comparing
+the input and output shapes; reducing non-adjacent axes is an error.
+
+A reduction of a row of ``L`` values costs one element pass of its combining op (every
+value folded into the row's partial results) plus ``ceil(log2 L)`` passes of ``reduce``
+(one level of the add/compare tree each) over the row results; the total is the same
+however the rows are tiled.
+
+Tiling. A tile must fit half the scratchpad (double buffering), counting everything it
+holds: every input slice and the output slice, ``precision`` bytes per element.
+
+- Element-wise ops (and Expand, Cast, Where, Transpose, Slice, Split, Concat, Gather) walk
+  the output in row-major order: a tile is ``t`` consecutive indices of one axis ``a``
+  times all of the axes after it (after merging axes that are contiguous for every
+  operand). ``a`` is the outermost axis for which such a tile fits, and tiles are at most
+  ``ceil(elements / num_cores)`` elements, so every core gets work when there is enough.
+  Each operand loads exactly the part of it the tile reads: a broadcast operand (a bias of
+  shape [C], a scalar) is loaded once per tile, never replicated in DRAM traffic.
+- Reductions, Softmax and LayerNormalization view their input as ``[O, L, I]`` (``L`` the
+  reduced axes) and tile along ``O`` (and ``I``), whole rows per tile. A row too long for
+  half the scratchpad is streamed in chunks by one group of tiles (in order on one core):
+  a reduction accumulates chunk by chunk; Softmax and LayerNormalization make three
+  passes over the row (statistics, then the intermediate written to the output, then the
+  final values), which costs the extra DRAM traffic a real spill costs.
+- Pooling tiles ``p`` output rows (and ``c`` channels) of one image, loading the input rows
+  their windows need (clipped at the padded borders).
+
+Layout: tensors are row-major in their own shape (``ctx.addr``), except that pooling reads
+NHWC activations, as ``conv.py`` writes them. Every element is ``precision`` bytes, also
+for indices and booleans. Where a step needs more loaded operands than its two dependency
+slots hold, a zero-element VECTOR (zero cycles) joins them first.
+"""
 
 from __future__ import annotations
 
-LOWERINGS: dict = {}
+import itertools
+from dataclasses import dataclass
+from math import ceil, prod
+
+import numpy as np
+
+from npusim.errors import NpusimError
+from npusim.frontend.graph import Node
+from npusim.kernels import isa
+from npusim.lowering.context import LoweringContext
+from npusim.program import Instr, LayerInfo
+
+MOVE = "cast"  # a data move through the vector unit: one 1-cycle pass, no arithmetic
+
+# --------------------------------------------------------------------------- cost tables
+
+ELEMENTWISE: dict[str, list[tuple[str, int]]] = {
+    "Relu": [("max", 1)],
+    "Clip": [("max", 1), ("min", 1)],
+    "Sigmoid": [("sigmoid", 1)],
+    "Tanh": [("tanh", 1)],
+    "Gelu": [("gelu", 1)],
+    "Erf": [("erf", 1)],
+    "Silu": [("sigmoid", 1), ("mul", 1)],
+    "Swish": [("sigmoid", 1), ("mul", 1)],
+    "HardSigmoid": [("mul", 1), ("add", 1), ("max", 1), ("min", 1)],
+    "HardSwish": [("mul", 1), ("add", 1), ("max", 1), ("min", 1), ("mul", 1)],
+    "Add": [("add", 1)],
+    "Sub": [("sub", 1)],
+    "Mul": [("mul", 1)],
+    "Div": [("div", 1)],
+    "Pow": [("pow", 1)],  # a constant exponent 2 or 0.5 is cheaper: see POW_CONST
+    "Sqrt": [("sqrt", 1)],
+    "Reciprocal": [("recip", 1)],
+    "Exp": [("exp", 1)],
+    "Log": [("log", 1)],
+    "Neg": [("sub", 1)],
+    "Abs": [("sub", 1), ("max", 1)],
+    "LeakyRelu": [("mul", 1), ("max", 1)],
+    "PRelu": [("mul", 1), ("max", 1)],
+    "Max": [("max", 1)],  # n inputs: n - 1 passes
+    "Min": [("min", 1)],
+    "Cast": [("cast", 1)],
+    "Where": [("max", 1)],
+    "Expand": [(MOVE, 1)],
+    "BatchNormalization": [("mul", 1), ("add", 1)],
+}
+POW_CONST = {2.0: [("mul", 1)], 0.5: [("sqrt", 1)]}  # Pow with a known constant exponent
+VARIADIC = ("Max", "Min")  # passes = number of inputs - 1
+
+EL, ROW = "element", "row"  # a step over every element, or over one value per row
+TREE = -1  # passes placeholder: ceil(log2(L)) levels of the reduce tree
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One pass over the rows. When a row fits a tile all phases run in that one tile;
+    otherwise each phase streams the row in chunks (its ROW steps after the last chunk)."""
+
+    steps: tuple[tuple[str, int, str], ...]  # (vector op, passes or TREE, EL or ROW)
+    reads: str = "x"  # "x": the input; "y": what the previous phase wrote to the output
+    writes: bool = False  # streams its element results to the output (when chunked)
+    params: bool = False  # needs the per-column parameters (LayerNormalization's Scale, B)
+
+
+def _reduce_phase(op: str, *row_after: tuple[str, int, str]) -> list[Phase]:
+    return [Phase(((op, 1, EL), ("reduce", TREE, ROW)) + row_after)]
+
+
+ROW_OPS: dict[str, list[Phase]] = {
+    "ReduceSum": _reduce_phase("add"),
+    "ReduceMean": _reduce_phase("add", ("mul", 1, ROW)),
+    "ReduceMax": _reduce_phase("max"),
+    "ReduceMin": _reduce_phase("min"),
+    "Softmax": [
+        Phase((("max", 1, EL), ("reduce", TREE, ROW))),
+        Phase((("sub", 1, EL), ("exp", 1, EL), ("add", 1, EL), ("reduce", TREE, ROW)),
+              writes=True),
+        Phase((("div", 1, EL),), reads="y", writes=True),
+    ],
+    "LogSoftmax": [
+        Phase((("max", 1, EL), ("reduce", TREE, ROW))),
+        Phase((("sub", 1, EL), ("exp", 1, EL), ("add", 1, EL), ("reduce", TREE, ROW),
+               ("log", 1, ROW)), writes=True),
+        Phase((("sub", 1, EL),), reads="y", writes=True),
+    ],
+    "LayerNormalization": [
+        Phase((("add", 1, EL), ("reduce", TREE, ROW), ("mul", 1, ROW))),  # mean
+        Phase((("sub", 1, EL), ("mul", 1, EL), ("add", 1, EL),  # (x - mean)^2 summed
+               ("reduce", TREE, ROW), ("mul", 1, ROW), ("add", 1, ROW), ("rsqrt", 1, ROW)),
+              writes=True),
+        Phase((("mul", 1, EL), ("mul", 1, EL), ("add", 1, EL)), reads="y", writes=True,
+              params=True),  # normalize, gamma, beta (beta dropped without B)
+    ],
+}
+ROW_OPS["GlobalAveragePool"] = ROW_OPS["ReduceMean"]
+ROW_OPS["GlobalMaxPool"] = ROW_OPS["ReduceMax"]
+REDUCING = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "GlobalAveragePool",
+            "GlobalMaxPool")
+
+POOL_STEPS = {  # K = kh * kw, the window size
+    "MaxPool": lambda K: [("max", K)],
+    "AveragePool": lambda K: [("add", K), ("mul", 1)],
+}
+
+MAX_DMA_PER_OPERAND = 8  # DMA descriptors one operand of a tile may take
+MAX_SLOTS = isa.N_TILE_SLOTS
+
+
+def tree_levels(n: int) -> int:
+    """ceil(log2(n)): levels of a binary add/compare tree reducing n values (0 for n <= 1)."""
+    return max(0, int(n) - 1).bit_length()
+
+
+# --------------------------------------------------------------------------- tile emission
+
+@dataclass(frozen=True)
+class Dma:
+    """One DMA descriptor relative to the tile's base address in ``slot`` (bytes)."""
+
+    slot: int
+    offset: int
+    n_outer: int
+    outer_stride: int
+    n_inner: int
+    inner_stride: int
+    run: int
+    after: int = -1  # loads only: index (in the tile's load list) of a load to wait for
+
+
+def build_tile(loads, steps, stores) -> list[np.ndarray]:
+    """Instruction rows of a tile: every load, the vector steps in a chain (the first waits
+    for the loads, two dependency slots at a time), then the stores after the last step."""
+    rows = []
+    for d in loads:
+        rows.append(Instr.dma(True, d.slot, d.offset, d.n_outer, d.outer_stride, d.n_inner,
+                              d.inner_stride, d.run, deps=(d.after,) if d.after >= 0 else ()))
+    awaited = {d.after for d in loads if d.after >= 0}
+    pending = [i for i in range(len(loads)) if i not in awaited]
+    chain = [s for s in steps if s[1] > 0 and s[2] > 0]
+    if chain:
+        joins = max(0, len(pending) - len(chain) - 1)
+    else:
+        joins = len(pending) - 1 if len(pending) > 2 else 0
+    chain = [("add", 0, 1)] * joins + chain  # zero-element VECTOR: waits, takes no cycles
+    last = None
+    for op, elements, passes in chain:
+        deps = [last] if last is not None else []
+        while len(deps) < 2 and pending:
+            deps.append(pending.pop(0))
+        rows.append(Instr.vector(op, elements, passes, deps=tuple(deps)))
+        last = len(rows) - 1
+    final = (last,) if last is not None else tuple(pending)
+    for d in stores:
+        rows.append(Instr.dma(False, d.slot, d.offset, d.n_outer, d.outer_stride, d.n_inner,
+                              d.inner_stride, d.run, deps=final))
+    return rows
+
+
+class LayerEmitter:
+    """Begins the layer of ``node`` and adds its groups and tiles (templates deduplicated)."""
+
+    def __init__(self, ctx: LoweringContext, node: Node, how: str):
+        g = ctx.graph
+        self.ctx, self.node = ctx, node
+        out = next((t for t in node.outputs if t), None)
+        self.info = LayerInfo(name=node.name, op_type=node.op_type,
+                              input_shapes=[g.shape(t) for t in node.inputs if t],
+                              output_shape=g.shape(out) if out else (), macs=0,
+                              mapping="", mapping_source=how)
+        self.layer = ctx.builder.begin_layer(self.info, ctx.preds(node))
+        self.n_tiles = 0
+
+    def group(self) -> None:
+        self.ctx.builder.begin_group()
+
+    def tile(self, bases, loads, steps, stores) -> None:
+        loads, steps, stores = tuple(loads), tuple(steps), tuple(stores)
+        key = ("vector", self.layer, loads, steps, stores)
+        tpl = self.ctx.builder.template(key, lambda: build_tile(loads, steps, stores))
+        self.ctx.builder.add_tile(tpl, tuple(bases))
+        self.n_tiles += 1
+
+    def finish(self) -> None:
+        self.info.mapping_source += f": {self.n_tiles} tiles"
+        for out in self.node.outputs:
+            if out:
+                self.ctx.producer_layer[out] = self.layer
+
+
+# --------------------------------------------------------------------------- boxes -> DMA
+
+def box_dims(counts, strides, keep_repeats=False):
+    """The DRAM shape of a box of ``counts`` indices with element ``strides``.
+
+    Returns (element offset of the lowest address, levels [(count, stride)] outer to inner,
+    contiguous run length, elements moved). Broadcast (stride 0) axes read the same data
+    again and are dropped, unless ``keep_repeats`` (a gather that re-reads a row).
+    """
+    dims, adj = [], 0
+    for c, s in zip(counts, strides):
+        if c <= 1 or (s == 0 and not keep_repeats):
+            continue
+        if s < 0:  # walk a reversed axis from its low end
+            adj += (c - 1) * s
+            s = -s
+        dims.append((c, s))
+    dims.sort(key=lambda d: -d[1] if d[1] else -float("inf"))  # repeats outermost
+    merged: list[tuple[int, int]] = []
+    for c, s in dims:
+        if merged and merged[-1][1] == c * s:
+            merged[-1] = (merged[-1][0] * c, s)
+        else:
+            merged.append((c, s))
+    run = merged.pop()[0] if merged and merged[-1][1] == 1 else 1
+    return adj, merged, run, run * prod(c for c, _ in merged)
+
+
+def box_dmas(slot, counts, strides, prec, keep_repeats=False, after=-1):
+    """DMA descriptors moving one box (at most two strided levels each); and its elements."""
+    adj, levels, run, elements = box_dims(counts, strides, keep_repeats)
+    extra, last2 = levels[:-2], levels[-2:]
+    last2 = [(1, 0)] * (2 - len(last2)) + last2
+    out = []
+    for idx in itertools.product(*(range(c) for c, _ in extra)):
+        off = adj + sum(i * s for i, (_, s) in zip(idx, extra))
+        out.append(Dma(slot, off * prec, last2[0][0], last2[0][1] * prec, last2[1][0],
+                       last2[1][1] * prec, run * prec, after))
+    return out, elements
+
+
+def _n_dmas(counts, strides, keep_repeats=False) -> int:
+    _, levels, _, _ = box_dims(counts, strides, keep_repeats)
+    return prod(c for c, _ in levels[:-2])
+
+
+# --------------------------------------------------------------------------- views
+
+@dataclass
+class View:
+    """A tensor seen over the layer's iteration space: element ``offset`` plus index times
+    ``strides`` (0 along broadcast axes)."""
+
+    addr: int
+    strides: list[int]
+    offset: int = 0
+    keep_repeats: bool = False
+    after: int = -1  # index of the view whose load must complete first (gather indices)
+
+
+def row_major(shape) -> list[int]:
+    strides, acc = [], 1
+    for d in reversed(list(shape)):
+        strides.append(acc)
+        acc *= d
+    return list(reversed(strides))
+
+
+def broadcast_view(addr: int, shape, out_shape) -> View:
+    """The view of an operand of ``shape`` broadcast (numpy rules) to ``out_shape``."""
+    r = len(out_shape)
+    padded = (1,) * (r - len(shape)) + tuple(shape)
+    rm = row_major(padded)
+    return View(addr, [0 if (p == 1 and o != 1) else s for p, o, s in zip(padded, out_shape, rm)])
+
+
+def coalesce(shape, views: list[View]):
+    """Drop size-1 axes and merge neighbours that are contiguous for every view."""
+    D: list[int] = []
+    S: list[list[int]] = [[] for _ in views]
+    for j, d in enumerate(shape):
+        if d == 1:
+            continue
+        if D and all(sv[-1] == v.strides[j] * d for sv, v in zip(S, views)):
+            D[-1] *= d
+            for sv, v in zip(S, views):
+                sv[-1] = v.strides[j]
+            continue
+        D.append(d)
+        for sv, v in zip(S, views):
+            sv.append(v.strides[j])
+    if not D:
+        return [1], [[0] for _ in views]
+    return D, S
+
+
+def emit_views(em: LayerEmitter, shape, sources: list[View], dests: list[View],
+               steps: list[tuple[str, int]], per_core_elements: int | None = None) -> None:
+    """Tile the iteration space ``shape``: each tile loads every source's box, runs
+    ``steps`` (vector op, passes) over the tile's elements and stores every dest's box."""
+    ctx = em.ctx
+    prec = ctx.precision
+    views = sources + dests
+    if len(views) > MAX_SLOTS:
+        raise NpusimError(f"{em.node.op_type} '{em.node.name}': {len(views)} distinct tensors; "
+                          f"npusim supports at most {MAX_SLOTS} (inputs plus output) per "
+                          f"vector op")
+    total = prod(shape)
+    if total == 0:
+        return
+    D, S = coalesce(shape, views)
+    k = len(D) - 1
+    cap = ctx.budget.spad_half // prec
+    per_core = per_core_elements or ceil(total / ctx.config.num_cores)
+    q = max(1, ctx.config.dma.request_bytes // prec)
+
+    def counts(a, t):
+        return [t] + D[a + 1:]
+
+    def feasible(a, t):
+        inner = prod(D[a + 1:])
+        if t > 1 and t * inner > per_core:
+            return False
+        c = counts(a, t)
+        used = 0
+        for v, sv in zip(views, S):
+            if _n_dmas(c, sv[a:], v.keep_repeats) > MAX_DMA_PER_OPERAND:
+                return False
+            used += box_dims(c, sv[a:], v.keep_repeats)[3]
+        return used <= cap
+
+    choice = None
+    for a in range(k + 1):
+        if prod(D[a + 1:]) > per_core or not feasible(a, 1):
+            continue
+        lo, hi = 1, D[a]
+        while lo < hi:  # the largest feasible t
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if feasible(a, mid) else (lo, mid - 1)
+        n = ceil(D[a] / lo)
+        t = ceil(D[a] / n)  # near-even split: no tiny last tile
+        if a == k and q <= t < D[a]:
+            t = t // q * q  # whole DMA requests
+        choice = (a, t)
+        break
+    if choice is None:
+        raise NpusimError(f"{em.node.op_type} '{em.node.name}': not even one element of each "
+                          f"operand fits half the scratchpad ({ctx.budget.spad_half} B); raise "
+                          f"core.spad_kib")
+    a, t = choice
+    inner = prod(D[a + 1:])
+    shapes: dict[int, tuple] = {}
+
+    def tile_shape(tc):
+        if tc not in shapes:
+            c = counts(a, tc)
+            loads, last_load = [], []
+            for i, (v, sv) in enumerate(zip(sources, S)):
+                after = last_load[v.after] if v.after >= 0 else -1
+                loads += box_dmas(i, c, sv[a:], prec, v.keep_repeats, after)[0]
+                last_load.append(len(loads) - 1)
+            stores = []
+            for i, (v, sv) in enumerate(zip(dests, S[len(sources):])):
+                stores += box_dmas(len(sources) + i, c, sv[a:], prec, v.keep_repeats)[0]
+            el = tc * inner
+            shapes[tc] = (loads, [(op, el, p) for op, p in steps], stores)
+        return shapes[tc]
+
+    for idx in itertools.product(*(range(d) for d in D[:a])):
+        outer = [sum(i * s for i, s in zip(idx, sv[:a])) for sv in S]
+        for s0 in range(0, D[a], t):
+            tc = min(t, D[a] - s0)
+            bases = [v.addr + (v.offset + o + s0 * sv[a]) * prec
+                     for v, sv, o in zip(views, S, outer)]
+            em.group()
+            em.tile(bases, *tile_shape(tc))
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _shape(ctx: LoweringContext, t: str) -> tuple[int, ...]:
+    return ctx.graph.shape(t)
+
+
+def const_value(ctx: LoweringContext, tensor: str):
+    """The value of a constant tensor if lowering can know it (a Constant node's value, or
+    an initializer value the front end kept), else None."""
+    if not tensor:
+        return None
+    info = ctx.graph.tensors.get(tensor)
+    value = getattr(info, "value", None) if info is not None else None
+    if value is not None:
+        return np.asarray(value)
+    prod_node = ctx.graph.producer(tensor)
+    if prod_node is not None and prod_node.op_type == "Constant":
+        a = prod_node.attrs
+        for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+            if key in a and not hasattr(a[key], "ListFields"):
+                return np.asarray(a[key])
+    return None
+
+
+def _axis(node: Node, rank: int, value, what: str = "axis") -> int:
+    ax = int(value)
+    if not -rank <= ax < max(rank, 1):
+        raise NpusimError(f"{node.op_type} '{node.name}': {what} {ax} is out of range for a "
+                          f"rank-{rank} input")
+    return ax % max(rank, 1)
+
+
+def _operand_views(ctx, names, out_shape) -> list[View]:
+    seen, views = [], []
+    for t in names:
+        if t and t not in seen:
+            seen.append(t)
+            views.append(broadcast_view(ctx.addr(t), _shape(ctx, t), out_shape))
+    return views
+
+
+# --------------------------------------------------------------------------- element-wise
+
+def lower_elementwise(ctx: LoweringContext, node: Node) -> None:
+    """Element-wise ops with numpy broadcasting: see ELEMENTWISE for the steps."""
+    op = node.op_type
+    y = node.outputs[0]
+    y_shape = _shape(ctx, y)
+    steps = list(ELEMENTWISE[op])
+    operands = list(node.inputs)
+    if op == "Expand":
+        operands = operands[:1]  # the shape input is not data
+    elif op == "Pow":
+        e = const_value(ctx, node.inputs[1])
+        if e is not None and e.size == 1 and float(e.reshape(-1)[0]) in POW_CONST:
+            steps = list(POW_CONST[float(e.reshape(-1)[0])])
+            operands = operands[:1]  # x*x or sqrt(x): the exponent is not loaded
+    elif op in VARIADIC:
+        steps = [(steps[0][0], max(1, len([t for t in operands if t]) - 1))]
+    elif op == "BatchNormalization":
+        _check_batchnorm(ctx, node)
+        return _lower_batchnorm(ctx, node, steps)
+    em = LayerEmitter(ctx, node, "vector unit")
+    sources = _operand_views(ctx, operands, y_shape)
+    emit_views(em, y_shape, sources, [View(ctx.addr(y), row_major(y_shape))], steps)
+    em.finish()
+
+
+def _check_batchnorm(ctx, node):
+    if int(node.attrs.get("training_mode", 0)) or any(node.outputs[1:]):
+        raise NpusimError(f"BatchNormalization '{node.name}': training mode (running mean and "
+                          f"variance outputs) is not supported; npusim lowers inference "
+                          f"BatchNormalization only")
+    if len(_shape(ctx, node.inputs[0])) < 2:
+        raise NpusimError(f"BatchNormalization '{node.name}': the input needs a channel axis "
+                          f"(rank >= 2), got shape {_shape(ctx, node.inputs[0])}")
+
+
+def _lower_batchnorm(ctx, node, steps):
+    """y = x * scale' + shift' with scale', shift' (per channel) folded from the four
+    parameters ahead of time: loads X and two [C] vectors (Scale's and B's space)."""
+    x, y = node.inputs[0], node.outputs[0]
+    shape = _shape(ctx, x)
+    em = LayerEmitter(ctx, node, "vector unit (scale/shift precomputed)")
+    per_channel = [0] * len(shape)
+    per_channel[1] = 1
+    sources = [View(ctx.addr(x), row_major(shape))]
+    for p in node.inputs[1:3]:
+        sources.append(View(ctx.addr(p), list(per_channel)))
+    emit_views(em, _shape(ctx, y), sources, [View(ctx.addr(y), row_major(shape))], steps)
+    em.finish()
+
+
+# --------------------------------------------------------------------------- data movement
+
+def lower_transpose(ctx: LoweringContext, node: Node) -> None:
+    x, y = node.inputs[0], node.outputs[0]
+    x_shape, y_shape = _shape(ctx, x), _shape(ctx, y)
+    perm = list(node.attrs.get("perm", list(reversed(range(len(x_shape))))))
+    xs = row_major(x_shape)
+    em = LayerEmitter(ctx, node, "vector unit (on-chip transpose)")
+    emit_views(em, y_shape, [View(ctx.addr(x), [xs[p] for p in perm])],
+               [View(ctx.addr(y), row_major(y_shape))], [(MOVE, 1)])
+    em.finish()
+
+
+def lower_concat(ctx: LoweringContext, node: Node) -> None:
+    """Each input is copied (DMA in, DMA out) into its place along the axis."""
+    y = node.outputs[0]
+    y_shape = _shape(ctx, y)
+    axis = _axis(node, len(y_shape), node.attrs.get("axis", 0))
+    ys = row_major(y_shape)
+    per_core = ceil(max(1, prod(y_shape)) / ctx.config.num_cores)
+    em = LayerEmitter(ctx, node, "DMA copy")
+    offset = 0
+    for t in node.inputs:
+        if not t:
+            continue
+        s = _shape(ctx, t)
+        emit_views(em, s, [View(ctx.addr(t), row_major(s))],
+                   [View(ctx.addr(y), ys, offset=offset * ys[axis])], [], per_core)
+        offset += s[axis]
+    em.finish()
+
+
+def lower_split(ctx: LoweringContext, node: Node) -> None:
+    """Each output is copied out of its part of the input along the axis."""
+    x = node.inputs[0]
+    x_shape = _shape(ctx, x)
+    axis = _axis(node, len(x_shape), node.attrs.get("axis", 0))
+    xs = row_major(x_shape)
+    per_core = ceil(max(1, prod(x_shape)) / ctx.config.num_cores)
+    em = LayerEmitter(ctx, node, "DMA copy")
+    offset = 0
+    for t in node.outputs:
+        if not t:
+            continue
+        s = _shape(ctx, t)
+        emit_views(em, s, [View(ctx.addr(x), xs, offset=offset * xs[axis])],
+                   [View(ctx.addr(t), row_major(s))], [], per_core)
+        offset += s[axis]
+    em.finish()
+
+
+def lower_slice(ctx: LoweringContext, node: Node) -> None:
+    """Reads the sliced box (strided DMA), writes it contiguously. Starts and steps come
+    from constant inputs when known; otherwise each sliced axis is assumed to start at 0
+    with step 1 (the traffic is the same, only the addresses differ)."""
+    x, y = node.inputs[0], node.outputs[0]
+    x_shape, y_shape = _shape(ctx, x), _shape(ctx, y)
+    r = len(x_shape)
+    start = [0] * r
+    step = [1] * r
+    ins = list(node.inputs) + [""] * 5
+    if "starts" in node.attrs:  # opset < 10: attributes
+        starts, axes, steps = node.attrs["starts"], node.attrs.get("axes"), None
+    else:
+        starts, axes, steps = (const_value(ctx, ins[1]), const_value(ctx, ins[3]),
+                               const_value(ctx, ins[4]))
+    if starts is not None:
+        starts = [int(v) for v in np.asarray(starts).reshape(-1)]
+        axes = list(range(len(starts))) if axes is None else [
+            int(v) for v in np.asarray(axes).reshape(-1)]
+        steps = [1] * len(starts) if steps is None else [
+            int(v) for v in np.asarray(steps).reshape(-1)]
+        for s0, ax, st in zip(starts, axes, steps):
+            ax = _axis(node, r, ax, "axis")
+            d = x_shape[ax]
+            if st > 0:
+                s0 = min(max(s0 + d if s0 < 0 else s0, 0), d)
+            else:
+                s0 = min(max(s0 + d if s0 < 0 else s0, -1), d - 1)
+            start[ax], step[ax] = s0, st
+    xs = row_major(x_shape)
+    src = View(ctx.addr(x), [s * k for s, k in zip(xs, step)],
+               offset=sum(s * k for s, k in zip(xs, start)))
+    em = LayerEmitter(ctx, node, "DMA copy")
+    emit_views(em, y_shape, [src], [View(ctx.addr(y), row_major(y_shape))], [])
+    em.finish()
+
+
+def lower_gather(ctx: LoweringContext, node: Node) -> None:
+    """Gather (embedding lookups): load the indices, then every gathered row (a DMA whose
+    addresses come from the indices), store the rows. The index values are never known
+    (no weight or input data is read), so the rows are taken spread evenly over the table:
+    row ``k * (V // K)`` for index ``k`` of ``K`` into a table of ``V`` rows (``K > V``:
+    every index re-reads one row)."""
+    data, idx = node.inputs[0], node.inputs[1]
+    y = node.outputs[0]
+    d_shape, i_shape, y_shape = _shape(ctx, data), _shape(ctx, idx), _shape(ctx, y)
+    axis = _axis(node, len(d_shape), node.attrs.get("axis", 0))
+    V, K = d_shape[axis], max(1, prod(i_shape))
+    spread = V // K if K <= V else 0
+    ds = row_major(d_shape)
+    irm = row_major(i_shape)
+    pre, post = len(d_shape[:axis]), len(d_shape[axis + 1:])
+    idx_strides = [0] * pre + irm + [0] * post
+    data_strides = ds[:axis] + [s * spread * ds[axis] for s in irm] + ds[axis + 1:]
+    sources = [View(ctx.addr(idx), idx_strides),
+               View(ctx.addr(data), data_strides, keep_repeats=True, after=0)]
+    em = LayerEmitter(ctx, node, "DMA gather")
+    emit_views(em, y_shape, sources, [View(ctx.addr(y), row_major(y_shape))], [])
+    em.finish()
+
+
+def lower_constant(ctx: LoweringContext, node: Node) -> None:
+    """A Constant's value sits in DRAM like a weight from the start: no tiles, no cycles,
+    and its consumers need not wait for it (it is not registered as their producer)."""
+    for out in node.outputs:
+        if out:
+            ctx.addr(out)
+    g = ctx.graph
+    out = node.outputs[0]
+    info = LayerInfo(name=node.name, op_type=node.op_type, input_shapes=[],
+                     output_shape=g.shape(out) if out in g.tensors else (), macs=0,
+                     mapping="", mapping_source="constant (no data moved)")
+    ctx.builder.begin_layer(info, [])
+
+
+# --------------------------------------------------------------------------- rows
+
+def _row_geometry(ctx, node):
+    """(O, L, I), the input's element strides for [O, L, I], and phases for a row op."""
+    op = node.op_type
+    x = node.inputs[0]
+    shape = _shape(ctx, x)
+    r = len(shape)
+    if op in ("GlobalAveragePool", "GlobalMaxPool"):
+        if r < 3:
+            raise NpusimError(f"{op} '{node.name}': needs an input with spatial axes "
+                              f"(N, C, ...), got shape {shape}")
+        # NHWC in DRAM (as conv.py writes it): [N, H*W, C]
+        return shape[0], prod(shape[2:]), shape[1]
+    if op == "Softmax" or op == "LogSoftmax":
+        ax = _axis(node, r, node.attrs.get("axis", -1))
+        return prod(shape[:ax]), shape[ax] if r else 1, prod(shape[ax + 1:])
+    if op == "LayerNormalization":
+        ax = _axis(node, r, node.attrs.get("axis", -1))
+        return prod(shape[:ax]), prod(shape[ax:]), 1
+    # ReduceX: axes from the attribute (opset < 18), a constant input, or the shapes
+    axes = node.attrs.get("axes")
+    from_shapes = False
+    if axes is None and len(node.inputs) > 1 and node.inputs[1]:
+        axes = const_value(ctx, node.inputs[1])
+        if axes is None:
+            axes = _reduced_axes_from_shapes(shape, _shape(ctx, node.outputs[0]),
+                                             int(node.attrs.get("keepdims", 1)))
+            from_shapes = True
+    if axes is None or len(np.asarray(axes).reshape(-1)) == 0:
+        if from_shapes or int(node.attrs.get("noop_with_empty_axes", 0)):
+            axes = []
+        else:
+            axes = list(range(r))
+    axes = sorted({_axis(node, r, a, "axis") for a in np.asarray(axes).reshape(-1)})
+    red = [a for a in axes if shape[a] > 1]
+    if red and any(shape[j] > 1 for j in range(red[0], red[-1] + 1) if j not in axes):
+        raise NpusimError(f"{op} '{node.name}': reducing axes {axes} of shape {shape}, which "
+                          f"are not adjacent; npusim supports a reduction over one run of "
+                          f"adjacent axes")
+    if not red:
+        return prod(shape), 1, 1
+    return prod(shape[:red[0]]), prod(shape[red[0]:red[-1] + 1]), prod(shape[red[-1] + 1:])
+
+
+def _reduced_axes_from_shapes(x_shape, y_shape, keepdims):
+    if keepdims:
+        return [j for j, (a, b) in enumerate(zip(x_shape, y_shape)) if b == 1 and a != 1]
+    axes, k = [], 0
+    for j, d in enumerate(x_shape):
+        if k < len(y_shape) and y_shape[k] == d:
+            k += 1
+        else:
+            axes.append(j)
+    return axes
+
+
+def _resolve(phases, L, has_beta):
+    """Steps of each phase with TREE replaced by the tree depth; beta dropped if absent."""
+    out = []
+    for ph in phases:
+        steps = [(op, tree_levels(L) if p == TREE else p, on) for op, p, on in ph.steps]
+        if ph.params and not has_beta:
+            steps = steps[:-1]
+        out.append((ph, steps))
+    return out
+
+
+def lower_rows(ctx: LoweringContext, node: Node) -> None:
+    """Reductions, Softmax, LayerNormalization, global pooling: whole rows per tile (or a
+    row streamed in chunks by one group when it does not fit)."""
+    op = node.op_type
+    prec = ctx.precision
+    x, y = node.inputs[0], node.outputs[0]
+    O, L, I = _row_geometry(ctx, node)
+    reduces = op in REDUCING
+    params = [t for t in node.inputs[1:3] if t] if op == "LayerNormalization" else []
+    phases = _resolve(ROW_OPS[op], L, len(params) > 1)
+    n_par = len(params)
+    cap = ctx.budget.spad_half // prec
+    cores = ctx.config.num_cores
+    q = max(1, ctx.config.dma.request_bytes // prec)
+    out_per_row = 1 if reduces else L  # output elements per row of the tile
+
+    if (L + out_per_row) * 1 + n_par * L <= cap:  # whole rows fit: tile along O (and I)
+        chunked = False
+        l = L
+        per_u = L + out_per_row  # elements one column of one row needs (input + output)
+        u = min(I, max(1, (cap - n_par * L) // per_u))
+        if O < cores:  # too few rows for every core: split the columns too
+            u = min(u, ceil(I / ceil(cores / O)))
+        t_fit = max(1, (cap - n_par * L) // (per_u * u))
+        t = max(1, min(O, t_fit, ceil(O / cores)))
+        t = ceil(O / ceil(O / t))
+        u = ceil(I / ceil(I / u))
+    else:  # stream each row in chunks of l
+        chunked = True
+        t, u = 1, min(I, q)
+        l = (cap - (u if reduces else 0)) // (u * (1 if reduces else 2) + n_par)
+        if I == 1 and l >= q:
+            l = l // q * q
+        if l < 1:
+            raise NpusimError(f"{op} '{node.name}': not even one column of a row fits half "
+                              f"the scratchpad ({ctx.budget.spad_half} B); raise core.spad_kib")
+
+    x_strides = [L * I, I, 1]
+    y_strides = [I, 0, 1] if reduces else [L * I, I, 1]
+
+    def param_dmas(k, c):
+        """Scale / B over the chunk's columns (a smaller, broadcast one: all of it)."""
+        n = ctx.graph.tensor(params[k]).numel
+        if n == L:
+            return box_dmas(2 + k, c, [0, 1, 0], prec)[0]
+        return box_dmas(2 + k, [n], [1], prec)[0]
+
+    addrs = [ctx.addr(x), ctx.addr(y)] + [ctx.addr(p) for p in params]
+    em = LayerEmitter(ctx, node, "vector unit" + (" (rows streamed in chunks)" if chunked else ""))
+
+    def steps_of(steps, rows, elements, with_row):
+        return [(op_, elements if on == EL else rows, p) for op_, p, on in steps
+                if on == EL or with_row]
+
+    for o0 in range(0, O, t):
+        tc = min(t, O - o0)
+        for i0 in range(0, I, u):
+            uc = min(u, I - i0)
+            rows = tc * uc
+            em.group()
+            if not chunked:
+                c = [tc, L, uc]
+                loads = box_dmas(0, c, x_strides, prec)[0]
+                for k in range(n_par):
+                    loads += param_dmas(k, c)
+                steps = [s for _, ph_steps in phases
+                         for s in steps_of(ph_steps, rows, rows * L, True)]
+                stores = box_dmas(1, c, y_strides, prec)[0]
+                bases = [addrs[0] + (o0 * L * I + i0) * prec,
+                         addrs[1] + (o0 * (I if reduces else L * I) + i0) * prec] + addrs[2:]
+                em.tile(bases, loads, steps, stores)
+                continue
+            for pi, (ph, ph_steps) in enumerate(phases):
+                for l0 in range(0, L, l):
+                    lc = min(l, L - l0)
+                    c = [tc, lc, uc]
+                    last_chunk = l0 + lc >= L
+                    src = 0 if ph.reads == "x" else 1
+                    loads = box_dmas(src, c, x_strides if src == 0 else y_strides, prec)[0]
+                    if ph.params:
+                        for k in range(n_par):
+                            loads += param_dmas(k, c)
+                    steps = steps_of(ph_steps, rows, rows * lc, last_chunk)
+                    stores = []
+                    if ph.writes:
+                        stores = box_dmas(1, c, y_strides, prec)[0]
+                    elif reduces and last_chunk and pi == len(phases) - 1:
+                        stores = box_dmas(1, c, y_strides, prec)[0]
+                    xo = o0 * L * I + l0 * I + i0
+                    yo = (o0 * I + i0) if reduces else xo
+                    bases = [addrs[0] + xo * prec, addrs[1] + yo * prec] + [
+                        a + (l0 * prec if ctx.graph.tensor(p).numel == L else 0)
+                        for a, p in zip(addrs[2:], params)]
+                    em.tile(bases, loads, steps, stores)
+    em.finish()
+
+
+# --------------------------------------------------------------------------- pooling
+
+def lower_pool(ctx: LoweringContext, node: Node) -> None:
+    """MaxPool / AveragePool over NHWC activations: a tile is ``p`` output rows (all
+    columns, ``c`` channels) of one image; it loads the input rows their windows need."""
+    from npusim.lowering.conv import _pads  # the same padding rules as Conv
+
+    op = node.op_type
+    x, y = node.inputs[0], node.outputs[0]
+    x_shape, y_shape = _shape(ctx, x), _shape(ctx, y)
+    if len(x_shape) != 4:
+        raise NpusimError(f"{op} '{node.name}': only 2-D pooling (4-D input NCHW) is "
+                          f"supported, got input shape {x_shape}")
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise NpusimError(f"{op} '{node.name}': the Indices output is not supported; npusim "
+                          f"lowers MaxPool with its values output only")
+    N, C, H, W = x_shape
+    _, _, P, Q = y_shape
+    kh, kw = node.attrs["kernel_shape"]
+    strides = tuple(node.attrs.get("strides", [1, 1]))
+    dil = tuple(node.attrs.get("dilations", [1, 1]))
+    pad_t, _ = _pads(node, (H, W), (P, Q), (kh, kw), strides, dil)
+    prec = ctx.precision
+    cap = ctx.budget.spad_half // prec
+    cores = ctx.config.num_cores
+    steps = POOL_STEPS[op](kh * kw)
+
+    def rows_in(p):
+        return min(H, (p - 1) * strides[0] + (kh - 1) * dil[0] + 1)
+
+    def fits(p, c):
+        return (rows_in(p) * W + p * Q) * c <= cap
+
+    ct = C
+    if not fits(1, C):
+        ct = max(1, cap // (rows_in(1) * W + Q))
+        if not fits(1, ct):
+            raise NpusimError(f"{op} '{node.name}': one output row with its input window does "
+                              f"not fit half the scratchpad ({ctx.budget.spad_half} B); raise "
+                              f"core.spad_kib")
+        ct = ceil(C / ceil(C / ct))
+    p_max = P if N * ceil(C / ct) >= cores else ceil(P / ceil(cores / (N * ceil(C / ct))))
+    pt = 1
+    while pt < p_max and fits(pt + 1, ct):
+        pt += 1
+    pt = ceil(P / ceil(P / pt))
+    x_strides = [W * C, C, 1]
+    y_strides = [Q * C, C, 1]
+    xa, ya = ctx.addr(x), ctx.addr(y)
+    em = LayerEmitter(ctx, node, "vector unit")
+    for n in range(N):
+        for p0 in range(0, P, pt):
+            pc = min(pt, P - p0)
+            h_lo = p0 * strides[0] - pad_t
+            h_hi = h_lo + (pc - 1) * strides[0] + (kh - 1) * dil[0] + 1
+            h_lo, h_hi = max(h_lo, 0), min(h_hi, H)
+            rows = max(h_hi - h_lo, 1)
+            for c0 in range(0, C, ct):
+                cc = min(ct, C - c0)
+                loads = box_dmas(0, [rows, W, cc], x_strides, prec)[0]
+                stores = box_dmas(1, [pc, Q, cc], y_strides, prec)[0]
+                el = pc * Q * cc
+                bases = [xa + ((n * H + h_lo) * W * C + c0) * prec,
+                         ya + ((n * P + p0) * Q * C + c0) * prec]
+                em.group()
+                em.tile(bases, loads, [(o, el, k) for o, k in steps], stores)
+    em.finish()
+
+
+# --------------------------------------------------------------------------- registry
+
+LOWERINGS: dict = {
+    **{op: lower_elementwise for op in ELEMENTWISE},
+    **{op: lower_rows for op in ROW_OPS},
+    "MaxPool": lower_pool,
+    "AveragePool": lower_pool,
+    "Transpose": lower_transpose,
+    "Concat": lower_concat,
+    "Split": lower_split,
+    "Slice": lower_slice,
+    "Gather": lower_gather,
+    "Constant": lower_constant,
+}
