@@ -111,6 +111,9 @@ E = prod(X)
     ("LeakyRelu", {"alpha": 0.1}, [("mul", 1), ("max", 1)]),
     ("HardSigmoid", {}, [("mul", 1), ("add", 1), ("max", 1), ("min", 1)]),
     ("HardSwish", {}, [("mul", 1), ("add", 1), ("max", 1), ("min", 1), ("mul", 1)]),
+    ("IsNaN", {}, [("sub", 1)]),
+    ("Floor", {}, [("cast", 1)]),
+    ("Sign", {}, [("max", 1)]),
 ])
 def test_unary_op_costs_its_steps_over_every_element(tmp_path, op, attrs, steps):
     path = model(tmp_path, [helper.make_node(op, ["x"], ["y"], name="act", **attrs)],

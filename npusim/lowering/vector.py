@@ -134,6 +134,17 @@ ELEMENTWISE: dict[str, list[tuple[str, int]]] = {
     "Where": [("max", 1)],
     "Expand": [(MOVE, 1)],
     "BatchNormalization": [("mul", 1), ("add", 1)],
+    # comparisons and logic (exporters use them for masks and position ids): one
+    # compare-class pass; rounding is a conversion
+    "Equal": [("sub", 1)], "Less": [("sub", 1)], "Greater": [("sub", 1)],
+    "LessOrEqual": [("sub", 1)], "GreaterOrEqual": [("sub", 1)], "IsNaN": [("sub", 1)],
+    "IsInf": [("sub", 1)], "Not": [("sub", 1)], "And": [("min", 1)], "Or": [("max", 1)],
+    "Sign": [("max", 1)], "Floor": [("cast", 1)], "Ceil": [("cast", 1)],
+    "Round": [("cast", 1)],
+    # GatherElements: reads the indices and one data element per output element; the
+    # index values are unknown, so the data read is costed as the slice of data the
+    # output lines up with (a data move through the vector unit)
+    "GatherElements": [(MOVE, 1)],
 }
 POW_CONST = {2.0: [("mul", 1)], 0.5: [("sqrt", 1)]}  # Pow with a known constant exponent
 VARIADIC = ("Max", "Min")  # passes = number of inputs - 1
@@ -508,6 +519,10 @@ def lower_elementwise(ctx: LoweringContext, node: Node) -> None:
     operands = list(node.inputs)
     if op == "Expand":
         operands = operands[:1]  # the shape input is not data
+    elif op == "GatherElements":
+        data, idx = operands[0], operands[1]
+        same = _shape(ctx, data) == _shape(ctx, idx)
+        operands = [idx, data] if same else [idx]  # a differently shaped table: indices only
     elif op == "Pow":
         e = const_value(ctx, node.inputs[1])
         if e is not None and e.size == 1 and float(e.reshape(-1)[0]) in POW_CONST:
