@@ -417,6 +417,12 @@ def simulate(
         "--unsupported", metavar="error|zero-cost",
         help="What to do with ops npusim cannot lower: stop with a list of them (error), "
              "or treat them as free with a warning (zero-cost).")] = "error",
+    optimize: Annotated[str, typer.Option(
+        "--optimize", metavar="none|basic|extended",
+        help="Run ONNX Runtime's offline graph optimizer on the model first: basic (constant "
+             "folding, Conv+BatchNormalization folding), extended (also FusedConv/FusedGemm "
+             "and the transformer fusions: SkipLayerNormalization, Gelu, Attention...).")
+    ] = "none",
     models_list: Annotated[Optional[Path], typer.Option(
         "--models-list", metavar="FILE",
         help="ONNXim models-list JSON: several models (with request_time in ms and their "
@@ -444,11 +450,12 @@ def simulate(
             cfg = load_config(config, overrides)
             requests = read_models_list(models_list, cfg.core_freq_mhz)
             result = simulate_requests(requests, cfg, mapping=mapping_path, skip=not no_skip,
-                                       progress=reporter, unsupported=unsupported)
+                                       progress=reporter, unsupported=unsupported,
+                                       optimize=optimize)
         else:
             result = run_simulation(model, config, overrides=overrides, mapping=mapping_path,
                                     dims=dims or None, skip=not no_skip, progress=reporter,
-                                    unsupported=unsupported)
+                                    unsupported=unsupported, optimize=optimize)
     finally:
         reporter.close()
     wall = time.perf_counter() - t0

@@ -7,16 +7,18 @@ from pathlib import Path
 from npusim.config import NpuConfig, load_config
 from npusim.engine import run_program
 from npusim.frontend import load_model, resolve_model_path
+from npusim.frontend.optimize import prepared_model
 from npusim.lowering import lower_graph
 from npusim.lowering.mapping import parse_mapping_file
 from npusim.results import Result, collect
 
 
 def simulate(model, config=None, *, overrides=(), mapping=None, dims=None, skip=True,
-             progress=None, unsupported="error") -> Result:
+             progress=None, unsupported="error", optimize="none") -> Result:
     cfg = config if isinstance(config, NpuConfig) else load_config(config, list(overrides))
     path = resolve_model_path(model)
-    graph = load_model(path, dims)
+    with prepared_model(path, optimize, dims) as (ready, ready_dims):
+        graph = load_model(ready, ready_dims)
     table = parse_mapping_file(mapping) if mapping else None
     prog = lower_graph(graph, cfg, table, unsupported=unsupported)
     raw = run_program(prog, cfg, skip=skip, progress=progress)
@@ -26,7 +28,7 @@ def simulate(model, config=None, *, overrides=(), mapping=None, dims=None, skip=
 
 
 def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip=True,
-                      progress=None, unsupported="error") -> Result:
+                      progress=None, unsupported="error", optimize="none") -> Result:
     """Simulate several requests (``npusim.workload.Request``) sharing one NPU.
 
     Layers of all requests compete for the cores; a request's first layers wait for its
@@ -40,7 +42,9 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
     builder = ProgramBuilder()
     warnings = []
     for i, req in enumerate(requests):
-        graph = load_model(req.model, req.dims or None)
+        with prepared_model(resolve_model_path(req.model), optimize,
+                            req.dims or None) as (ready, ready_dims):
+            graph = load_model(ready, ready_dims)
         builder.request, builder.release = i, req.arrival_cycle
         warnings += lower_into(builder, graph, cfg, table, unsupported,
                                prefix=f"{req.name or i}/")

@@ -41,6 +41,7 @@ _ORT_LEVEL = {"none": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
               "extended": "ORT_ENABLE_EXTENDED"}
 _TRANSFORMER_TYPES = ("bert", "gpt2")
 STANDARD_DOMAINS = ("", "ai.onnx")
+MS = "com.microsoft"
 ZEROS_FILE = "zeros.bin"
 _SMALL = 1024  # elements: external initializers at most this big are read (if present)
 _ALIGN = 4096
@@ -72,13 +73,33 @@ def check_level(level: str) -> str:
     return level
 
 
-def uses_contrib_ops(path: str | Path) -> bool:
-    """Whether the model has nodes outside the standard ONNX domain (e.g. ``com.microsoft``)."""
+def needs_ort_shapes(path: str | Path) -> bool:
+    """Whether the model has nodes outside the standard ONNX domain (e.g. ``com.microsoft``)
+    with an output whose shape the file does not state (ONNX shape inference cannot give
+    it)."""
     try:
         model = onnx.load(str(path), format="protobuf", load_external_data=False)
     except Exception:  # noqa: BLE001 - the loader reports unreadable files properly
         return False
-    return any(n.domain not in STANDARD_DOMAINS for n in model.graph.node)
+    g = model.graph
+    shaped = {vi.name for vi in list(g.value_info) + list(g.output)
+              if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")}
+    return any(o and o not in shaped for n in g.node if n.domain not in STANDARD_DOMAINS
+               for o in n.output)
+
+
+def _ort_onnx_domain_ops() -> set[str]:
+    """Op types ONNX Runtime registers only in the ONNX domain although ONNX has no such op
+    (e.g. SimplifiedLayerNormalization): npusim files them under com.microsoft."""
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as capi
+
+        domains: dict[str, set[str]] = {}
+        for schema in capi.get_all_operator_schema():
+            domains.setdefault(schema.name, set()).add(schema.domain)
+        return {n for n, d in domains.items() if "" in d and MS not in d and not onnx.defs.has(n)}
+    except Exception:  # noqa: BLE001 - a build without the schema list
+        return {"SimplifiedLayerNormalization"}
 
 
 # --------------------------------------------------------------------------- zero weights
@@ -159,10 +180,19 @@ def fill_zero_weights(model: onnx.ModelProto, src_dir: Path, out_dir: Path) -> i
 # --------------------------------------------------------------------------- optimizing
 
 
-def _looks_like_transformer(model: onnx.ModelProto) -> bool:
+def _transformer_type(model: onnx.ModelProto) -> str | None:
+    """``bert`` or ``gpt2`` for graphs shaped like them (attention, layer norm, GELU from Erf
+    or, as GPT-2 writes it, Tanh), else None (e.g. CNNs, or Llama-like models with RMSNorm
+    and SiLU, for which the transformer fusions do not apply)."""
     ops = {n.op_type for n in model.graph.node}
-    return "Softmax" in ops and bool(ops & {"MatMul", "Gemm"}) and \
-        bool(ops & {"LayerNormalization", "ReduceMean"})
+    if "Softmax" not in ops or not ops & {"MatMul", "Gemm"} \
+            or not ops & {"LayerNormalization", "ReduceMean"}:
+        return None
+    if "Tanh" in ops or "FastGelu" in ops:
+        return "gpt2"
+    if ops & {"Erf", "Gelu", "BiasGelu"}:
+        return "bert"
+    return None
 
 
 # What onnxruntime.transformers.optimizer disables in its ONNX Runtime pass before its own
@@ -252,6 +282,10 @@ def annotate_shapes(path: Path, where: str) -> None:
             pg.input.append(helper.make_tensor_value_info(name, dtype, dims))
     for name in dict.fromkeys(wanted):
         probe.graph.output.append(onnx.ValueInfoProto(name=name))
+    onnx_domain = _ort_onnx_domain_ops()
+    for n in pg.node:  # back where ONNX Runtime registers them
+        if n.domain == MS and n.op_type in onnx_domain:
+            n.domain = ""
     probe_path = path.with_name(path.stem + ".shapes.onnx")
     onnx.save(probe, str(probe_path))
     so = ort.SessionOptions()
@@ -276,17 +310,83 @@ def annotate_shapes(path: Path, where: str) -> None:
     onnx.save(model, str(path))
 
 
+def _ort_internal_ops_to_contrib(model: onnx.ModelProto) -> bool:
+    """ONNX Runtime registers a few of its own ops in the ONNX domain (e.g.
+    SimplifiedLayerNormalization); the ONNX checker rejects them there, so they move to
+    ``com.microsoft`` (npusim lowers by op type). Returns whether anything changed."""
+    changed = False
+    for n in model.graph.node:
+        if n.domain in STANDARD_DOMAINS and not onnx.defs.has(n.op_type):
+            n.domain = MS
+            changed = True
+    if changed and not any(o.domain == MS for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(MS, 1))
+    return changed
+
+
+def keep_node_order(path: Path, original: list[str]) -> None:
+    """Reorder the optimized graph's nodes to follow the original model's order.
+
+    ONNX Runtime saves its own topological order; npusim's scheduler starts ready layers in
+    graph order, so a different order alone can change the cycles. Nodes keep their names
+    through ONNX Runtime's fusions (a FusedConv is named after its Conv); a node with a new
+    name goes right after the latest of its producers. Still a topological order (Kahn's
+    algorithm, lowest original position first)."""
+    import heapq
+
+    model = onnx.load(str(path), format="protobuf", load_external_data=False)
+    nodes = list(model.graph.node)
+    rank = {name: i for i, name in enumerate(original) if name}
+    producer = {t: i for i, n in enumerate(nodes) for t in n.output if t}
+    preds = [sorted({producer[t] for t in n.input if t in producer and producer[t] != i})
+             for i, n in enumerate(nodes)]
+    key: list[float] = []
+    for i, n in enumerate(nodes):  # nodes are in a topological order already
+        if n.name in rank:
+            key.append(float(rank[n.name]))
+        else:
+            key.append(max((key[p] for p in preds[i] if p < i), default=-1.0) + 0.5)
+    users: list[list[int]] = [[] for _ in nodes]
+    missing = [len(p) for p in preds]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            users[p].append(i)
+    ready = [(key[i], i) for i, m in enumerate(missing) if m == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            missing[u] -= 1
+            if missing[u] == 0:
+                heapq.heappush(ready, (key[u], u))
+    changed = _ort_internal_ops_to_contrib(model)
+    if len(order) != len(nodes) or order == list(range(len(nodes))):
+        if changed:
+            onnx.save(model, str(path))
+        return
+    copies = [onnx.NodeProto() for _ in nodes]
+    for c, i in zip(copies, order):
+        c.CopyFrom(nodes[i])
+    del model.graph.node[:]
+    model.graph.node.extend(copies)
+    onnx.save(model, str(path))
+
+
 def optimize_model(path: str | Path, level: str = "extended", *, dims: dict[str, int] | None = None,
                    out_dir: str | Path | None = None, model_type: str | None = None,
                    num_heads: int = 0, hidden_size: int = 0) -> Path:
     """Run ONNX Runtime's offline graph optimizer on ``path``; return the optimized model file.
 
-    ``level``: ``none`` (ORT_DISABLE_ALL: the graph as ONNX Runtime reads it), ``basic``
+    ``level``: ``none`` (the graph unchanged, as ORT_DISABLE_ALL leaves it; ONNX Runtime
+    only supplies the output shapes of contrib ops, without reading weights), ``basic``
     (constant folding, Conv+BatchNormalization, redundant-node elimination) or ``extended``
     (plus FusedConv/FusedGemm and the transformer fusions). ``dims`` binds symbolic input
     dimensions before optimizing (more shape computations fold). At ``extended``,
-    transformer-like graphs (or an explicit ``model_type`` of ``bert``/``gpt2``) go through
-    ``onnxruntime.transformers.optimizer`` with ``num_heads``/``hidden_size`` (0: detect).
+    BERT- and GPT-2-like graphs (or any with an explicit ``model_type`` of ``bert``/``gpt2``)
+    also go through the Python fusions of ``onnxruntime.transformers.optimizer`` with
+    ``num_heads``/``hidden_size`` (0: detect) when that package can run (it needs sympy).
     The result lives in ``out_dir`` (a new temporary directory if None; the caller removes
     it) next to its zero-weight data files.
     """
@@ -315,33 +415,40 @@ def optimize_model(path: str | Path, level: str = "extended", *, dims: dict[str,
 
     result = out / "optimized.onnx"
     mtype = model_type
-    if mtype is None and level == "extended" and _looks_like_transformer(model):
-        mtype = "bert"
+    if mtype is None and level == "extended":
+        mtype = _transformer_type(model)
+    original = [n.name for n in model.graph.node]
     del model
-    if mtype is not None and level == "extended" and transformer_fusions_available():
+    if level == "none":
+        # ORT_DISABLE_ALL would change nothing but would read every (zero) weight: the
+        # graph goes on as it is, only its shapes come from ONNX Runtime (no weight data)
+        prepared.replace(result)
+    elif mtype is not None and level == "extended" and transformer_fusions_available():
         stage = out / "ort.onnx"
         _session_optimize(prepared, stage, level, where, _TRANSFORMER_DISABLED)
         _transformer_fusions(stage, result, mtype, num_heads, hidden_size, where)
     else:
         _session_optimize(prepared, result, level, where)
     annotate_shapes(result, where)
+    keep_node_order(result, original)
     return result
 
 
 @contextlib.contextmanager
-def prepared_model(path: str | Path, optimize: str = "none",
-                   dims: dict[str, int] | None = None, **kwargs) -> Iterator[tuple[Path, dict | None]]:
+def prepared_model(path: str | Path, optimize: str = "none", dims: dict[str, int] | None = None,
+                   **kwargs) -> Iterator[tuple[Path, dict | None]]:
     """The file (and the dims still to bind) the loader should read for ``--optimize``.
 
     ``none`` on a standard-ONNX model is the file itself. Otherwise the model goes through
     :func:`optimize_model` in a temporary directory (removed on exit); ``none`` on a model
-    with contrib ops still passes through ONNX Runtime (with every optimization disabled)
-    so their output shapes are known. Dims are bound before optimizing, so the caller gets
-    ``None`` back for them.
+    with contrib ops (``com.microsoft``) whose output shapes the file does not state is
+    copied unchanged with the shapes ONNX Runtime infers for them (ONNX shape inference
+    cannot). Dims are bound before
+    optimizing, so the caller gets ``None`` back for them.
     """
     check_level(optimize)
     path = Path(path)
-    if optimize == "none" and not uses_contrib_ops(path):
+    if optimize == "none" and not needs_ort_shapes(path):
         yield path, dims
         return
     tmp = tempfile.mkdtemp(prefix="npusim-ort-")
@@ -357,4 +464,4 @@ def _first_line(e: Exception) -> str:
 
 
 __all__ = ["LEVELS", "optimize_model", "prepared_model", "annotate_shapes",
-           "fill_zero_weights", "uses_contrib_ops", "check_level"]
+           "fill_zero_weights", "needs_ort_shapes", "check_level"]

@@ -1,6 +1,972 @@
-"""Attention (multi-head and grouped-query) and ONNX Runtime contrib ops
-(filled in by the transformer work; see LOWERINGS)."""
+"""Attention (multi-head and grouped-query) and ONNX Runtime's contrib ops.
+
+Graphs optimized by ONNX Runtime (``--optimize``, or optimized offline) carry fused ops of
+the ``com.microsoft`` domain. Each is lowered here from the same building blocks as the
+plain ops: GEMMs through :func:`npusim.lowering.gemm.emit_gemm` (batched, with per-batch
+byte offsets) and rows of vector steps on the vector unit.
+
+Attention
+=========
+
+``Attention`` (com.microsoft; and ONNX's own ``Attention`` of opset 23),
+``MultiHeadAttention`` and ``GroupQueryAttention`` become up to six layers, named after the
+node with a suffix, each waiting for the one before::
+
+    name/qkv       QKV projection (com.microsoft Attention only): one GEMM
+                   [B*S, hidden_in] x [hidden_in, Hq+Hk+Hv], bias through the accumulator
+    name/q_prep    bias add / rotary embedding of Q, K, V when the op has them
+    name/k_prep    (vector unit; also the copy of new K/V rows into the KV cache, when
+    name/v_prep     there is a past and nothing else writes them there)
+    name/scores    Q.K^T: per batch and KV head one GEMM [g*S, d] x [d, L]
+    name/softmax   row softmax of the scores (vector unit)
+    name/context   P.V: per batch and KV head one GEMM [g*S, L] x [L, dv]
+
+with ``B`` batch, ``S`` query length, ``L`` key length (past + new), ``d``/``dv`` head sizes,
+``N`` query heads, ``Nkv`` KV heads and ``g = N / Nkv`` query heads per KV head (1 for MHA).
+The ``g`` query heads sharing a KV head are stacked into one GEMM, so K and V are loaded
+per KV head, not per query head: grouped-query attention moves less K/V data than
+multi-head attention of the same shape. The 1/sqrt(d) scale is folded into the GEMM output
+(free), as ONNX Runtime's kernels do.
+
+MACs: ``B*S*hidden_in*(Hq+Hk+Hv)`` (projection) + ``B*N*S*L*d`` (scores) + ``B*N*S*L*dv``
+(context). No op here includes an output projection (ONNX Runtime keeps it a MatMul).
+
+Softmax over each of the ``B*N*S`` rows of ``L`` scores costs the steps of
+``vector.py``'s Softmax, ``E`` the tile's elements, ``r`` its rows, ``T = ceil(log2 L)``::
+
+    max(E), reduce x T (r), sub(E), exp(E), add(E), reduce x T (r), div(E)
+
+preceded by ``mul, tanh, mul`` (E) with a softcap, ``add`` (E) with an additive attention
+bias (its rows are loaded) and ``add`` (E) with a key-padding or causal mask (made on the
+fly; GroupQueryAttention is always causal). A VECTOR step of ``n`` elements takes ``ceil(n / (lanes*alus)) * latency`` cycles.
+
+Data layout (addresses only; timing depends on bytes and run lengths): Q, K and V are read
+per head as contiguous ``[rows, d]`` blocks (ONNX Runtime's BNSH layout), the scores are a
+scratch tensor ``[B, N, S, L]`` and the context is written per head into the output. A past
+KV cache and the present output share one buffer (ONNX Runtime's
+``past_present_share_buffer``): the past rows are read in place, never copied.
+
+Other contrib ops
+=================
+
+``E`` elements, ``r`` rows of the op; a tile loads its inputs, runs the steps, stores::
+
+    FusedConv / FusedGemm / GemmFastGelu   the Conv / Gemm, activation fused in the output
+                                           path (free; listed in the layer's ``fused``);
+                                           FusedConv's sum input Z: a layer name/sum of
+                                           add + the activation's steps (Relu: max) (E)
+    FusedMatMul            MatMul with transA/transB (alpha folded, free)
+    SkipLayerNormalization add (skip), [add (bias)], then LayerNormalization's steps:
+        add(E), reduce x T (r), mul (r), sub(E), mul(E), add(E), reduce x T (r), mul (r),
+        add (r), rsqrt (r), mul(E), mul(E), [add(E) with beta]
+    SkipSimplifiedLayerNormalization   add (skip), [add (bias)], RMS norm:
+        mul(E), add(E), reduce x T (r), mul (r), add (r), rsqrt (r), mul(E), mul(E)
+    SimplifiedLayerNormalization       RMS norm as above
+    EmbedLayerNormalization  gather of word rows (one DMA run per token) + position rows
+                           [+ segment row], add, [add], LayerNormalization's steps
+    BiasGelu               add, gelu            FastGelu   [add], gelu
+    QuickGelu              mul, sigmoid, mul    BiasAdd    add, add
+    BiasSoftmax            add, then the softmax steps
+    RotaryEmbedding        mul (cos), mul (sin), add; cos/sin rows loaded per token
+
+A tile holds whole rows (as many as fit half the scratchpad, at most rows / (4 * cores) so
+every core gets work); a row longer than that is cut into column chunks, each costed as
+its own tile (the cross-chunk combination of a softmax or norm is not charged).
+
+Not supported: DecoderMaskedMultiHeadAttention, PackedAttention, PackedMultiHeadAttention,
+SparseAttention, PagedAttention, quantized contrib ops (QAttention, MatMulNBits, ...).
+"""
 
 from __future__ import annotations
 
-LOWERINGS: dict = {}
+from dataclasses import dataclass
+from math import ceil, prod
+from typing import Callable
+
+import numpy as np
+
+from npusim.errors import NpusimError
+from npusim.frontend.graph import Node, TensorInfo
+from npusim.lowering.context import LoweringContext
+from npusim.lowering.conv import lower_conv
+from npusim.lowering.gemm import GemmProblem, _batch_strides, emit_gemm, lower_gemm
+from npusim.program import Instr, LayerInfo
+
+MS = "com.microsoft"
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _opt(node: Node, i: int) -> str | None:
+    return node.inputs[i] if len(node.inputs) > i and node.inputs[i] else None
+
+
+def _opt_out(node: Node, i: int) -> str | None:
+    return node.outputs[i] if len(node.outputs) > i and node.outputs[i] else None
+
+
+def _shape(ctx: LoweringContext, t: str) -> tuple[int, ...]:
+    return ctx.graph.shape(t)
+
+
+def _err(node: Node, why: str) -> NpusimError:
+    return NpusimError(f"{node.op_type} '{node.name}': {why}")
+
+
+def _scratch(ctx: LoweringContext, node: Node, tag: str, shape) -> str:
+    """An internal tensor of the op (in DRAM), e.g. the attention scores."""
+    name = f"{node.name}::{tag}"
+    if name not in ctx.graph.tensors:
+        ctx.graph.tensors[name] = TensorInfo(name, tuple(int(d) for d in shape), 1, False)
+    ctx.addr(name)
+    return name
+
+
+def _preds(ctx: LoweringContext, tensors) -> list[int]:
+    return sorted({ctx.producer_layer[t] for t in tensors if t and t in ctx.producer_layer})
+
+
+def _produced(ctx: LoweringContext, layer: int, tensors) -> None:
+    for t in tensors:
+        if t:
+            ctx.producer_layer[t] = layer
+
+
+def _layer_info(ctx: LoweringContext, layer: int) -> LayerInfo:
+    return ctx.builder.layer_info(layer)
+
+
+def _tree(n: int) -> int:
+    """ceil(log2(n)): levels of the reduce tree of n values (as vector.py)."""
+    return max(0, int(n) - 1).bit_length()
+
+
+def _attr_str(node: Node, name: str, default: str = "") -> str:
+    v = node.attrs.get(name, default)
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+# --------------------------------------------------------------------------- vector rows
+
+
+@dataclass(frozen=True)
+class VecIn:
+    """One operand of a row layer.
+
+    ``rows``: the tile's rows of a [rows, pitch] tensor (contiguous ``cols`` of each row);
+    ``bcast``: the same ``elems`` (default ``cols``) for every row, loaded once per tile;
+    ``slot2``/``slot3``: ``elems`` per row, rows ``row_stride`` bytes apart, from a base the
+    layer computes per tile (a gather, or rows broadcast over heads).
+    """
+
+    addr: int
+    mode: str = "rows"
+    row_stride: int = 0
+    elems: int | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    op: str  # a vector op of isa.VECTOR_OPS
+    per: str = "elem"  # "elem": every element of the tile; "row": one value per row
+    passes: int = 1
+    uses: tuple[int, ...] = ()  # operands (indices) whose loads this step waits for
+
+
+def softmax_steps(L: int) -> list[Step]:
+    T = _tree(L)
+    return [Step("max"), Step("reduce", "row", T), Step("sub"), Step("exp"), Step("add"),
+            Step("reduce", "row", T), Step("div")]
+
+
+def layernorm_steps(H: int, gamma: int | None, beta: int | None) -> list[Step]:
+    T = _tree(H)
+    out = [Step("add"), Step("reduce", "row", T), Step("mul", "row"),  # mean
+           Step("sub"), Step("mul"), Step("add"), Step("reduce", "row", T),  # variance
+           Step("mul", "row"), Step("add", "row"), Step("rsqrt", "row"),
+           Step("mul"), Step("mul", uses=(gamma,) if gamma is not None else ())]
+    if beta is not None:
+        out.append(Step("add", uses=(beta,)))
+    return out
+
+
+def rmsnorm_steps(H: int, gamma: int | None) -> list[Step]:
+    T = _tree(H)
+    return [Step("mul"), Step("add"), Step("reduce", "row", T), Step("mul", "row"),
+            Step("add", "row"), Step("rsqrt", "row"), Step("mul"),
+            Step("mul", uses=(gamma,) if gamma is not None else ())]
+
+
+def _fit_rows(ctx: LoweringContext, rows: int, cols: int, inputs: list[VecIn], n_out: int,
+              where: str) -> tuple[int, int]:
+    """(rows, columns) of a tile: whole rows when one fits half the scratchpad, as many as
+    fit but at most rows / (4 * cores) (every core gets work, with double buffering)."""
+    b = ctx.budget
+    prec = ctx.precision
+    per_row = n_out * cols
+    fixed = 0
+    for v in inputs:
+        if v.mode == "bcast":
+            fixed += v.elems or cols
+        else:
+            per_row += v.elems or cols
+    half = b.spad_half // prec
+    if fixed + per_row <= half:
+        r_fit = (half - fixed) // per_row
+        n = max(ceil(rows / r_fit), min(rows, 4 * b.cores))
+        return ceil(rows / n), cols
+    # a row does not fit: stream it in column chunks (one row per tile)
+    n_full = n_out + sum(1 for v in inputs if v.elems is None)
+    other = sum(v.elems for v in inputs if v.elems is not None)
+    ct = (half - other) // max(1, n_full)
+    if ct < 1:
+        raise NpusimError(f"{where}: a row of {cols} elements cannot be tiled in half the "
+                          f"scratchpad ({b.spad_half} B); raise core.spad_kib")
+    return 1, ct
+
+
+def emit_rows(ctx: LoweringContext, *, name: str, op_type: str, rows: int, cols: int,
+              inputs: list[VecIn], steps: list[Step], out_addr: int, preds: list[int],
+              outputs, input_shapes, output_shape, pitch: int | None = None,
+              slot_fns: dict[int, Callable[[int], int]] | None = None,
+              extra_out: tuple[tuple[int, int], ...] = (), fused: list[str] | None = None,
+              macs: int = 0) -> int:
+    """One layer of ``rows`` x ``cols`` on the vector unit; returns its layer id.
+
+    Every tile loads its operands, runs ``steps`` in order (each after the previous and the
+    loads it uses) and stores its rows to ``out_addr`` (row pitch ``pitch`` elements,
+    default ``cols``); ``extra_out`` = ((addr, step index), ...) stores the tile's rows to
+    another tensor too, after that step (e.g. SkipLayerNormalization's sum output).
+    """
+    prec = ctx.precision
+    pitch = pitch or cols
+    slot_fns = slot_fns or {}
+    rt, ct = _fit_rows(ctx, max(rows, 1), cols, inputs, 1 + len(extra_out), f"{op_type} '{name}'")
+    builder = ctx.builder
+    info = LayerInfo(name=name, op_type=op_type, input_shapes=list(input_shapes),
+                     output_shape=tuple(output_shape), macs=int(macs), mapping="",
+                     mapping_source=f"vector: tiles of {rt} rows x {ct} of {rows} x {cols}",
+                     fused=list(fused or []))
+    layer = builder.begin_layer(info, preds)
+
+    def rows_dma(load: bool, addr: int, nr: int, nc: int, deps=()):
+        if nc == pitch:
+            return Instr.dma(load, 0, addr, 1, 0, 1, 0, nr * nc * prec, deps=deps)
+        return Instr.dma(load, 0, addr, nr, pitch * prec, 1, 0, nc * prec, deps=deps)
+
+    def template(nr: int, nc: int):
+        def build():
+            out, loads = [], []
+            for v in inputs:
+                if v.mode == "rows":
+                    out.append(rows_dma(True, v.addr, nr, nc))
+                elif v.mode == "bcast":
+                    out.append(Instr.dma(True, 1, v.addr, 1, 0, 1, 0, (v.elems or nc) * prec))
+                else:
+                    slot = 2 if v.mode == "slot2" else 3
+                    out.append(Instr.dma(True, slot, v.addr, nr, v.row_stride, 1, 0,
+                                         (v.elems or nc) * prec))
+                loads.append(len(out) - 1)
+            done_at: list[int] = []
+            prev = None
+            for k, s in enumerate(steps):
+                uses = s.uses if (s.uses or k > 0) else tuple(range(min(2, len(loads))))
+                deps = ([prev] if prev is not None else []) + [loads[i] for i in uses]
+                if len(deps) > 2:
+                    raise AssertionError(f"step {s} of {name} waits for {len(deps)} things")
+                n = nr * nc if s.per == "elem" else nr
+                out.append(Instr.vector(s.op, n, s.passes, deps=tuple(deps)))
+                prev = len(out) - 1
+                done_at.append(prev)
+            last = (prev,) if prev is not None else tuple(loads[:2])
+            for addr, k in extra_out:
+                out.append(rows_dma(False, addr, nr, nc, deps=(done_at[k],)))
+            out.append(rows_dma(False, out_addr, nr, nc, deps=last))
+            return out
+        return builder.template(("rows", layer, nr, nc), build)
+
+    for r0 in range(0, rows, rt):
+        nr = min(rt, rows - r0)
+        for c0 in range(0, cols, ct):
+            nc = min(ct, cols - c0)
+            bases = (r0 * pitch * prec + c0 * prec, c0 * prec,
+                     (slot_fns[2](r0) if 2 in slot_fns else 0) + c0 * prec,
+                     (slot_fns[3](r0) if 3 in slot_fns else 0) + c0 * prec)
+            builder.begin_group()
+            builder.add_tile(template(nr, nc), bases)
+    _produced(ctx, layer, outputs)
+    return layer
+
+
+# --------------------------------------------------------------------------- attention core
+
+
+@dataclass
+class Operand:
+    """A Q/K/V block set: per-head contiguous [rows, d] blocks from ``addr`` (BNSH)."""
+
+    addr: int
+    deps: tuple[str, ...]  # tensors whose producers must finish first
+
+
+@dataclass
+class AttnShape:
+    B: int
+    S: int  # query length
+    L: int  # key length attended (past + new)
+    heads: int
+    kv_heads: int
+    dqk: int
+    dv: int
+
+    @property
+    def group(self) -> int:
+        return self.heads // self.kv_heads
+
+
+def _check_heads(node: Node, a: AttnShape) -> None:
+    if a.heads < 1 or a.kv_heads < 1 or a.heads % a.kv_heads:
+        raise _err(node, f"{a.heads} query heads cannot be shared by {a.kv_heads} KV heads "
+                         "(num_heads must be a multiple of kv_num_heads)")
+    if min(a.B, a.S, a.L, a.dqk, a.dv) < 1:
+        raise _err(node, f"degenerate attention shape {a}")
+
+
+def attention_core(ctx: LoweringContext, node: Node, a: AttnShape, q: Operand, k: Operand,
+                   v: Operand, out: str, *, mask: bool = False, bias: str | None = None,
+                   softcap: bool = False, qk_out: str | None = None) -> int:
+    """Scores, softmax and context layers; returns the context layer."""
+    _check_heads(node, a)
+    prec = ctx.precision
+    B, S, L, N, Nkv, g = a.B, a.S, a.L, a.heads, a.kv_heads, a.group
+    scores = _scratch(ctx, node, "scores", (B, N, S, L))
+    s_addr = ctx.addr(scores)
+
+    offs = [(((b * N + j * g) * S * a.dqk) * prec, ((b * Nkv + j) * L * a.dqk) * prec,
+             ((b * N + j * g) * S * L) * prec) for b in range(B) for j in range(Nkv)]
+    prob = GemmProblem(N=g * S, C=a.dqk, M=L, batch_offsets=offs, x_addr=q.addr,
+                       x_row_stride=a.dqk * prec, x_trans=False, w_addr=k.addr, w_trans=True,
+                       y_addr=s_addr)
+    sub = Node(name=f"{node.name}/scores", op_type=node.op_type,
+               inputs=list(q.deps + k.deps), outputs=[scores])
+    info = LayerInfo(name=sub.name, op_type=node.op_type,
+                     input_shapes=[(B, N, S, a.dqk), (B, Nkv, L, a.dqk)],
+                     output_shape=(B, N, S, L), macs=B * N * S * L * a.dqk, mapping="",
+                     mapping_source="")
+    emit_gemm(ctx, sub, prob, info)
+    if qk_out:
+        ctx.address[qk_out] = s_addr
+        ctx.producer_layer[qk_out] = ctx.producer_layer[scores]
+
+    # softmax, in place
+    probs = f"{node.name}::probs"
+    ctx.address[probs] = s_addr
+    inputs = [VecIn(s_addr)]
+    steps: list[Step] = []
+    fns: dict[int, Callable[[int], int]] = {}
+    deps = [scores]
+    if softcap:
+        steps += [Step("mul"), Step("tanh"), Step("mul")]
+    if bias is not None:
+        bshape = (1,) * (4 - len(_shape(ctx, bias))) + tuple(_shape(ctx, bias))
+        if len(bshape) != 4 or bshape[-2] not in (1, S):
+            raise _err(node, f"attention bias of shape {_shape(ctx, bias)} does not broadcast "
+                             f"to [batch, heads, {S}, {L}]")
+        Bb, Nb, Sb, Lb = bshape
+
+        def bias_row(r0: int) -> int:
+            b, h, s = r0 // (N * S), (r0 // S) % N, r0 % S
+            return ((((b if Bb > 1 else 0) * Nb + (h if Nb > 1 else 0)) * Sb)
+                    + (s if Sb > 1 else 0)) * Lb * prec
+
+        inputs.append(VecIn(ctx.addr(bias), "slot2", row_stride=Lb * prec if Sb > 1 else 0,
+                            elems=Lb))
+        fns[2] = bias_row
+        steps.append(Step("add", uses=(0, 1) if not steps else (1,)))
+        deps.append(bias)
+    if mask:
+        steps.append(Step("add"))
+    steps += softmax_steps(L)
+    emit_rows(ctx, name=f"{node.name}/softmax", op_type=node.op_type, rows=B * N * S, cols=L,
+              inputs=inputs, steps=steps, out_addr=s_addr, preds=_preds(ctx, deps),
+              outputs=[probs], input_shapes=[(B, N, S, L)], output_shape=(B, N, S, L),
+              slot_fns=fns)
+
+    offs = [(((b * N + j * g) * S * L) * prec, ((b * Nkv + j) * L * a.dv) * prec,
+             ((b * N + j * g) * S * a.dv) * prec) for b in range(B) for j in range(Nkv)]
+    prob = GemmProblem(N=g * S, C=L, M=a.dv, batch_offsets=offs, x_addr=s_addr,
+                       x_row_stride=L * prec, x_trans=False, w_addr=v.addr, w_trans=False,
+                       y_addr=ctx.addr(out))
+    sub = Node(name=f"{node.name}/context", op_type=node.op_type,
+               inputs=[probs, *v.deps], outputs=[out])
+    info = LayerInfo(name=sub.name, op_type=node.op_type,
+                     input_shapes=[(B, N, S, L), (B, Nkv, L, a.dv)],
+                     output_shape=_shape(ctx, out), macs=B * N * S * L * a.dv, mapping="",
+                     mapping_source="")
+    emit_gemm(ctx, sub, prob, info)
+    return ctx.producer_layer[out]
+
+
+def _prep(ctx: LoweringContext, node: Node, tag: str, src: Operand, rows: int, cols: int,
+          dst_addr: int, dst_tensor: str, *, bias_addr: int | None = None,
+          rotary: tuple[int | None, int | None, int, int] | None = None, extra_deps=(),
+          pitch: int | None = None) -> Operand:
+    """Bias add and/or rotary embedding (or a plain copy) of Q, K or V into ``dst``.
+
+    ``rotary`` = (cos addr, sin addr, half width, first position); cos/sin None when the
+    op computes them itself (no loads)."""
+    inputs = [VecIn(src.addr)]
+    steps: list[Step] = []
+    fns: dict[int, Callable[[int], int]] = {}
+    if bias_addr is not None:
+        inputs.append(VecIn(bias_addr, "bcast", elems=cols))
+        steps.append(Step("add", uses=(0, 1)))
+    if rotary is not None:
+        cos, sin, half, pos0 = rotary
+        if cos is not None and sin is not None:
+            prec = ctx.precision
+            i = len(inputs)
+            inputs += [VecIn(cos, "slot2", row_stride=half * prec, elems=half),
+                       VecIn(sin, "slot2", row_stride=half * prec, elems=half)]
+            fns[2] = lambda r0: (pos0 + r0 % rows) * half * prec
+            steps += [Step("mul", uses=(0, i) if not steps else (i,)),
+                      Step("mul", uses=(i + 1,)), Step("add")]
+        else:
+            steps += [Step("mul"), Step("mul"), Step("add")]
+    emit_rows(ctx, name=f"{node.name}/{tag}", op_type=node.op_type, rows=rows, cols=cols,
+              inputs=inputs, steps=steps, out_addr=dst_addr,
+              preds=_preds(ctx, src.deps + tuple(extra_deps)), outputs=[dst_tensor],
+              input_shapes=[(rows, cols)], output_shape=(rows, cols), slot_fns=fns, pitch=pitch)
+    return Operand(dst_addr, (dst_tensor,))
+
+
+# --------------------------------------------------------------------------- attention ops
+
+
+def _cache(ctx: LoweringContext, node: Node, which: str, present: str | None,
+           shape) -> tuple[int, str]:
+    """The KV-cache buffer: the present output when the graph has it, else a scratch."""
+    if present is not None:
+        return ctx.addr(present), present
+    t = _scratch(ctx, node, f"{which}_cache", shape)
+    return ctx.addr(t), t
+
+
+def lower_ms_attention(ctx: LoweringContext, node: Node) -> None:
+    """com.microsoft Attention: QKV projection + attention (no output projection)."""
+    g = ctx.graph
+    prec = ctx.precision
+    x, w = node.inputs[0], node.inputs[1]
+    bias, mask, past, ab = _opt(node, 2), _opt(node, 3), _opt(node, 4), _opt(node, 5)
+    present = _opt_out(node, 1)
+    xs = _shape(ctx, x)
+    if len(xs) != 3:
+        raise _err(node, f"input must be [batch, seq, hidden], got {xs}")
+    B, S, Hin = xs
+    ws = _shape(ctx, w)
+    heads = int(node.attrs.get("num_heads", 0))
+    sizes = list(node.attrs.get("qkv_hidden_sizes", []) or [])
+    if not sizes:
+        if ws[-1] % 3:
+            raise _err(node, f"weights {ws}: the last dim is not 3 * hidden")
+        sizes = [ws[-1] // 3] * 3
+    Hq, Hk, Hv = (int(s) for s in sizes)
+    if heads < 1 or Hq % heads or Hv % heads or Hq != Hk:
+        raise _err(node, f"num_heads={heads} does not divide qkv_hidden_sizes {sizes} "
+                         "(Q and K must have equal sizes)")
+    dqk, dv = Hq // heads, Hv // heads
+    Htot = Hq + Hk + Hv
+    P = _shape(ctx, past)[3] if past else 0
+    L = _shape(ctx, present)[3] if present else P + S
+
+    qkv = _scratch(ctx, node, "qkv", (B, S, Htot))
+    prob = GemmProblem(N=B * S, C=Hin, M=Htot, batch_offsets=[(0, 0, 0)], x_addr=ctx.addr(x),
+                       x_row_stride=Hin * prec, x_trans=False, w_addr=ctx.addr(w),
+                       w_trans=False, y_addr=ctx.addr(qkv),
+                       bias_addr=ctx.addr(bias) if bias else None)
+    sub = Node(name=f"{node.name}/qkv", op_type=node.op_type,
+               inputs=[x, w] + ([bias] if bias else []), outputs=[qkv])
+    info = LayerInfo(name=sub.name, op_type=node.op_type,
+                     input_shapes=[g.shape(t) for t in sub.inputs], output_shape=(B, S, Htot),
+                     macs=B * S * Hin * Htot, mapping="", mapping_source="",
+                     fused=["bias"] if bias else [])
+    emit_gemm(ctx, sub, prob, info)
+    qkv_addr = ctx.addr(qkv)
+    if int(node.attrs.get("do_rotary", 0)):
+        # rotary embedding of Q and K in place (cos/sin computed by the op: no loads)
+        _prep(ctx, node, "rotary", Operand(qkv_addr, (qkv,)), B * S, Hq + Hk, qkv_addr, qkv,
+              rotary=(None, None, dqk // 2, P), pitch=Htot)
+    q = Operand(qkv_addr, (qkv,))
+    if past or present:
+        # the projection writes the new K/V rows into the cache (shared past/present buffer)
+        kv_addr, kv_t = _cache(ctx, node, "kv", present, (2, B, heads, L, dqk))
+        if present:
+            ctx.producer_layer[present] = ctx.producer_layer[qkv]
+        deps = (qkv,) + ((past,) if past else ())
+        k = Operand(kv_addr, deps)
+        v = Operand(kv_addr + B * heads * L * dqk * prec, deps)
+    else:
+        k = Operand(qkv_addr + B * S * Hq * prec, (qkv,))
+        v = Operand(qkv_addr + B * S * (Hq + Hk) * prec, (qkv,))
+    a = AttnShape(B, S, L, heads, heads, dqk, dv)
+    attention_core(ctx, node, a, q, k, v, node.outputs[0],
+                   mask=bool(mask) or bool(int(node.attrs.get("unidirectional", 0))), bias=ab)
+
+
+def _kv_side(ctx: LoweringContext, node: Node, which: str, new: Operand, rows: int, cols: int,
+             B: int, kv_heads: int, P: int, L: int, d: int, past: str | None,
+             present: str | None, bias_addr: int | None, rotary=None) -> Operand:
+    """K or V as the attention reads it: the new rows (after bias / rotary) and, with a
+    past, the KV cache they are appended to."""
+    prec = ctx.precision
+    if past is not None:
+        c_addr, c_t = _cache(ctx, node, which, present, (B, kv_heads, L, d))
+        # the new rows go to the cache's tail (address of the first head's tail)
+        _prep(ctx, node, f"{which}_prep", new, rows, cols, c_addr + P * d * prec, c_t,
+              bias_addr=bias_addr, rotary=rotary, extra_deps=(past,) if past else ())
+        return Operand(c_addr, (c_t,))
+    if bias_addr is not None or rotary is not None:
+        t = _scratch(ctx, node, which, (B, kv_heads, L, d))
+        op = _prep(ctx, node, f"{which}_prep", new, rows, cols, ctx.addr(t), t,
+                   bias_addr=bias_addr, rotary=rotary)
+    else:
+        op = new
+    if present is not None:  # the present is the K/V itself: no copy
+        ctx.address[present] = op.addr
+        if op.deps and op.deps[0] in ctx.producer_layer:
+            ctx.producer_layer[present] = ctx.producer_layer[op.deps[0]]
+    return op
+
+
+def lower_mha(ctx: LoweringContext, node: Node) -> None:
+    """com.microsoft MultiHeadAttention (Q, K, V already projected; optional bias, past)."""
+    prec = ctx.precision
+    q_in = node.inputs[0]
+    k_in, v_in, bias = _opt(node, 1), _opt(node, 2), _opt(node, 3)
+    kpm, ab, past_k, past_v = _opt(node, 4), _opt(node, 5), _opt(node, 6), _opt(node, 7)
+    pres_k, pres_v, qk_out = _opt_out(node, 1), _opt_out(node, 2), _opt_out(node, 3)
+    heads = int(node.attrs.get("num_heads", 0))
+    if heads < 1:
+        raise _err(node, "num_heads must be given")
+    qs = _shape(ctx, q_in)
+    q_addr = ctx.addr(q_in)
+    if len(qs) == 5:  # packed QKV [B, S, N, 3, H]
+        B, S, _, _, d = qs
+        D = heads * d
+        k_new = Operand(q_addr + B * S * D * prec, (q_in,))
+        v_new = Operand(q_addr + 2 * B * S * D * prec, (q_in,))
+        Lk, dv = S, d
+    elif len(qs) == 3:
+        B, S, D = qs
+        d = D // heads
+        if k_in is None:
+            raise _err(node, "key is required unless query is packed QKV [B, S, N, 3, H]")
+        ks = _shape(ctx, k_in)
+        k_addr = ctx.addr(k_in)
+        if len(ks) == 5:  # packed KV [B, L, N, 2, H]
+            Lk, dv = ks[1], ks[4]
+            k_new = Operand(k_addr, (k_in,))
+            v_new = Operand(k_addr + B * Lk * heads * d * prec, (k_in,))
+        else:
+            Lk = ks[1] if len(ks) == 3 else ks[2]
+            if v_in is None:
+                raise _err(node, "value is required with an unpacked key")
+            vs = _shape(ctx, v_in)
+            dv = vs[2] // heads if len(vs) == 3 else vs[3]
+            k_new = Operand(k_addr, (k_in,))
+            v_new = Operand(ctx.addr(v_in), (v_in,))
+    else:
+        raise _err(node, f"query must be [B, S, D] or packed [B, S, N, 3, H], got {qs}")
+    P = _shape(ctx, past_k)[2] if past_k else 0
+    L = _shape(ctx, pres_k)[2] if pres_k else P + Lk
+    b_addr = ctx.addr(bias) if bias else None
+    q = Operand(q_addr, (q_in,))
+    if b_addr is not None:
+        t = _scratch(ctx, node, "q", (B, heads, S, d))
+        q = _prep(ctx, node, "q_prep", q, B * S, heads * d, ctx.addr(t), t, bias_addr=b_addr)
+    k = _kv_side(ctx, node, "k", k_new, B * Lk, heads * d, B, heads, P, L, d, past_k, pres_k,
+                 b_addr + heads * d * prec if b_addr is not None else None)
+    v = _kv_side(ctx, node, "v", v_new, B * Lk, heads * dv, B, heads, P, L, dv, past_v, pres_v,
+                 b_addr + 2 * heads * d * prec if b_addr is not None else None)
+    a = AttnShape(B, S, L, heads, heads, d, dv)
+    attention_core(ctx, node, a, q, k, v, node.outputs[0],
+                   mask=bool(kpm) or bool(int(node.attrs.get("unidirectional", 0))), bias=ab,
+                   qk_out=qk_out)
+
+
+def lower_gqa(ctx: LoweringContext, node: Node) -> None:
+    """com.microsoft GroupQueryAttention: num_heads query heads share kv_num_heads K/V heads
+    (always causal); optional packed QKV, KV cache (past/present) and rotary embedding."""
+    prec = ctx.precision
+    q_in = node.inputs[0]
+    k_in, v_in, past_k, past_v = _opt(node, 1), _opt(node, 2), _opt(node, 3), _opt(node, 4)
+    cos, sin, ab = _opt(node, 7), _opt(node, 8), _opt(node, 10)
+    pres_k, pres_v = _opt_out(node, 1), _opt_out(node, 2)
+    heads = int(node.attrs.get("num_heads", 0))
+    kv_heads = int(node.attrs.get("kv_num_heads", 0))
+    if heads < 1 or kv_heads < 1:
+        raise _err(node, "num_heads and kv_num_heads must be given")
+    qs = _shape(ctx, q_in)
+    if len(qs) != 3:
+        raise _err(node, f"query must be [batch, seq, hidden], got {qs}")
+    B, S, width = qs
+    q_addr = ctx.addr(q_in)
+    if k_in is None:  # packed [B, S, (N + 2 Nkv) H]
+        d = width // (heads + 2 * kv_heads)
+        k_new = Operand(q_addr + B * S * heads * d * prec, (q_in,))
+        v_new = Operand(q_addr + B * S * (heads + kv_heads) * d * prec, (q_in,))
+    else:
+        d = width // heads
+        k_new, v_new = Operand(ctx.addr(k_in), (k_in,)), Operand(ctx.addr(v_in), (v_in,))
+    if past_k:
+        P = _shape(ctx, past_k)[2]
+    else:
+        P = 0
+    L = _shape(ctx, pres_k)[2] if pres_k else P + S
+    rot_q = rot_k = None
+    if int(node.attrs.get("do_rotary", 0)) and cos and sin:
+        half = _shape(ctx, cos)[-1]
+        rot_q = rot_k = (ctx.addr(cos), ctx.addr(sin), half, P)
+    q = Operand(q_addr, (q_in,))
+    if rot_q is not None:
+        t = _scratch(ctx, node, "q", (B, heads, S, d))
+        q = _prep(ctx, node, "q_prep", q, B * S, heads * d, ctx.addr(t), t, rotary=rot_q,
+                  extra_deps=(cos, sin))
+    k = _kv_side(ctx, node, "k", k_new, B * S, kv_heads * d, B, kv_heads, P, L, d, past_k,
+                 pres_k, None, rotary=rot_k)
+    v = _kv_side(ctx, node, "v", v_new, B * S, kv_heads * d, B, kv_heads, P, L, d, past_v,
+                 pres_v, None)
+    softcap = float(node.attrs.get("softcap", 0.0) or 0.0) > 0
+    a = AttnShape(B, S, L, heads, kv_heads, d, d)
+    attention_core(ctx, node, a, q, k, v, node.outputs[0], mask=True, bias=ab, softcap=softcap)
+
+
+def lower_onnx_attention(ctx: LoweringContext, node: Node) -> None:
+    """ONNX Attention (opset 23): Q, K, V in [B, N, S, H] or [B, S, N*H], GQA through
+    kv_num_heads < q_num_heads, optional mask, past/present KV cache, causal, softcap."""
+    q_in, k_in, v_in = node.inputs[0], node.inputs[1], node.inputs[2]
+    mask, past_k, past_v = _opt(node, 3), _opt(node, 4), _opt(node, 5)
+    pres_k, pres_v, qk_out = _opt_out(node, 1), _opt_out(node, 2), _opt_out(node, 3)
+    qs, ks, vs = _shape(ctx, q_in), _shape(ctx, k_in), _shape(ctx, v_in)
+    if len(qs) == 4:
+        B, heads, S, d = qs
+        kv_heads, Lk, dv = ks[1], ks[2], vs[3]
+    elif len(qs) == 3:
+        heads = int(node.attrs.get("q_num_heads", 0))
+        kv_heads = int(node.attrs.get("kv_num_heads", 0))
+        if heads < 1 or kv_heads < 1:
+            raise _err(node, "3-D inputs need the q_num_heads and kv_num_heads attributes")
+        B, S, Dq = qs
+        d = Dq // heads
+        Lk, dv = ks[1], vs[2] // kv_heads
+    else:
+        raise _err(node, f"Q must be 3-D or 4-D, got {qs}")
+    P = _shape(ctx, past_k)[2] if past_k else 0
+    L = P + Lk
+    k_new, v_new = Operand(ctx.addr(k_in), (k_in,)), Operand(ctx.addr(v_in), (v_in,))
+    k = _kv_side(ctx, node, "k", k_new, B * Lk, kv_heads * d, B, kv_heads, P, L, d, past_k,
+                 pres_k, None)
+    v = _kv_side(ctx, node, "v", v_new, B * Lk, kv_heads * dv, B, kv_heads, P, L, dv, past_v,
+                 pres_v, None)
+    a = AttnShape(B, S, L, heads, kv_heads, d, dv)
+    attention_core(ctx, node, a, Operand(ctx.addr(q_in), (q_in,)), k, v, node.outputs[0],
+                   mask=bool(int(node.attrs.get("is_causal", 0))), bias=mask,
+                   softcap=float(node.attrs.get("softcap", 0.0) or 0.0) > 0, qk_out=qk_out)
+
+
+def lower_attention(ctx: LoweringContext, node: Node) -> None:
+    if node.domain == MS:
+        lower_ms_attention(ctx, node)
+    elif node.domain in ("", "ai.onnx"):
+        lower_onnx_attention(ctx, node)
+    else:
+        raise _err(node, f"Attention of domain '{node.domain}' is not supported "
+                         "(only com.microsoft and ONNX's own)")
+
+
+# --------------------------------------------------------------------------- fused GEMM/conv
+
+
+# the activation of a FusedConv with a sum input, applied after the add on the vector unit
+ACTIVATION_STEPS = {"Relu": ["max"], "Clip": ["max", "min"], "LeakyRelu": ["mul", "max"],
+                    "Sigmoid": ["sigmoid"], "Tanh": ["tanh"],
+                    "HardSigmoid": ["mul", "add", "max", "min"]}
+
+
+def _activation_note(node: Node) -> str:
+    act = _attr_str(node, "activation", "")
+    return f"{act} (activation in the output path)" if act else ""
+
+
+def lower_fused_conv(ctx: LoweringContext, node: Node) -> None:
+    """FusedConv: Conv (+ bias) with its activation applied on the way out (free); the
+    optional sum input Z costs an add + activation pass over the output."""
+    conv = Node(name=node.name, op_type=node.op_type, domain=node.domain,
+                inputs=node.inputs[:3], outputs=list(node.outputs), attrs=dict(node.attrs))
+    lower_conv(ctx, conv)
+    y = node.outputs[0]
+    lid = ctx.producer_layer[y]
+    note = _activation_note(node)
+    if note:
+        _layer_info(ctx, lid).fused.append(note)
+    z = _opt(node, 3)
+    if z is None:
+        return
+    # Z (a residual) is added to the conv output: NHWC rows of M channels
+    ys = _shape(ctx, y)
+    rows, cols = prod(ys[:-3]) * ys[-2] * ys[-1], ys[-3]
+    act = _attr_str(node, "activation")
+    act_ops = ACTIVATION_STEPS.get(act, ["max"]) if act else []
+    steps = [Step("add", uses=(0, 1))] + [Step(op) for op in act_ops]
+    emit_rows(ctx, name=f"{node.name}/sum", op_type=node.op_type, rows=rows, cols=cols,
+              inputs=[VecIn(ctx.addr(y)), VecIn(ctx.addr(z))], steps=steps,
+              out_addr=ctx.addr(y), preds=_preds(ctx, [y, z]), outputs=[y],
+              input_shapes=[ys, _shape(ctx, z)], output_shape=ys)
+
+
+def lower_fused_gemm(ctx: LoweringContext, node: Node) -> None:
+    """FusedGemm: Gemm with the activation on the way out (free)."""
+    lower_gemm(ctx, node)
+    note = _activation_note(node)
+    if note:
+        _layer_info(ctx, ctx.producer_layer[node.outputs[0]]).fused.append(note)
+
+
+def lower_fused_matmul(ctx: LoweringContext, node: Node) -> None:
+    """FusedMatMul: alpha * op(A) . op(B) with transA/transB over the last two dims."""
+    if int(node.attrs.get("transBatchA", 0)) or int(node.attrs.get("transBatchB", 0)):
+        raise _err(node, "transBatchA/transBatchB are not supported")
+    prec = ctx.precision
+    a_shape, b_shape = _shape(ctx, node.inputs[0]), _shape(ctx, node.inputs[1])
+    ta, tb = bool(node.attrs.get("transA", 0)), bool(node.attrs.get("transB", 0))
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        raise _err(node, f"operands must be at least 2-D, got {a_shape} and {b_shape}")
+    N, C = (a_shape[-1], a_shape[-2]) if ta else (a_shape[-2], a_shape[-1])
+    C2, M = (b_shape[-1], b_shape[-2]) if tb else (b_shape[-2], b_shape[-1])
+    if C != C2:
+        raise _err(node, f"inner dimensions differ ({a_shape} x {b_shape}, transA={int(ta)}, "
+                         f"transB={int(tb)})")
+    if len(b_shape) == 2 and not ta:
+        N = prod(a_shape[:-1])  # shared weights: leading dims of A are just rows
+        offsets = [(0, 0, 0)]
+    else:
+        out_batch = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+        xo = _batch_strides(a_shape[:-2], out_batch, N * C * prec)
+        wo = _batch_strides(b_shape[:-2], out_batch, C * M * prec)
+        yo = np.arange(prod(out_batch), dtype=np.int64) * (N * M * prec)
+        offsets = list(zip(xo.tolist(), wo.tolist(), yo.tolist()))
+    y = node.outputs[0]
+    prob = GemmProblem(N=N, C=C, M=M, batch_offsets=offsets, x_addr=ctx.addr(node.inputs[0]),
+                       x_row_stride=(N if ta else C) * prec, x_trans=ta,
+                       w_addr=ctx.addr(node.inputs[1]), w_trans=tb, y_addr=ctx.addr(y))
+    info = LayerInfo(name=node.name, op_type=node.op_type,
+                     input_shapes=[a_shape, b_shape], output_shape=_shape(ctx, y),
+                     macs=len(offsets) * N * C * M, mapping="", mapping_source="")
+    emit_gemm(ctx, node, prob, info)
+
+
+def lower_gemm_fast_gelu(ctx: LoweringContext, node: Node) -> None:
+    """GemmFastGelu: X [.., K] . W [K, N] + bias, FastGelu in the output path (free)."""
+    prec = ctx.precision
+    x, w, bias = node.inputs[0], node.inputs[1], _opt(node, 2)
+    xs, ws = _shape(ctx, x), _shape(ctx, w)
+    N, C, M = prod(xs[:-1]), xs[-1], ws[-1]
+    y = node.outputs[0]
+    prob = GemmProblem(N=N, C=C, M=M, batch_offsets=[(0, 0, 0)], x_addr=ctx.addr(x),
+                       x_row_stride=C * prec, x_trans=False, w_addr=ctx.addr(w), w_trans=False,
+                       y_addr=ctx.addr(y), bias_addr=ctx.addr(bias) if bias else None)
+    info = LayerInfo(name=node.name, op_type=node.op_type,
+                     input_shapes=[_shape(ctx, t) for t in node.inputs if t],
+                     output_shape=_shape(ctx, y), macs=N * C * M, mapping="", mapping_source="",
+                     fused=["FastGelu (activation in the output path)"])
+    emit_gemm(ctx, node, prob, info)
+
+
+# --------------------------------------------------------------------------- vector contrib ops
+
+
+def _rows_cols(shape, axis: int = -1) -> tuple[int, int]:
+    axis = axis % len(shape) if shape else 0
+    return prod(shape[:axis]), prod(shape[axis:])
+
+
+def _row_operand(ctx: LoweringContext, t: str, rows: int,
+                 cols: int) -> tuple[VecIn, Callable | None]:
+    """An operand over the op's rows: the full tensor, or rows repeating over the leading
+    dims (e.g. a skip of [S, H] for [B, S, H]), or one broadcast row."""
+    n = prod(_shape(ctx, t))
+    if n == rows * cols:
+        return VecIn(ctx.addr(t)), None
+    if n == cols or n == 1:
+        return VecIn(ctx.addr(t), "bcast", elems=max(1, n)), None
+    if n % cols == 0 and rows % (n // cols) == 0:
+        period = n // cols
+        prec = ctx.precision
+        return (VecIn(ctx.addr(t), "slot2", row_stride=cols * prec, elems=cols),
+                lambda r0: (r0 % period) * cols * prec)
+    raise NpusimError(f"operand '{t}' of shape {_shape(ctx, t)} does not broadcast over "
+                      f"{rows} rows of {cols}")
+
+
+def _simple_rows(ctx: LoweringContext, node: Node, operands: list[str], steps: list[Step],
+                 axis: int = -1, extra_out=(), fused=None) -> int:
+    y = node.outputs[0]
+    ys = _shape(ctx, y)
+    rows, cols = _rows_cols(ys, axis)
+    inputs, fns = [], {}
+    for t in operands:
+        vin, fn = _row_operand(ctx, t, rows, cols)
+        if fn is not None:
+            if 2 in fns:
+                raise _err(node, "more than one operand repeating over rows")
+            fns[2] = fn
+        inputs.append(vin)
+    return emit_rows(ctx, name=node.name, op_type=node.op_type, rows=rows, cols=cols,
+                     inputs=inputs, steps=steps, out_addr=ctx.addr(y),
+                     preds=_preds(ctx, node.inputs), outputs=node.outputs,
+                     input_shapes=[_shape(ctx, t) for t in node.inputs if t], output_shape=ys,
+                     slot_fns=fns, extra_out=extra_out, fused=fused)
+
+
+def lower_skip_layer_norm(ctx: LoweringContext, node: Node) -> None:
+    """(Skip)(Simplified)LayerNormalization: x + skip (+ bias), then (RMS) layer norm."""
+    simplified = node.op_type.startswith("SkipSimplified")
+    x, skip, gamma = node.inputs[0], node.inputs[1], node.inputs[2]
+    if simplified:
+        beta, bias = None, _opt(node, 3)
+    else:
+        beta, bias = _opt(node, 3), _opt(node, 4)
+    operands = [x, skip] + ([bias] if bias else []) + [gamma] + ([beta] if beta else [])
+    H = _shape(ctx, node.outputs[0])[-1]
+    steps = [Step("add", uses=(0, 1))]
+    if bias:
+        steps.append(Step("add", uses=(2,)))
+    sum_step = len(steps) - 1
+    gi = operands.index(gamma)
+    if simplified:
+        steps += rmsnorm_steps(H, gi)
+    else:
+        steps += layernorm_steps(H, gi, operands.index(beta) if beta else None)
+    sum_out = _opt_out(node, 3)
+    extra = ((ctx.addr(sum_out), sum_step),) if sum_out else ()
+    lid = _simple_rows(ctx, node, operands, steps, extra_out=extra)
+    _produced(ctx, lid, [sum_out])
+
+
+def lower_simplified_layer_norm(ctx: LoweringContext, node: Node) -> None:
+    """SimplifiedLayerNormalization (RMSNorm): x * rsqrt(mean(x^2) + eps) * scale."""
+    axis = int(node.attrs.get("axis", -1))
+    H = _rows_cols(_shape(ctx, node.outputs[0]), axis)[1]
+    _simple_rows(ctx, node, [node.inputs[0], node.inputs[1]], rmsnorm_steps(H, 1), axis=axis)
+
+
+def lower_embed_layer_norm(ctx: LoweringContext, node: Node) -> None:
+    """EmbedLayerNormalization: gathered word rows + position rows (+ segment row), then
+    layer norm. The token ids are not known: the gathered rows are spread over the table
+    (one DMA run each), as random ids would be."""
+    prec = ctx.precision
+    seg_ids = _opt(node, 1)  # the ids themselves (4 bytes a token) are not loaded
+    word, pos, seg = node.inputs[2], node.inputs[3], _opt(node, 4)
+    gamma, beta = node.inputs[5], _opt(node, 6)
+    y = node.outputs[0]
+    B, S, H = _shape(ctx, y)
+    V = _shape(ctx, word)[0]
+    rows = B * S
+    spread = max(1, V // rows) * H * prec
+    inputs = [VecIn(ctx.addr(word), "slot3", row_stride=spread, elems=H),
+              VecIn(ctx.addr(pos), "slot2", row_stride=H * prec, elems=H)]
+    steps = [Step("add", uses=(0, 1))]
+    if seg and seg_ids:
+        inputs.append(VecIn(ctx.addr(seg), "bcast", elems=H))
+        steps.append(Step("add", uses=(len(inputs) - 1,)))
+    sum_step = len(steps) - 1
+    inputs.append(VecIn(ctx.addr(gamma), "bcast", elems=H))
+    gi = len(inputs) - 1
+    bi = None
+    if beta:
+        inputs.append(VecIn(ctx.addr(beta), "bcast", elems=H))
+        bi = len(inputs) - 1
+    steps += layernorm_steps(H, gi, bi)
+    emb_sum = _opt_out(node, 2)
+    extra = ((ctx.addr(emb_sum), sum_step),) if emb_sum else ()
+    lid = emit_rows(ctx, name=node.name, op_type=node.op_type, rows=rows, cols=H,
+                    inputs=inputs, steps=steps, out_addr=ctx.addr(y),
+                    preds=_preds(ctx, node.inputs), outputs=node.outputs,
+                    input_shapes=[_shape(ctx, t) for t in node.inputs if t],
+                    output_shape=(B, S, H), slot_fns={2: lambda r0: (r0 % S) * H * prec,
+                                                      3: lambda r0: r0 * spread},
+                    extra_out=extra)
+    _produced(ctx, lid, [emb_sum])
+
+
+def lower_bias_gelu(ctx: LoweringContext, node: Node) -> None:
+    """BiasGelu (A + bias, gelu) and FastGelu (optional bias, gelu)."""
+    bias = _opt(node, 1)
+    ops = [node.inputs[0]] + ([bias] if bias else [])
+    steps = ([Step("add", uses=(0, 1))] if bias else []) + [Step("gelu", uses=() if bias else (0,))]
+    _simple_rows(ctx, node, ops, steps)
+
+
+def lower_quick_gelu(ctx: LoweringContext, node: Node) -> None:
+    """QuickGelu: x * sigmoid(alpha * x) (SiLU for alpha = 1)."""
+    _simple_rows(ctx, node, [node.inputs[0]], [Step("mul"), Step("sigmoid"), Step("mul")])
+
+
+def lower_bias_add(ctx: LoweringContext, node: Node) -> None:
+    """BiasAdd: X + bias + skip."""
+    _simple_rows(ctx, node, [node.inputs[0], node.inputs[1], node.inputs[2]],
+                 [Step("add", uses=(0, 1)), Step("add", uses=(2,))])
+
+
+def lower_bias_softmax(ctx: LoweringContext, node: Node) -> None:
+    """BiasSoftmax: softmax(data + bias) over the axes from ``axis`` on."""
+    ys = _shape(ctx, node.outputs[0])
+    axis = int(node.attrs.get("axis", 1))
+    L = _rows_cols(ys, axis)[1]
+    _simple_rows(ctx, node, [node.inputs[0], node.inputs[1]],
+                 [Step("add", uses=(0, 1))] + softmax_steps(L), axis=axis)
+
+
+def lower_rotary(ctx: LoweringContext, node: Node) -> None:
+    """RotaryEmbedding (com.microsoft and ONNX): x*cos + rotate(x)*sin per position."""
+    prec = ctx.precision
+    x = node.inputs[0]
+    if node.domain == MS:
+        cos, sin = node.inputs[2], node.inputs[3]
+    else:
+        cos, sin = node.inputs[1], node.inputs[2]
+    xs = _shape(ctx, x)
+    S = xs[-2]
+    rows, cols = _rows_cols(xs)
+    half = _shape(ctx, cos)[-1]
+    y = node.outputs[0]
+    emit_rows(ctx, name=node.name, op_type=node.op_type, rows=rows, cols=cols,
+              inputs=[VecIn(ctx.addr(x)),
+                      VecIn(ctx.addr(cos), "slot2", row_stride=half * prec, elems=half),
+                      VecIn(ctx.addr(sin), "slot2", row_stride=half * prec, elems=half)],
+              steps=[Step("mul", uses=(0, 1)), Step("mul", uses=(2,)), Step("add")],
+              out_addr=ctx.addr(y), preds=_preds(ctx, node.inputs), outputs=node.outputs,
+              input_shapes=[_shape(ctx, t) for t in node.inputs if t], output_shape=_shape(ctx, y),
+              slot_fns={2: lambda r0: (r0 % S) * half * prec})
+
+
+LOWERINGS: dict = {
+    "Attention": lower_attention,
+    "MultiHeadAttention": lower_mha,
+    "GroupQueryAttention": lower_gqa,
+    "FusedConv": lower_fused_conv,
+    "FusedGemm": lower_fused_gemm,
+    "FusedMatMul": lower_fused_matmul,
+    "GemmFastGelu": lower_gemm_fast_gelu,
+    "SkipLayerNormalization": lower_skip_layer_norm,
+    "SkipSimplifiedLayerNormalization": lower_skip_layer_norm,
+    "SimplifiedLayerNormalization": lower_simplified_layer_norm,
+    "EmbedLayerNormalization": lower_embed_layer_norm,
+    "BiasGelu": lower_bias_gelu,
+    "FastGelu": lower_bias_gelu,
+    "QuickGelu": lower_quick_gelu,
+    "BiasAdd": lower_bias_add,
+    "BiasSoftmax": lower_bias_softmax,
+    "RotaryEmbedding": lower_rotary,
+}

@@ -22,6 +22,9 @@ class LoweringContext:
     mapping: MappingTable | None = None
     address: dict[str, int] = field(default_factory=dict)
     producer_layer: dict[str, int] = field(default_factory=dict)
+    # a GEMM or conv that absorbs a BatchNormalization or a bias Add loads that bias
+    # (node name -> tensor holding it), as it would after the deployment-time folding
+    folded_bias: dict[str, str] = field(default_factory=dict)
 
     @property
     def budget(self) -> Budget:

@@ -83,6 +83,7 @@ def lower_conv(ctx: LoweringContext, node: Node) -> None:
     HA, WA = b.height, b.width
     x_addr, w_addr, y_addr = ctx.addr(node.inputs[0]), ctx.addr(node.inputs[1]), ctx.addr(y)
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    bias = bias or ctx.folded_bias.get(node.name)
     bias_addr = ctx.addr(bias) if bias else 0
     row_bytes = Wd * Ctot * prec  # one input image row, NHWC
     k_elems = S * R
@@ -94,16 +95,16 @@ def lower_conv(ctx: LoweringContext, node: Node) -> None:
                 out.append(Instr.dma(True, 0, 0, rows, row_bytes, 1, 0, cols * Ctot * prec))
             else:
                 out.append(Instr.dma(True, 0, 0, rows, row_bytes, cols, Ctot * prec, ct * prec))
+            deps_x: tuple[int, ...] = (0,)
+            if first and bias:  # small: loaded before the weights
+                out.append(Instr.dma(True, 2, 0, 1, 0, 1, 0, mt * ACC_BYTES, to_acc=True))
+                deps_x = (0, len(out) - 1)
             w_chunks = []
             for mb in range(ceil(mt / WA)):
                 mw = min(WA, mt - mb * WA)
                 out.append(Instr.dma(True, 1, mb * WA * Cg * k_elems * prec, mw,
                                      Cg * k_elems * prec, 1, 0, ct * k_elems * prec))
                 w_chunks.append(len(out) - 1)
-            deps_x: tuple[int, ...] = (0,)
-            if first and bias:
-                out.append(Instr.dma(True, 2, 0, 1, 0, 1, 0, mt * ACC_BYTES, to_acc=True))
-                deps_x = (0, len(out) - 1)
             K = ct * k_elems
             for mb in range(ceil(mt / WA)):
                 mw = min(WA, mt - mb * WA)

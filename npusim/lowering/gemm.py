@@ -70,6 +70,12 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
                 rows.append(Instr.dma(True, 0, 0, ct, prob.x_row_stride, 1, 0, nt * prec))
             else:
                 rows.append(Instr.dma(True, 0, 0, nt, prob.x_row_stride, 1, 0, ct * prec))
+            deps_x: tuple[int, ...] = (0,)
+            if first and prob.bias_addr is not None:  # small: loaded before the weights
+                nrows = 1 if prob.bias_rows == 1 else nt
+                rows.append(Instr.dma(True, 2, 0, nrows, M * ACC_BYTES, 1, 0, mt * ACC_BYTES,
+                                      to_acc=True))
+                deps_x = (0, len(rows) - 1)
             n_cb = ceil(ct / H)
             per_chunk = ceil(n_cb / min(n_cb, max_chunks))
             chunk_of_cb = []
@@ -81,12 +87,6 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
                 else:
                     rows.append(Instr.dma(True, 1, c_lo * M * prec, kc, M * prec, 1, 0, mt * prec))
                 chunk_of_cb += [len(rows) - 1] * min(per_chunk, n_cb - cb0)
-            deps_x: tuple[int, ...] = (0,)
-            if first and prob.bias_addr is not None:
-                nrows = 1 if prob.bias_rows == 1 else nt
-                rows.append(Instr.dma(True, 2, 0, nrows, M * ACC_BYTES, 1, 0, mt * ACC_BYTES,
-                                      to_acc=True))
-                deps_x = (0, len(rows) - 1)
             for cb in range(n_cb):
                 ch = min(H, ct - cb * H)
                 for mb in range(ceil(mt / W)):
@@ -159,6 +159,19 @@ def lower_matmul(ctx: LoweringContext, node: Node) -> None:
     if C != C2:
         raise NpusimError(f"MatMul '{node.name}': inner dimensions differ ({a_shape} x {b_shape})")
     prec = ctx.precision
+    if len(b2) > 2:
+        # trailing batch dims over which B is broadcast are just more rows of A (their rows
+        # are contiguous): B's block is then loaded once for all of them, e.g. K shared by
+        # the query heads of a KV head in grouped-query attention
+        n = max(len(a2), len(b2)) - 2
+        ab = (1,) * (n - len(a2) + 2) + tuple(a2[:-2])
+        bb = (1,) * (n - len(b2) + 2) + tuple(b2[:-2])
+        k = n
+        while k > 0 and bb[k - 1] == 1:
+            k -= 1
+        a2 = ab[:k] + (prod(ab[k:]) * N, C)
+        b2 = bb[:k] + (C, M)
+        N = a2[-2]
     if len(b2) == 2:
         # shared weights: every leading dim of A is just more rows
         rows = prod(a2[:-1])
@@ -170,9 +183,11 @@ def lower_matmul(ctx: LoweringContext, node: Node) -> None:
         wo = _batch_strides(b2[:-2], out_batch, C * M * prec)
         yo = np.arange(prod(out_batch), dtype=np.int64) * (N * M * prec)
         offsets = list(zip(xo.tolist(), wo.tolist(), yo.tolist()))
+    bias = ctx.folded_bias.get(node.name)  # a bias Add folded into this MatMul
     prob = GemmProblem(N=N, C=C, M=M, batch_offsets=offsets,
                        x_addr=ctx.addr(node.inputs[0]), x_row_stride=C * prec, x_trans=False,
-                       w_addr=ctx.addr(node.inputs[1]), w_trans=False, y_addr=ctx.addr(y))
+                       w_addr=ctx.addr(node.inputs[1]), w_trans=False, y_addr=ctx.addr(y),
+                       bias_addr=ctx.addr(bias) if bias else None)
     info = _info(ctx, node, len(offsets) * N * C * M)
     emit_gemm(ctx, node, prob, info)
 
@@ -188,6 +203,7 @@ def lower_gemm(ctx: LoweringContext, node: Node) -> None:
     M = b_shape[0] if trans_b else b_shape[1]
     prec = ctx.precision
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    bias = bias or ctx.folded_bias.get(node.name)
     bias_rows = 1
     if bias is not None:
         bshape = g.shape(bias)

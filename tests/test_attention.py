@@ -1,0 +1,415 @@
+"""Attention and ONNX Runtime contrib ops (npusim/lowering/attention.py): MACs, K/V traffic
+and vector cycles against formulas derived by hand.
+
+Vector-cycle checks use a vector unit of one element per pass (lanes = alus = 1), so a
+VECTOR instruction of e elements costs exactly e * latency cycles whatever the tiling, and
+latencies set to distinct primes, so a wrong op in a step list shows.
+"""
+
+from math import ceil, log2, prod
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import npusim
+from npusim.config import load_config
+from npusim.errors import NpusimError
+from npusim.frontend import load_graph
+from npusim.frontend.optimize import prepared_model
+from npusim.kernels import isa
+from npusim.lowering import lower_graph
+
+F, I32 = TensorProto.FLOAT, TensorProto.INT32
+MS = "com.microsoft"
+LAT = dict(add=1, sub=2, mul=3, div=5, max=7, min=11, exp=13, log=17, sqrt=19, rsqrt=23,
+           recip=29, tanh=31, sigmoid=37, erf=41, gelu=43, pow=47, cast=53, reduce=59)
+IDEAL = ["memory.type=ideal"]
+SCALAR_VU = IDEAL + ["core.vector.lanes=1", "core.vector.alus=1"] + \
+    [f"core.vector.latency.{k}={v}" for k, v in LAT.items()]
+
+
+def T(n: int) -> int:
+    """Levels of the reduce tree over n values: ceil(log2 n)."""
+    return ceil(log2(n)) if n > 1 else 0
+
+
+def weight(name, shape, dtype=F):
+    """An initializer whose external data file does not exist (shapes only)."""
+    t = onnx.TensorProto()
+    t.name, t.data_type = name, dtype
+    t.dims.extend(shape)
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "absent.bin"), ("offset", "0"), ("length", str(4 * prod(shape)))):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    return t
+
+
+def vi(name, shape, dtype=F):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def save(tmp_path, nodes, inputs, outputs, weights=(), name="m", opset=17, value_info=()):
+    g = helper.make_graph(nodes, name, inputs, outputs, initializer=[weight(*w) for w in weights],
+                          value_info=list(value_info))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset),
+                                            helper.make_opsetid(MS, 1)])
+    m.ir_version = 10 if opset >= 21 else 8
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(m, str(path))
+    return str(path)
+
+
+def macs(r) -> int:
+    return sum(c["macs"] for c in r.cores)
+
+
+def vector_busy(r) -> int:
+    return sum(c["vector_busy_cycles"] for c in r.cores)
+
+
+def by_name(r):
+    return {l["name"]: l for l in r.layers}
+
+
+def ms_attention(tmp_path, B=1, S=16, h=32, heads=2, past=0, name="attn", **attrs):
+    """com.microsoft Attention: x [B, S, h], weights [h, 3h], bias [3h] (+ past/present)."""
+    d = h // heads
+    ins, names = [vi("x", [B, S, h])], ["x", "w", "b"]
+    outs, out_names = [vi("y", [B, S, h])], ["y"]
+    if past:
+        ins.append(vi("past", [2, B, heads, past, d]))
+        names += ["", "past"]
+        outs.append(vi("present", [2, B, heads, past + S, d]))
+        out_names.append("present")
+    node = helper.make_node("Attention", names, out_names, name="attn", domain=MS,
+                            num_heads=heads, **attrs)
+    return save(tmp_path, [node], ins, outs, [("w", [h, 3 * h]), ("b", [3 * h])], name=name)
+
+
+# --------------------------------------------------------------------------- Attention
+
+
+def test_attention_macs_are_projection_plus_scores_plus_context(tmp_path):
+    B, S, h, heads = 1, 16, 32, 2
+    d, kv = h // heads, S
+    r = npusim.simulate(ms_attention(tmp_path, B, S, h, heads), "mobile", overrides=IDEAL)
+    assert macs(r) == 3 * S * h * h + 2 * heads * S * kv * d
+    layers = by_name(r)
+    assert [l["name"] for l in r.layers] == ["attn/qkv", "attn/scores", "attn/softmax",
+                                             "attn/context"]
+    assert layers["attn/qkv"]["macs"] == 3 * S * h * h
+    assert layers["attn/scores"]["macs"] == layers["attn/context"]["macs"] == heads * S * kv * d
+    assert layers["attn/qkv"]["fused"] == ["bias"]
+    # each step waits for the one before
+    order = [layers[f"attn/{s}"] for s in ("qkv", "scores", "softmax", "context")]
+    for a, b in zip(order, order[1:]):
+        assert b["start_cycle"] >= a["end_cycle"]
+
+
+def test_attention_with_a_kv_cache_attends_to_past_plus_new(tmp_path):
+    B, S, h, heads, past = 1, 4, 32, 2, 12
+    d, kv = h // heads, past + S
+    r = npusim.simulate(ms_attention(tmp_path, B, S, h, heads, past=past), "mobile",
+                        overrides=IDEAL)
+    assert macs(r) == 3 * S * h * h + 2 * heads * S * kv * d
+
+
+def test_softmax_vector_cycles_match_the_formula(tmp_path):
+    B, S, h, heads = 1, 16, 32, 2
+    L = S
+    rows, E = B * heads * S, B * heads * S * L
+    softmax = E * (LAT["max"] + LAT["sub"] + LAT["exp"] + LAT["add"] + LAT["div"]) \
+        + 2 * rows * T(L) * LAT["reduce"]
+    r = npusim.simulate(ms_attention(tmp_path, B, S, h, heads), "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == softmax  # the projection bias rides in the accumulator
+    # a causal mask adds one add pass over the scores
+    r = npusim.simulate(ms_attention(tmp_path, B, S, h, heads, name="causal", unidirectional=1),
+                        "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == softmax + E * LAT["add"]
+
+
+def test_attention_bias_input_is_loaded_and_added(tmp_path):
+    B, S, h, heads = 1, 8, 32, 4
+    node = helper.make_node("Attention", ["x", "w", "b", "", "", "ab"], ["y"], name="attn",
+                            domain=MS, num_heads=heads)
+    path = save(tmp_path, [node], [vi("x", [B, S, h]), vi("ab", [1, 1, S, S])],
+                [vi("y", [B, S, h])], [("w", [h, 3 * h]), ("b", [3 * h])])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    rows, E = B * heads * S, B * heads * S * S
+    assert vector_busy(r) == E * (LAT["add"] + LAT["max"] + LAT["sub"] + LAT["exp"] + LAT["add"]
+                                  + LAT["div"]) + 2 * rows * T(S) * LAT["reduce"]
+
+
+def _kv_bytes(path, cfg):
+    """Bytes the attention GEMMs load as their second operand (K in scores, V in context)."""
+    prog = lower_graph(load_graph(path), cfg)
+    total = 0
+    for t in range(prog.n_tiles):
+        name = prog.layers[prog.tile[t, isa.T_LAYER]].name
+        if not name.endswith(("/scores", "/context")):
+            continue
+        s, n = prog.tile[t, isa.T_INST_START], prog.tile[t, isa.T_INST_LEN]
+        for row in prog.inst[s:s + n]:
+            if row[isa.I_OP] == isa.OP_MVIN and row[isa.I_SLOT] == 1:
+                total += int(row[isa.I_N_OUTER] * row[isa.I_N_INNER] * row[isa.I_RUN_BYTES])
+    return total
+
+
+def test_grouped_query_attention_loads_less_kv_than_multi_head(tmp_path):
+    # one decoding step: 8 query heads of 64 over a cache of L positions
+    B, S, heads, d, past = 1, 1, 8, 64, 63
+    L = past + S
+    cfg = load_config("mobile", IDEAL)
+    prec = cfg.precision
+
+    mha = helper.make_node("MultiHeadAttention", ["q", "k", "v", "", "", "", "pk", "pv"],
+                           ["y", "pres_k", "pres_v"], name="mha", domain=MS, num_heads=heads)
+    mha_path = save(tmp_path, [mha],
+                    [vi("q", [B, S, heads * d]), vi("k", [B, S, heads * d]),
+                     vi("v", [B, S, heads * d]), vi("pk", [B, heads, past, d]),
+                     vi("pv", [B, heads, past, d])],
+                    [vi("y", [B, S, heads * d]), vi("pres_k", [B, heads, L, d]),
+                     vi("pres_v", [B, heads, L, d])], name="mha")
+
+    def gqa(kv):
+        node = helper.make_node("GroupQueryAttention",
+                                ["q", "k", "v", "pk", "pv", "seqlens_k", "total"],
+                                ["y", "pres_k", "pres_v"], name="gqa", domain=MS,
+                                num_heads=heads, kv_num_heads=kv)
+        return save(tmp_path, [node],
+                    [vi("q", [B, S, heads * d]), vi("k", [B, S, kv * d]), vi("v", [B, S, kv * d]),
+                     vi("pk", [B, kv, past, d]), vi("pv", [B, kv, past, d]),
+                     vi("seqlens_k", [B], I32), vi("total", [], I32)],
+                    [vi("y", [B, S, heads * d]), vi("pres_k", [B, kv, L, d]),
+                     vi("pres_v", [B, kv, L, d])], name=f"gqa{kv}")
+
+    # K and V are read once per KV head: heads (MHA) versus kv_num_heads (GQA) blocks of L x d
+    assert _kv_bytes(mha_path, cfg) == 2 * B * heads * L * d * prec
+    assert _kv_bytes(gqa(heads), cfg) == 2 * B * heads * L * d * prec
+    assert _kv_bytes(gqa(2), cfg) == 2 * B * 2 * L * d * prec
+    r_mha = npusim.simulate(mha_path, cfg)
+    r_gqa = npusim.simulate(gqa(2), cfg)
+    assert macs(r_mha) == macs(r_gqa) == 2 * B * heads * S * L * d
+    loaded = [sum(c["bytes_loaded"] for c in r.cores) for r in (r_mha, r_gqa)]
+    assert loaded[0] - loaded[1] >= 2 * B * (heads - 2) * L * d * prec
+
+
+def test_multi_head_attention_bias_adds_on_the_vector_unit(tmp_path):
+    B, S, heads, d = 1, 8, 2, 16
+    D = heads * d
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v", "bias"], ["y"], name="mha",
+                            domain=MS, num_heads=heads)
+    path = save(tmp_path, [node], [vi("q", [B, S, D]), vi("k", [B, S, D]), vi("v", [B, S, D])],
+                [vi("y", [B, S, D])], [("bias", [3 * D])])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    rows, E = B * heads * S, B * heads * S * S
+    softmax = E * (LAT["max"] + LAT["sub"] + LAT["exp"] + LAT["add"] + LAT["div"]) \
+        + 2 * rows * T(S) * LAT["reduce"]
+    assert vector_busy(r) == softmax + 3 * B * S * D * LAT["add"]
+    assert [l["name"] for l in r.layers] == ["mha/q_prep", "mha/k_prep", "mha/v_prep",
+                                             "mha/scores", "mha/softmax", "mha/context"]
+    assert macs(r) == 2 * B * heads * S * S * d
+
+
+def test_onnx_attention_with_fewer_kv_heads(tmp_path):
+    B, heads, kv, S, d = 1, 4, 2, 8, 16
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], name="att", is_causal=1)
+    path = save(tmp_path, [node], [vi("q", [B, heads, S, d]), vi("k", [B, kv, S, d]),
+                                   vi("v", [B, kv, S, d])],
+                [vi("y", [B, heads, S, d])], name="onnx_att", opset=23)
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert macs(r) == 2 * B * heads * S * S * d
+    E, rows = B * heads * S * S, B * heads * S
+    assert vector_busy(r) == E * (LAT["add"] + LAT["max"] + LAT["sub"] + LAT["exp"] + LAT["add"]
+                                  + LAT["div"]) + 2 * rows * T(S) * LAT["reduce"]
+
+
+def test_plain_onnx_gqa_broadcasts_kv_heads_in_matmul(tmp_path):
+    # Q [B, Nkv, g, S, d] x K^T [B, Nkv, 1, d, L]: the KV-head dim broadcast over g
+    B, kv, g, S, d = 1, 2, 4, 8, 16
+    node = helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores")
+    path = save(tmp_path, [node], [vi("q", [B, kv, g, S, d]), vi("kt", [B, kv, 1, d, S])],
+                [vi("s", [B, kv, g, S, S])])
+    r = npusim.simulate(path, "mobile", overrides=IDEAL)
+    assert macs(r) == B * kv * g * S * d * S
+
+
+def test_contrib_graph_without_shapes_gets_them_from_onnx_runtime(tmp_path):
+    B, S, h, heads = 1, 8, 32, 2
+    node = helper.make_node("Attention", ["x", "w", "b"], ["a"], name="attn", domain=MS,
+                            num_heads=heads)
+    relu = helper.make_node("Relu", ["a"], ["y"], name="relu")
+    path = save(tmp_path, [node, relu], [vi("x", ["batch", S, h])], [vi("y", ["batch", S, h])],
+                [("w", [h, 3 * h]), ("b", [3 * h])])
+    with pytest.raises(NpusimError, match="no static shape"):
+        load_graph(path, {"batch": B})
+    with prepared_model(path, "none", {"batch": B}) as (ready, dims):
+        assert dims is None
+        graph = load_graph(ready, dims)
+        assert graph.shape("a") == (B, S, h)
+        r = npusim.simulate(str(ready), "mobile", overrides=IDEAL)
+    assert macs(r) == 3 * S * h * h + 2 * heads * S * S * (h // heads)
+
+
+def test_bad_head_counts_are_a_clear_error(tmp_path):
+    node = helper.make_node("GroupQueryAttention", ["q", "k", "v"], ["y"], name="gqa",
+                            domain=MS, num_heads=6, kv_num_heads=4)
+    path = save(tmp_path, [node], [vi("q", [1, 4, 96]), vi("k", [1, 4, 64]),
+                                   vi("v", [1, 4, 64])], [vi("y", [1, 4, 96])])
+    with pytest.raises(NpusimError, match="gqa.*multiple of kv_num_heads"):
+        npusim.simulate(path, "mobile", overrides=IDEAL)
+
+
+# --------------------------------------------------------------------------- fused GEMM / conv
+
+
+def test_fused_conv_costs_the_conv_and_lists_the_activation(tmp_path):
+    def conv(op, **kw):
+        node = helper.make_node(op, ["x", "w", "b"], ["y"], name="conv", kernel_shape=[3, 3],
+                                pads=[1, 1, 1, 1], **kw)
+        return save(tmp_path, [node], [vi("x", [1, 8, 12, 12])], [vi("y", [1, 16, 12, 12])],
+                    [("w", [16, 8, 3, 3]), ("b", [16])], name=op)
+
+    plain = npusim.simulate(conv("Conv"), "mobile")
+    fused = npusim.simulate(conv("FusedConv", domain=MS, activation="Relu"), "mobile")
+    assert fused.total_cycles == plain.total_cycles
+    assert macs(fused) == macs(plain) == 12 * 12 * 16 * 8 * 9
+    assert fused.layers[0]["op_type"] == "FusedConv"
+    assert any("Relu" in f for f in fused.layers[0]["fused"])
+
+
+def test_fused_conv_sum_input_adds_on_the_vector_unit(tmp_path):
+    node = helper.make_node("FusedConv", ["x", "w", "", "z"], ["y"], name="conv", domain=MS,
+                            kernel_shape=[1, 1], activation="Relu")
+    path = save(tmp_path, [node], [vi("x", [1, 8, 4, 4]), vi("z", [1, 16, 4, 4])],
+                [vi("y", [1, 16, 4, 4])], [("w", [16, 8, 1, 1])])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == 16 * 16 * (LAT["add"] + LAT["max"])
+    assert [l["name"] for l in r.layers] == ["conv", "conv/sum"]
+
+
+def test_fused_gemm_costs_the_gemm(tmp_path):
+    def gemm(op, **kw):
+        node = helper.make_node(op, ["x", "w", "b"], ["y"], name="fc", transB=1, **kw)
+        return save(tmp_path, [node], [vi("x", [16, 64])], [vi("y", [16, 48])],
+                    [("w", [48, 64]), ("b", [48])], name=op)
+
+    plain = npusim.simulate(gemm("Gemm"), "mobile")
+    fused = npusim.simulate(gemm("FusedGemm", domain=MS, activation="Relu"), "mobile")
+    assert fused.total_cycles == plain.total_cycles
+    assert macs(fused) == 16 * 64 * 48
+    assert any("Relu" in f for f in fused.layers[0]["fused"])
+
+
+@pytest.mark.parametrize("ta,tb", [(0, 1), (1, 0), (1, 1)])
+def test_fused_matmul_transposes_its_operands(tmp_path, ta, tb):
+    Bt, N, C, M = 3, 16, 32, 24
+    a = [Bt, C, N] if ta else [Bt, N, C]
+    b = [Bt, M, C] if tb else [Bt, C, M]
+    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], name="fmm", domain=MS,
+                            transA=ta, transB=tb, alpha=0.125)
+    path = save(tmp_path, [node], [vi("a", a), vi("b", b)], [vi("y", [Bt, N, M])])
+    r = npusim.simulate(path, "mobile", overrides=IDEAL)
+    assert macs(r) == Bt * N * C * M
+    assert sum(c["bytes_stored"] for c in r.cores) >= Bt * N * M
+
+
+# --------------------------------------------------------------------------- vector contrib ops
+
+
+def _ln(H, rows, E, beta=True):
+    """LayerNormalization's steps (as vector.py): mean, variance, normalize, gamma, beta."""
+    return (E * (LAT["add"] + LAT["sub"] + LAT["mul"] + LAT["add"] + LAT["mul"] + LAT["mul"]
+                 + (LAT["add"] if beta else 0))
+            + rows * (2 * T(H) * LAT["reduce"] + LAT["mul"] + LAT["mul"] + LAT["add"]
+                      + LAT["rsqrt"]))
+
+
+def _rms(H, rows, E):
+    return (E * (LAT["mul"] + LAT["add"] + LAT["mul"] + LAT["mul"])
+            + rows * (T(H) * LAT["reduce"] + LAT["mul"] + LAT["add"] + LAT["rsqrt"]))
+
+
+def test_skip_layer_norm_vector_cycles(tmp_path):
+    B, S, H = 1, 8, 32
+    rows, E = B * S, B * S * H
+    node = helper.make_node("SkipLayerNormalization", ["x", "skip", "g", "be", "bias"],
+                            ["y", "", "", "sum"], name="sln", domain=MS)
+    path = save(tmp_path, [node], [vi("x", [B, S, H]), vi("skip", [B, S, H])],
+                [vi("y", [B, S, H]), vi("sum", [B, S, H])],
+                [("g", [H]), ("be", [H]), ("bias", [H])])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == E * 2 * LAT["add"] + _ln(H, rows, E)
+    # the sum output is stored too: two outputs of E elements
+    assert sum(c["bytes_stored"] for c in r.cores) >= 2 * E
+
+
+def test_skip_simplified_layer_norm_and_rms_norm(tmp_path):
+    B, S, H = 1, 8, 32
+    rows, E = B * S, B * S * H
+    skip = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "g"], ["h"],
+                            name="ssln", domain=MS)
+    rms = helper.make_node("SimplifiedLayerNormalization", ["h", "g2"], ["y"], name="rms",
+                           domain=MS, axis=-1)
+    path = save(tmp_path, [skip, rms], [vi("x", [B, S, H]), vi("skip", [S, H])],
+                [vi("y", [B, S, H])], [("g", [H]), ("g2", [H])],
+                value_info=[vi("h", [B, S, H])])  # contrib outputs: ONNX cannot infer them
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == E * LAT["add"] + 2 * _rms(H, rows, E)
+    layers = by_name(r)
+    assert layers["rms"]["start_cycle"] >= layers["ssln"]["end_cycle"]
+
+
+def test_embed_layer_norm_gathers_rows_and_normalizes(tmp_path):
+    B, S, H, V = 2, 8, 32, 1000
+    rows, E = B * S, B * S * H
+    node = helper.make_node("EmbedLayerNormalization",
+                            ["ids", "seg", "we", "pe", "se", "g", "be"], ["y", "mask_index"],
+                            name="emb", domain=MS)
+    path = save(tmp_path, [node], [vi("ids", [B, S], I32), vi("seg", [B, S], I32)],
+                [vi("y", [B, S, H]), vi("mask_index", [B], I32)],
+                [("we", [V, H]), ("pe", [512, H]), ("se", [2, H]), ("g", [H]), ("be", [H])])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == E * 2 * LAT["add"] + _ln(H, rows, E)
+    # every token's word and position row is read
+    assert sum(c["bytes_loaded"] for c in r.cores) >= 2 * E
+
+
+@pytest.mark.parametrize("op,inputs,steps", [
+    ("BiasGelu", ["x", "bias"], ["add", "gelu"]),
+    ("FastGelu", ["x", "bias"], ["add", "gelu"]),
+    ("FastGelu", ["x"], ["gelu"]),
+    ("QuickGelu", ["x"], ["mul", "sigmoid", "mul"]),
+    ("BiasAdd", ["x", "bias", "skip"], ["add", "add"]),
+])
+def test_elementwise_contrib_ops(tmp_path, op, inputs, steps):
+    B, S, H = 1, 8, 32
+    node = helper.make_node(op, inputs, ["y"], name="op", domain=MS)
+    ins = [vi(n, [B, S, H]) for n in inputs if n != "bias"]
+    path = save(tmp_path, [node], ins, [vi("y", [B, S, H])],
+                [("bias", [H])] if "bias" in inputs else [])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == B * S * H * sum(LAT[s] for s in steps)
+
+
+def test_bias_softmax(tmp_path):
+    B, N, S = 1, 2, 16
+    node = helper.make_node("BiasSoftmax", ["x", "bias"], ["y"], name="bsm", domain=MS, axis=3)
+    path = save(tmp_path, [node], [vi("x", [B, N, S, S]), vi("bias", [1, 1, S, S])],
+                [vi("y", [B, N, S, S])])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    rows, E = B * N * S, B * N * S * S
+    assert vector_busy(r) == E * (LAT["add"] + LAT["max"] + LAT["sub"] + LAT["exp"] + LAT["add"]
+                                  + LAT["div"]) + 2 * rows * T(S) * LAT["reduce"]
+
+
+def test_rotary_embedding(tmp_path):
+    B, N, S, Hd = 1, 2, 8, 16
+    node = helper.make_node("RotaryEmbedding", ["x", "cos", "sin"], ["y"], name="rope")
+    path = save(tmp_path, [node], [vi("x", [B, N, S, Hd]), vi("cos", [B, S, Hd // 2]),
+                                   vi("sin", [B, S, Hd // 2])],
+                [vi("y", [B, N, S, Hd])], opset=23)
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == B * N * S * Hd * (LAT["mul"] + LAT["mul"] + LAT["add"])
