@@ -601,3 +601,15 @@ def test_bundled_cnn_runs(name):
     x = np.random.default_rng(1).standard_normal((2, 3, 224, 224)).astype(np.float32)
     out = run_ort(model, {"input": x})["logits"]
     assert out.shape == (2, 1000) and np.isfinite(out).all()
+
+
+def test_resnet18_moves_every_weight_and_its_input_at_least_once():
+    import npusim
+    from npusim.frontend import load_model
+
+    graph = load_model("resnet18", {"batch": 1})
+    r = npusim.simulate("resnet18", "server", dims={"batch": 1})
+    prec = r.config.precision
+    weights = sum(t.numel for t in graph.tensors.values() if t.is_initializer)
+    inputs = sum(graph.tensor(n).numel for n in graph.inputs)
+    assert sum(c["bytes_loaded"] for c in r.cores) >= (weights + inputs) * prec

@@ -202,3 +202,13 @@ def test_contrib_outputs_without_shapes_get_them_from_onnx_runtime(tmp_path):
     assert [n.op_type for n in graph.nodes] == ["SimplifiedLayerNormalization", "QuickGelu",
                                                 "Relu"]
     assert graph.shape("h") == graph.shape("q") == (4, 32)
+
+
+def test_resnet18_raw_and_optimized_agree_within_five_percent_and_optimized_is_not_slower():
+    import npusim
+
+    raw = npusim.simulate("resnet18", "server", dims={"batch": 1})
+    opt = npusim.simulate("resnet18", "server", dims={"batch": 1}, optimize="extended")
+    assert opt.total_cycles <= raw.total_cycles
+    assert abs(opt.total_cycles - raw.total_cycles) <= 0.05 * raw.total_cycles
+    assert sum(l["macs"] for l in opt.layers) == sum(l["macs"] for l in raw.layers)
