@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from math import prod
+
+import onnx
+from onnx import TensorProto
+
 from npusim.config import NpuConfig, load_config
 from npusim.engine import run_program
 from npusim.kernels import state as ks
@@ -27,3 +32,15 @@ def one_tile_program(rows: list, bases=(0, 0, 0, 0), tiles: int = 1) -> Program:
 def cycles(prog: Program, cfg: NpuConfig, skip: bool = True) -> int:
     raw = run_program(prog, cfg, skip=skip)
     return -(-int(raw.state.glob[ks.G_END]) // raw.timebase.core_period)
+
+
+def weight(name: str, shape, dtype: int = TensorProto.FLOAT) -> onnx.TensorProto:
+    """An initializer with a shape but no bytes: its external data file does not exist."""
+    t = onnx.TensorProto()
+    t.name, t.data_type = name, dtype
+    t.dims.extend(shape)
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "absent.bin"), ("offset", "0"), ("length", str(4 * prod(shape)))):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    return t

@@ -6,13 +6,14 @@ VECTOR instruction of e elements costs exactly e * latency cycles whatever the t
 latencies set to distinct primes, so a wrong op in a step list shows.
 """
 
-from math import ceil, log2, prod
+from math import ceil, log2
 
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
 import npusim
+from helpers import weight
 from npusim.config import load_config
 from npusim.errors import NpusimError
 from npusim.frontend import load_graph
@@ -33,17 +34,6 @@ def T(n: int) -> int:
     """Levels of the reduce tree over n values: ceil(log2 n)."""
     return ceil(log2(n)) if n > 1 else 0
 
-
-def weight(name, shape, dtype=F):
-    """An initializer whose external data file does not exist (shapes only)."""
-    t = onnx.TensorProto()
-    t.name, t.data_type = name, dtype
-    t.dims.extend(shape)
-    t.data_location = TensorProto.EXTERNAL
-    for k, v in (("location", "absent.bin"), ("offset", "0"), ("length", str(4 * prod(shape)))):
-        e = t.external_data.add()
-        e.key, e.value = k, v
-    return t
 
 
 def vi(name, shape, dtype=F):

@@ -1,12 +1,12 @@
 """Lowering of MatMul / Gemm / Conv into tiles: shapes, MACs, bytes, capacity, errors."""
 
-from math import prod
 
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
 import npusim
+from helpers import weight
 from npusim.config import load_config
 from npusim.errors import NpusimError
 from npusim.frontend import load_graph
@@ -14,16 +14,6 @@ from npusim.lowering import lower_graph
 from npusim.lowering.mapping import parse_mapping_line
 from npusim.lowering.tiling import ACC_BYTES, Budget
 
-
-def weight(name, shape):
-    t = onnx.TensorProto()
-    t.name, t.data_type = name, TensorProto.FLOAT
-    t.dims.extend(shape)
-    t.data_location = TensorProto.EXTERNAL
-    for k, v in (("location", "none.bin"), ("offset", "0"), ("length", str(4 * prod(shape)))):
-        e = t.external_data.add()
-        e.key, e.value = k, v
-    return t
 
 
 def save(tmp_path, nodes, inputs, outputs, weights, name="m"):

@@ -10,23 +10,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import npusim
+from helpers import weight
 from npusim.errors import NpusimError
 from npusim.frontend import load_graph
 from npusim.frontend.optimize import optimize_model, prepared_model
 
 F = TensorProto.FLOAT
 
-
-def weight(name, shape):
-    """An initializer whose external data file does not exist (shapes only)."""
-    t = onnx.TensorProto()
-    t.name, t.data_type = name, F
-    t.dims.extend(shape)
-    t.data_location = TensorProto.EXTERNAL
-    for k, v in (("location", "absent.bin"), ("offset", "0"), ("length", str(4 * prod(shape)))):
-        e = t.external_data.add()
-        e.key, e.value = k, v
-    return t
 
 
 def cbr_model(tmp_path, batch="batch") -> Path:

@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import npusim
+from helpers import weight
 from npusim.errors import NpusimError
 
 F, I64, BOOL, F16 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL, TensorProto.FLOAT16
@@ -23,17 +24,6 @@ LAT = dict(add=1, sub=2, mul=3, div=5, max=7, min=11, exp=13, log=17, sqrt=19, r
 OVERRIDES = ["memory.type=ideal"] + [f"core.vector.latency.{k}={v}" for k, v in LAT.items()]
 R = 32  # dma.request_bytes of gemmini_validation; precision is 1 byte
 
-
-def weight(name, shape, dtype=F):
-    """An initializer whose data lives in an external file that does not exist."""
-    t = onnx.TensorProto()
-    t.name, t.data_type = name, dtype
-    t.dims.extend(shape)
-    t.data_location = TensorProto.EXTERNAL
-    for k, v in (("location", "absent.bin"), ("offset", "0"), ("length", str(4 * prod(shape)))):
-        e = t.external_data.add()
-        e.key, e.value = k, v
-    return t
 
 
 def _vi(spec):
