@@ -1,0 +1,53 @@
+"""The kernels never index outside their arrays.
+
+Kernels run without numba's bounds checks (and without its reference counting), so an
+out-of-range index would silently corrupt memory. This test recompiles them with
+``NUMBA_BOUNDSCHECK=1`` in a separate process and cache, and runs every memory model,
+the trace replay and a multi-request workload through them: any stray index raises.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import npusim
+    from npusim.config import load_config
+    from npusim.dram.replay import replay_requests
+    from npusim.frontend import resolve_model_path
+    from npusim.simulation import simulate_requests
+    from npusim.workload import Request
+
+    for preset, overrides in [("mobile", []), ("server", []),
+                              ("gemmini_validation", []),
+                              ("mobile", ["memory.type=simple", "memory.freq_mhz=800",
+                                          "memory.latency=50",
+                                          "memory.channel_bytes_per_cycle=16"]),
+                              ("mobile", ["memory.ranks=2", "memory.channels=2",
+                                          "memory.controller.page_policy=closed",
+                                          "memory.controller.channel_hash=ipoly"])]:
+        for skip in (True, False):
+            npusim.simulate("tiny_cnn", preset, overrides=overrides, skip=skip)
+    npusim.simulate("bert_base_layer", "server", dims={"batch": 1, "seq": 32})
+    mlp = str(resolve_model_path("mlp"))
+    simulate_requests([Request(mlp, name="a"), Request(mlp, arrival_cycle=5000, name="b")],
+                      "mobile")
+    rng = np.random.default_rng(0)
+    for std, ch in (("DDR4-2400R_8Gb_x8", 1), ("HBM2-2400_8Gb_x128", 4),
+                    ("LPDDR5-6400_16Gb_x16", 2)):
+        cfg = load_config("mobile", [f"memory.standard={std}", f"memory.channels={ch}"])
+        addrs = (rng.integers(0, 1 << 30, 3000) // 64 * 64).astype(np.int64)
+        writes = (rng.random(3000) < 0.3).astype(np.int64)
+        replay_requests(cfg, addrs, writes, log_commands=100)  # a full log must not overflow
+    print("clean")
+""")
+
+
+def test_kernels_stay_in_bounds(tmp_path):
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith("clean")
