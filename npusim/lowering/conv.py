@@ -52,6 +52,12 @@ def lower_conv(ctx: LoweringContext, node: Node) -> None:
     strides = tuple(node.attrs.get("strides", [1, 1]))
     dil = tuple(node.attrs.get("dilations", [1, 1]))
     pad_t, pad_l = _pads(node, (H, Wd), (P, Q), (S, R), strides, dil)
+    if groups > 1 and groups == Ctot == Mtot:
+        # depthwise: nothing to reduce across channels, the systolic array would use one
+        # column of one row; the vector unit does it (as a pooling-like window op)
+        from npusim.lowering.vector import lower_pool
+
+        return lower_pool(ctx, node)
     Mg = Mtot // groups
     prec = ctx.precision
     b = ctx.budget

@@ -202,6 +202,9 @@ REDUCING = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "GlobalAverageP
 POOL_STEPS = {  # K = kh * kw, the window size
     "MaxPool": lambda K: [("max", K)],
     "AveragePool": lambda K: [("add", K), ("mul", 1)],
+    # a depthwise convolution: one multiply and one add per tap (its weights are loaded
+    # with the window; a bias adds one more add)
+    "Conv": lambda K: [("mul", K), ("add", K)],
 }
 
 MAX_DMA_PER_OPERAND = 8  # DMA descriptors one operand of a tile may take
@@ -858,8 +861,10 @@ def lower_rows(ctx: LoweringContext, node: Node) -> None:
 # --------------------------------------------------------------------------- pooling
 
 def lower_pool(ctx: LoweringContext, node: Node) -> None:
-    """MaxPool / AveragePool over NHWC activations: a tile is ``p`` output rows (all
-    columns, ``c`` channels) of one image; it loads the input rows their windows need."""
+    """MaxPool / AveragePool, and depthwise Conv (one filter per channel: no reduction
+    across channels, so it runs on the vector unit rather than the array), over NHWC
+    activations: a tile is ``p`` output rows (all columns, ``c`` channels) of one image;
+    it loads the input rows their windows need."""
     from npusim.lowering.conv import _pads  # the same padding rules as Conv
 
     op = node.op_type
@@ -873,7 +878,11 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
                           f"lowers MaxPool with its values output only")
     N, C, H, W = x_shape
     _, _, P, Q = y_shape
-    kh, kw = node.attrs["kernel_shape"]
+    depthwise = op == "Conv"
+    if depthwise:
+        kh, kw = _shape(ctx, node.inputs[1])[2:]
+    else:
+        kh, kw = node.attrs["kernel_shape"]
     strides = tuple(node.attrs.get("strides", [1, 1]))
     dil = tuple(node.attrs.get("dilations", [1, 1]))
     pad_t, _ = _pads(node, (H, W), (P, Q), (kh, kw), strides, dil)
@@ -881,6 +890,10 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
     cap = ctx.budget.spad_half // prec
     cores = ctx.config.num_cores
     steps = POOL_STEPS[op](kh * kw)
+    bias = node.inputs[2] if depthwise and len(node.inputs) > 2 and node.inputs[2] else None
+    bias = bias or (ctx.folded_bias.get(node.name) if depthwise else None)
+    if bias:
+        steps = steps + [("add", 1)]
 
     def rows_in(p):
         return min(H, (p - 1) * strides[0] + (kh - 1) * dil[0] + 1)
@@ -905,6 +918,10 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
     y_strides = [Q * C, C, 1]
     xa, ya = ctx.addr(x), ctx.addr(y)
     em = LayerEmitter(ctx, node, "vector unit")
+    if depthwise:
+        em.info.macs = N * P * Q * C * kh * kw
+        wa = ctx.addr(node.inputs[1])
+        ba = ctx.addr(bias) if bias else 0
     for n in range(N):
         for p0 in range(0, P, pt):
             pc = min(pt, P - p0)
@@ -919,6 +936,12 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
                 el = pc * Q * cc
                 bases = [xa + ((n * H + h_lo) * W * C + c0) * prec,
                          ya + ((n * P + p0) * Q * C + c0) * prec]
+                if depthwise:  # the channels' kh x kw weights (and bias) come along
+                    loads = loads + box_dmas(2, [cc * kh * kw], [1], prec)[0]
+                    bases.append(wa + c0 * kh * kw * prec)
+                    if bias:
+                        loads = loads + box_dmas(3, [cc], [1], 4)[0]
+                        bases.append(ba + c0 * 4)
                 em.group()
                 em.tile(bases, loads, [(o, el, k) for o, k in steps], stores)
     em.finish()
