@@ -31,6 +31,7 @@ SCRIPT = textwrap.dedent("""
         for skip in (True, False):
             npusim.simulate("tiny_cnn", preset, overrides=overrides, skip=skip)
     npusim.simulate("bert_base_layer", "server", dims={"batch": 1, "seq": 32})
+    npusim.simulate("mobilenetv2", "server", dims={"batch": 1})  # depthwise on the vector unit
     mlp = str(resolve_model_path("mlp"))
     simulate_requests([Request(mlp, name="a"), Request(mlp, arrival_cycle=5000, name="b")],
                       "mobile")
