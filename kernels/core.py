@@ -196,7 +196,6 @@ def load_tile(st, prog, p, c, s, tile, t):
     st.slot[S_NEXT, c, s] = 0
     st.slot[S_PENDING_DMA, c, s] = 0
     st.slot[S_LAST_DONE, c, s] = t
-    st.slot[S_START, c, s] = t
     n = prog.tile[tile, isa.T_INST_LEN]
     r0 = prog.tile[tile, isa.T_INST_START]
     compute = 0
