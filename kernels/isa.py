@@ -88,7 +88,8 @@ L_N_PREDS = 2  # layers that must finish before this one starts
 L_SUCC_START = 3  # successors in Program.layer_succ[L_SUCC_START : L_SUCC_START + L_SUCC_LEN]
 L_SUCC_LEN = 4
 L_RELEASE = 5  # core cycle before which the layer may not start (a request's arrival)
-N_LAYER_COLS = 6
+L_REQUEST = 6  # which request it belongs to (a row of ProgramArrays.req)
+N_LAYER_COLS = 7
 
 # Times are int64 ticks of the global time base; "never" is this.
 NEVER = 2**62

@@ -16,7 +16,7 @@ from .dma import dma_has_request, dma_next_request, dma_response
 from .dram import dram_step
 from .memory import MEM_DRAM, MEM_IDEAL, simple_memory_step
 from .noc import noc_inject, noc_step
-from .scheduler import next_tile_for_core, release_due, scheduler_start, tile_finished
+from .scheduler import next_tile_for_core, release_due, scheduler_start, tile_finished, work_waiting
 from .timebase import align_up
 
 
@@ -105,12 +105,12 @@ def cores_step(st, prog, mt, p, t):
             _core_retire(st, prog, p, c, t)
     release_due(st, prog, p, t)  # requests that have arrived
     # hand out ready tiles: idle cores first, then second (prefetch) slots
-    if st.glob[G_READY_HEAD] < st.glob[G_READY_TAIL] or _any_group_left(st, n):
+    if work_waiting(st, prog):
         for rnd in range(2):
             for c in range(n):
                 empty = (st.slot[S_TILE, c, 0] < 0) + (st.slot[S_TILE, c, 1] < 0)
                 if (rnd == 0 and empty == 2) or (rnd == 1 and empty >= 1):
-                    tile = next_tile_for_core(st, prog, c)
+                    tile = next_tile_for_core(st, prog, p, c)
                     if tile >= 0:
                         if empty == 2:  # the core becomes busy
                             st.core[C_BUSY_SINCE, c] = t
@@ -125,24 +125,43 @@ def cores_step(st, prog, mt, p, t):
 
 
 @kernel
-def _any_group_left(st, n):
-    for c in range(n):
-        if st.core[C_GROUP_NEXT, c] < st.core[C_GROUP_END, c]:
-            return True
-    return False
+def _next_tick(st, prog, p, t):
+    """The next tick anything may change: the next edge of every domain without skipping,
+    else the earliest wake of any unit or arrival of a request (isa.NEVER if none)."""
+    nxt = isa.NEVER
+    if p.skip == 0:
+        nxt = min(align_up(t + 1, p.core_period), nxt)
+        if p.mem_type != MEM_IDEAL:
+            nxt = min(nxt, align_up(t + 1, p.noc_period), align_up(t + 1, p.mem_period))
+        return nxt
+    for c in range(p.n_cores):
+        nxt = min(nxt, st.core[C_WAKE, c])
+    if st.glob[G_RELEASED] < prog.release_order.shape[0]:
+        layer = prog.release_order[st.glob[G_RELEASED]]
+        nxt = min(nxt, prog.layer[layer, isa.L_RELEASE] * p.core_period)
+    nxt = min(nxt, st.glob[G_WAKE_NOC], st.glob[G_WAKE_MEM])
+    return max(nxt, t + 1)
 
 
 @kernel
 def run(st, prog, mt, p, max_iterations):
-    """Advance by at most ``max_iterations`` event steps; returns 0, or 1 on deadlock.
+    """Advance by at most ``max_iterations`` event steps.
 
-    Stopping between two steps never changes results, so the caller may update a
-    progress bar between calls.
+    Returns 0 (chunk done, or finished: ``G_FINISHED``), 1 on deadlock, or 2 when a layer
+    marked ``L_NOTIFY`` has ended: the caller may then add layers (e.g. the next step of an
+    LLM) and call again, which resumes after the tick it stopped at. Stopping between two
+    steps never changes results, so the caller may update a progress bar between calls.
     """
     t = st.glob[G_NOW]
     if st.glob[G_STARTED] == 0:
         st.glob[G_STARTED] = 1
         scheduler_start(st, prog)
+    elif st.glob[G_PAUSE]:  # tick t was done before the pause
+        st.glob[G_PAUSE] = 0
+        if st.glob[G_LAYERS_LEFT] > 0:
+            t = _next_tick(st, prog, p, t)
+            if t >= isa.NEVER:
+                return 1
     iterations = 0
     while st.glob[G_LAYERS_LEFT] > 0:
         if iterations >= max_iterations:
@@ -159,21 +178,12 @@ def run(st, prog, mt, p, max_iterations):
             st.glob[G_WAKE_NOC] = noc_step(st, p, t)
         if t % p.core_period == 0:
             cores_step(st, prog, mt, p, t)
+        if st.glob[G_PAUSE]:
+            st.glob[G_NOW] = t
+            return 2
         if st.glob[G_LAYERS_LEFT] == 0:
             break
-        nxt = isa.NEVER
-        if p.skip == 0:
-            nxt = min(align_up(t + 1, p.core_period), nxt)
-            if p.mem_type != MEM_IDEAL:
-                nxt = min(nxt, align_up(t + 1, p.noc_period), align_up(t + 1, p.mem_period))
-        else:
-            for c in range(p.n_cores):
-                nxt = min(nxt, st.core[C_WAKE, c])
-            if st.glob[G_RELEASED] < prog.release_order.shape[0]:
-                layer = prog.release_order[st.glob[G_RELEASED]]
-                nxt = min(nxt, prog.layer[layer, isa.L_RELEASE] * p.core_period)
-            nxt = min(nxt, st.glob[G_WAKE_NOC], st.glob[G_WAKE_MEM])
-            nxt = max(nxt, t + 1)
+        nxt = _next_tick(st, prog, p, t)
         if nxt >= isa.NEVER:
             st.glob[G_NOW] = t
             return 1

@@ -1,24 +1,37 @@
-"""Global scheduler: layer dependencies, the ready-group queue, tiles to cores.
+"""Global scheduler: layer dependencies, ready layers per partition, tiles to cores.
 
-A layer becomes ready when every layer it depends on has finished; its groups (chains of
-tiles that accumulate into the same output block) then join one FIFO ready queue. A core
-with a free tile slot takes the next tile of the group it is working on, or else the next
-ready group. Cores that hold no tile at all are served before cores that would only fill
-their second (prefetch) slot, so no core idles while a ready tile exists that it may run.
+A layer becomes ready when every layer it depends on has finished (and its request has
+arrived); it then joins the ready list of its request's partition. A core with a free tile
+slot takes the next tile of the group it is working on, or else the next group of the ready
+layer its partition's policy ranks first (``kernels/policies/``). Cores that hold no tile at
+all are served before cores that would only fill their second (prefetch) slot, so no core
+idles while a ready tile exists that it may run.
 """
 
 from .jit import kernel
 
 from . import isa
+from .policies import layer_priority, layer_started
 from .state import *  # noqa: F403  (field indices of the state tables)
 
 
 @kernel
-def _push_layer_groups(st, prog, layer):
-    g0 = prog.layer[layer, isa.L_GROUP_START]
-    for g in range(g0, g0 + prog.layer[layer, isa.L_GROUP_LEN]):
-        st.ready_groups[st.glob[G_READY_TAIL]] = g
-        st.glob[G_READY_TAIL] += 1
+def _make_ready(st, prog, layer):
+    part = prog.req[prog.layer[layer, isa.L_REQUEST], R_PART]
+    n = st.part_st[PT_READY, part]
+    st.ready[part, n] = layer
+    st.part_st[PT_READY, part] = n + 1
+    st.layer_st[L_READY_SEQ, layer] = st.glob[G_READY_SEQ]
+    st.glob[G_READY_SEQ] += 1
+    st.layer_st[L_NEXT_GROUP, layer] = prog.layer[layer, isa.L_GROUP_START]
+
+
+@kernel
+def _layer_ended(st, prog, layer, t):
+    st.layer_st[L_END, layer] = t
+    st.glob[G_LAYERS_LEFT] -= 1
+    if st.layer_st[L_NOTIFY, layer]:
+        st.glob[G_PAUSE] = 1
 
 
 @kernel
@@ -31,12 +44,11 @@ def release_layers(st, prog, first, t):
         top -= 1
         layer = stack[top]
         if st.layer_st[L_TILES_LEFT, layer] > 0:
-            _push_layer_groups(st, prog, layer)
+            _make_ready(st, prog, layer)
             continue
         # nothing to run: the layer starts and ends now
         st.layer_st[L_START, layer] = t
-        st.layer_st[L_END, layer] = t
-        st.glob[G_LAYERS_LEFT] -= 1
+        _layer_ended(st, prog, layer, t)
         s0 = prog.layer[layer, isa.L_SUCC_START]
         for k in range(s0, s0 + prog.layer[layer, isa.L_SUCC_LEN]):
             succ = prog.layer_succ[k]
@@ -77,8 +89,7 @@ def tile_finished(st, prog, tile, t):
     st.layer_st[L_TILES_LEFT, layer] -= 1
     if st.layer_st[L_TILES_LEFT, layer] > 0:
         return
-    st.layer_st[L_END, layer] = t
-    st.glob[G_LAYERS_LEFT] -= 1
+    _layer_ended(st, prog, layer, t)
     s0 = prog.layer[layer, isa.L_SUCC_START]
     for k in range(s0, s0 + prog.layer[layer, isa.L_SUCC_LEN]):
         succ = prog.layer_succ[k]
@@ -88,16 +99,46 @@ def tile_finished(st, prog, tile, t):
 
 
 @kernel
-def next_tile_for_core(st, prog, c):
+def work_waiting(st, prog):
+    """True if some partition has a ready layer or some core a group with tiles left."""
+    for part in range(st.part_st.shape[1]):
+        if st.part_st[PT_READY, part] > 0:
+            return True
+    for c in range(st.core.shape[1]):
+        if st.core[C_GROUP_NEXT, c] < st.core[C_GROUP_END, c]:
+            return True
+    return False
+
+
+@kernel
+def next_tile_for_core(st, prog, p, c):
     """The next tile core c should load into a free slot, or -1."""
     if st.core[C_GROUP_NEXT, c] < st.core[C_GROUP_END, c]:
         tile = st.core[C_GROUP_NEXT, c]
         st.core[C_GROUP_NEXT, c] += 1
         return tile
-    if st.glob[G_READY_HEAD] == st.glob[G_READY_TAIL]:
+    part = prog.core_part[c]
+    n = st.part_st[PT_READY, part]
+    if n == 0:
         return -1
-    g = st.ready_groups[st.glob[G_READY_HEAD]]
-    st.glob[G_READY_HEAD] += 1
+    best = 0
+    best_pri = isa.NEVER
+    best_seq = isa.NEVER
+    for k in range(n):
+        layer = st.ready[part, k]
+        pri = layer_priority(st, prog, p, part, layer)
+        seq = st.layer_st[L_READY_SEQ, layer]
+        if pri < best_pri or (pri == best_pri and seq < best_seq):
+            best, best_pri, best_seq = k, pri, seq
+    layer = st.ready[part, best]
+    g0 = prog.layer[layer, isa.L_GROUP_START]
+    g = st.layer_st[L_NEXT_GROUP, layer]
+    if g == g0:
+        layer_started(st, prog, p, part, layer)
+    st.layer_st[L_NEXT_GROUP, layer] = g + 1
+    if g + 1 == g0 + prog.layer[layer, isa.L_GROUP_LEN]:  # all handed out: leave the list
+        st.ready[part, best] = st.ready[part, n - 1]
+        st.part_st[PT_READY, part] = n - 1
     t0 = prog.group[g, isa.G_TILE_START]
     st.core[C_GROUP_NEXT, c] = t0 + 1
     st.core[C_GROUP_END, c] = t0 + prog.group[g, isa.G_TILE_LEN]

@@ -28,12 +28,18 @@ PARAM_FIELDS = (
     "d_ranks", "d_bankgroups", "d_banks", "d_cl", "d_cwl", "d_bl", "d_refi", "d_refresh",
     "d_closed_page", "d_rq", "d_wq", "d_wq_high", "d_wq_low", "d_bursts", "d_burst_bits",
     "d_bpr_bits", "d_ipoly",
+    # scheduling (kernels/policies/)
+    "policy",
 )
 Params = namedtuple("Params", PARAM_FIELDS)
 
-# The program tables (read-only); vlat is the vector-op latency table (isa.VECTOR_OPS order).
+# The program tables (read-only); vlat is the vector-op latency table (isa.VECTOR_OPS order),
+# req the requests [request, R_*] and core_part the partition of each core.
 ProgramArrays = namedtuple("ProgramArrays", ("inst", "tile", "group", "layer", "layer_succ",
-                                             "release_order", "vlat"))
+                                             "release_order", "vlat", "req", "core_part"))
+# req columns
+R_RANK, R_PART = range(2)  # arrival order (0 = first), partition
+N_REQ_FIELDS = 2
 
 # Memory-system tables (read-only): DRAM timing rules grouped by prev command
 # (rules[rule_start[c]:rule_start[c+1]]), address bit fields and the IPOLY channel hash.
@@ -41,7 +47,8 @@ MemTables = namedtuple("MemTables", ("rules", "rule_start", "amap", "ipoly"))
 
 STATE_TABLES = (
     "glob",  # [G_*]                 global scalars
-    "ready_groups",  # [n_groups]    FIFO of groups whose layer is ready
+    "ready",  # [partition, k]       ready layers of each partition (unordered)
+    "part_st",  # [PT_*, partition]
     "layer_st",  # [L_*, layer]
     "layer_stack",  # [layer + 1]    scratch for releasing chains of layers
     "core",  # [C_*, core]
@@ -77,14 +84,19 @@ def _fields(*names):
 
 
 # glob
-(G_NOW, G_STARTED, G_FINISHED, G_END, G_STEPS, G_WAKE_NOC, G_WAKE_MEM, G_READY_HEAD,
- G_READY_TAIL, G_LAYERS_LEFT, G_LOG_N, G_LOG_LOST, G_RELEASED) = range(13)
+(G_NOW, G_STARTED, G_FINISHED, G_END, G_STEPS, G_WAKE_NOC, G_WAKE_MEM, G_READY_SEQ,
+ G_PAUSE, G_LAYERS_LEFT, G_LOG_N, G_LOG_LOST, G_RELEASED) = range(13)
 N_GLOB = 13
+# part_st (PT_LAST_RANK: policy state of time-shared)
+PT_READY, PT_LAST_RANK = range(2)
+N_PART_FIELDS = 2
 # layer_st
 # (per-layer statistics: array stream cycles, vector busy cycles, DMA bytes loaded/stored)
+# (L_NEXT_GROUP: the next group to hand out, L_READY_SEQ: order in which layers became ready,
+#  L_NOTIFY: 1 if the run returns to Python when the layer ends, e.g. to add the next LLM step)
 (L_PREDS_LEFT, L_TILES_LEFT, L_START, L_END, L_SA_CYCLES, L_VU_CYCLES, L_LD_BYTES,
- L_ST_BYTES) = range(8)
-N_LAYER_FIELDS = 8
+ L_ST_BYTES, L_NEXT_GROUP, L_READY_SEQ, L_NOTIFY) = range(11)
+N_LAYER_FIELDS = 11
 # core
 (C_WAKE, C_SEQ, C_GROUP_NEXT, C_GROUP_END, C_SA_PRELOAD_READY, C_SA_STREAM_FREE,
  C_SA_GEMM_START, C_VU_FREE, C_EX_POS, C_OUTSTANDING, C_ARR_HEAD, C_ARR_COUNT, C_INJ_HEAD,

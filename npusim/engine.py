@@ -20,6 +20,7 @@ from npusim.kernels import isa
 from npusim.kernels import state as ks
 from npusim.kernels.state import PARAM_FIELDS, MemTables, Params, ProgramArrays, State
 from npusim.program import Program
+from npusim.scheduling import Placement, place, policy_id
 
 MEMORY_TYPES = {"ideal": 0, "simple": 1, "dram": 2}
 INJECTION_QUEUE = 16  # requests a core's network interface buffers
@@ -61,6 +62,7 @@ def make_params(cfg: NpuConfig, tb: TimeBase, skip: bool) -> Params:
         inj_queue=INJECTION_QUEUE,
     )
     values.update(_dram_params(cfg))
+    values["policy"] = policy_id(cfg)
     assert set(values) == set(PARAM_FIELDS)
     return Params(**{k: int(values[k]) for k in PARAM_FIELDS})
 
@@ -138,7 +140,7 @@ def memory_tables(cfg: NpuConfig) -> MemTables:
 
 
 def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables,
-               log_commands: int = 0) -> State:
+               log_commands: int = 0, placement: Placement | None = None) -> State:
     """Zeroed state tables sized for this config and program.
 
     ``log_commands`` > 0 records up to that many DRAM commands in ``State.cmd_log``.
@@ -161,6 +163,10 @@ def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables,
         np.add.at(layer_st[ks.L_TILES_LEFT], prog.tile[:, isa.T_LAYER], 1)
     layer_st[ks.L_START] = -1
     layer_st[ks.L_END] = -1
+    placement = placement or place(cfg, [0] * prog.n_requests)
+    n_parts = len(placement.partitions)
+    part_st = z(ks.N_PART_FIELDS, n_parts)
+    part_st[ks.PT_LAST_RANK] = -1  # time-shared: the first request comes first
     slot = z(ks.N_SLOT_FIELDS, C, 2)
     slot[ks.S_TILE] = -1
     dram = _dram_state(cfg, p, mt, log_commands)
@@ -169,7 +175,8 @@ def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables,
         glob[ks.G_WAKE_MEM] = first * p.mem_period
     return State(
         glob=glob,
-        ready_groups=z(max(1, prog.group.shape[0])),
+        ready=z(n_parts, max(1, L)),
+        part_st=part_st,
         layer_st=layer_st,
         layer_stack=z(L + 1),
         core=z(ks.N_CORE_FIELDS, C),
@@ -222,10 +229,10 @@ def _dram_state(cfg: NpuConfig, p: Params, mt: MemTables, log_commands: int) -> 
     )
 
 
-def program_arrays(prog: Program, cfg: NpuConfig) -> ProgramArrays:
+def program_arrays(prog: Program, cfg: NpuConfig, placement: Placement) -> ProgramArrays:
     vlat = np.array([cfg.core.vector.latency[op] for op in isa.VECTOR_OPS], dtype=np.int64)
     return ProgramArrays(prog.inst, prog.tile, prog.group, prog.layer, prog.layer_succ,
-                         prog.release_order, vlat)
+                         prog.release_order, vlat, placement.req, placement.core_part)
 
 
 @dataclass
@@ -239,37 +246,127 @@ class RawRun:
     compile_seconds: float
 
 
+class EngineRun:
+    """A simulation in progress: chip state plus the program it runs.
+
+    ``advance`` runs until the program is done or a layer marked with :meth:`notify_on`
+    ends; the caller may then :meth:`extend` the program with more layers (the same
+    ProgramBuilder, built again) and advance again. This is how LLM serving adds one
+    iteration at a time, each shaped by what happened before it.
+    """
+
+    def __init__(self, prog: Program, cfg: NpuConfig, *, skip: bool = True,
+                 placement: Placement | None = None, log_commands: int = 0):
+        from npusim.kernels.loop import run  # imported here: numba loads only when simulating
+
+        self._run = run
+        self.cfg = cfg
+        self.placement = placement or place(cfg, [0] * prog.n_requests)
+        self.tb = TimeBase.of(cfg)
+        self.p = make_params(cfg, self.tb, skip)
+        self.mt = memory_tables(cfg)
+        self.prog = prog
+        self.st = make_state(cfg, prog, self.p, self.mt, log_commands, self.placement)
+        self.pa = program_arrays(prog, cfg, self.placement)
+        t0 = time.perf_counter()
+        _ensure_compiled(run, self.st, self.pa, self.mt, self.p)
+        self.compile_seconds = time.perf_counter() - t0
+        self.wall_seconds = 0.0
+
+    @property
+    def now_cycle(self) -> int:
+        """The core cycle the run has reached."""
+        return int(self.st.glob[ks.G_NOW] // self.tb.core_period)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.st.glob[ks.G_FINISHED]) or self.prog.layer.shape[0] == 0
+
+    def notify_on(self, layers) -> None:
+        """Make :meth:`advance` return when any of ``layers`` ends."""
+        self.st.layer_st[ks.L_NOTIFY, np.asarray(layers, dtype=np.int64)] = 1
+
+    def advance(self, progress: Callable[[int, int, int], None] | None = None) -> bool:
+        """Run on; True if stopped because a notify layer ended, False when all is done.
+
+        ``progress(layers_done, layers_total, core_cycles)`` is called between kernel chunks.
+        """
+        st, tb = self.st, self.tb
+        total = self.prog.layer.shape[0]
+        t1 = time.perf_counter()
+        try:
+            while not self.finished:
+                code = self._run(st, self.pa, self.mt, self.p, ITERATIONS_PER_CALL)
+                if code == 2:
+                    return True
+                if code != 0:
+                    raise NpusimError(_deadlock_message(st, self.prog, tb))
+                if progress is not None:
+                    cycle = st.glob[ks.G_END] if self.finished else st.glob[ks.G_NOW]
+                    progress(total - int(st.glob[ks.G_LAYERS_LEFT]), total,
+                             int(cycle // tb.core_period))
+            return False
+        finally:
+            self.wall_seconds += time.perf_counter() - t1
+
+    def extend(self, prog: Program) -> None:
+        """Continue with ``prog``: the program run so far with layers appended (new root
+        layers must be released after the current cycle)."""
+        old, L0, L = self.prog, self.prog.layer.shape[0], prog.layer.shape[0]
+        if L0 and not np.array_equal(prog.layer[:L0, :isa.L_SUCC_START],
+                                     old.layer[:, :isa.L_SUCC_START]):
+            raise ValueError("extend() needs the same program with layers appended")
+        new = prog.layer[L0:]
+        roots = new[:, isa.L_N_PREDS] == 0
+        if np.any(new[roots, isa.L_RELEASE] <= self.now_cycle):
+            raise ValueError("new root layers must be released after the current cycle")
+        st = self.st
+        ext = np.zeros((ks.N_LAYER_FIELDS, L - L0), dtype=np.int64)
+        ext[ks.L_START] = ext[ks.L_END] = -1
+        if prog.n_tiles > old.n_tiles:
+            np.add.at(ext[ks.L_TILES_LEFT], prog.tile[old.n_tiles:, isa.T_LAYER] - L0, 1)
+        # predecessors still to finish: new layers, and old ones that have not ended yet
+        src = np.repeat(np.arange(L), prog.layer[:, isa.L_SUCC_LEN])
+        dst = prog.layer_succ
+        ended = np.zeros(L, dtype=bool)
+        ended[:L0] = st.layer_st[ks.L_END] >= 0
+        counted = (dst >= L0) & ~ended[src]
+        np.add.at(ext[ks.L_PREDS_LEFT], dst[counted] - L0, 1)
+        if np.any((new[:, isa.L_N_PREDS] > 0) & (ext[ks.L_PREDS_LEFT] == 0)):
+            raise ValueError("a new layer depends only on layers that have ended")
+        layer_st = np.concatenate([st.layer_st, ext], axis=1)
+        ready = np.zeros((st.ready.shape[0], max(1, L)), dtype=np.int64)
+        ready[:, :st.ready.shape[1]] = st.ready
+        done = st.done
+        if prog.max_template_len > done.shape[2]:
+            done = np.full(done.shape[:2] + (prog.max_template_len,), isa.NEVER, np.int64)
+            done[:, :, :st.done.shape[2]] = st.done
+        released = int(st.glob[ks.G_RELEASED])
+        if not np.array_equal(prog.release_order[:released], old.release_order[:released]):
+            raise ValueError("extend() would reorder layers already released")
+        glob = st.glob
+        glob[ks.G_LAYERS_LEFT] += L - L0
+        glob[ks.G_FINISHED] = 0
+        self.st = st._replace(layer_st=layer_st, layer_stack=np.zeros(L + 1, np.int64),
+                              ready=ready, done=done)
+        self.prog = prog
+        self.pa = program_arrays(prog, self.cfg, self.placement)
+
+    def result(self) -> "RawRun":
+        return RawRun(self.st, self.p, self.tb, self.wall_seconds, self.compile_seconds)
+
+
 def run_program(prog: Program, cfg: NpuConfig, skip: bool = True,
                 progress: Callable[[int, int, int], None] | None = None,
-                log_commands: int = 0) -> RawRun:
+                log_commands: int = 0, placement: Placement | None = None) -> RawRun:
     """Simulate ``prog`` on ``cfg`` to completion.
 
     ``progress(layers_done, layers_total, core_cycles)`` is called between kernel chunks.
     """
-    from npusim.kernels.loop import run  # imported here: numba loads only when simulating
-
-    tb = TimeBase.of(cfg)
-    p = make_params(cfg, tb, skip)
-    mt = memory_tables(cfg)
-    st = make_state(cfg, prog, p, mt, log_commands)
-    pa = program_arrays(prog, cfg)
-    t0 = time.perf_counter()
-    _ensure_compiled(run, st, pa, mt, p)
-    t1 = time.perf_counter()
-    total = prog.layer.shape[0]
-    while True:
-        code = run(st, pa, mt, p, ITERATIONS_PER_CALL)
-        if code != 0:
-            raise NpusimError(_deadlock_message(st, prog, tb))
-        if st.glob[ks.G_FINISHED] or total == 0:
-            break
-        if progress is not None:
-            done = total - int(st.glob[ks.G_LAYERS_LEFT])
-            progress(done, total, int(st.glob[ks.G_NOW] // tb.core_period))
-    if progress is not None:
-        progress(total, total, int(st.glob[ks.G_END] // tb.core_period))
-    wall = time.perf_counter() - t1
-    return RawRun(st, p, tb, wall, t1 - t0)
+    run = EngineRun(prog, cfg, skip=skip, placement=placement, log_commands=log_commands)
+    while run.advance(progress):
+        pass
+    return run.result()
 
 
 _compiled: set[tuple] = set()

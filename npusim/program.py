@@ -48,6 +48,11 @@ class Program:
     def n_tiles(self) -> int:
         return int(self.tile.shape[0])
 
+    @property
+    def n_requests(self) -> int:
+        """Requests (rows of the scheduler's request table) the layers are tagged with."""
+        return int(self.layer[:, isa.L_REQUEST].max()) + 1 if self.layer.shape[0] else 1
+
 
 class Instr:
     """Builders for one instruction row each (keyword names follow the ISA columns)."""
@@ -148,7 +153,7 @@ class ProgramBuilder:
     def begin_layer(self, info: LayerInfo, preds: list[int]) -> int:
         lid = len(self._layers)
         release = self.release if not preds else 0
-        self._layers.append([len(self._groups), 0, len(preds), 0, 0, release])
+        self._layers.append([len(self._groups), 0, len(preds), 0, 0, release, self.request])
         info.request = self.request
         self._layer_info.append(info)
         self._preds.append(sorted(set(preds)))

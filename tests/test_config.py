@@ -61,7 +61,7 @@ def test_default_preset_is_mobile():
 
 def test_mobile_preset_numbers():
     c = load_config("mobile")
-    assert (c.num_cores, c.core_freq_mhz, c.precision, c.scheduler) == (4, 1000, 1, "fifo")
+    assert (c.num_cores, c.core_freq_mhz, c.precision, c.scheduler.policy) == (4, 1000, 1, "fifo")
     assert (c.core.systolic.width, c.core.systolic.height, c.core.systolic.min_gemm_cycles) == (8, 8, 4)
     assert (c.core.vector.lanes, c.core.vector.alus) == (8, 16)
     assert (c.core.spad_kib, c.core.accum_kib) == (64, 16)
@@ -142,7 +142,9 @@ def test_partial_latency_table_in_toml(tmp_path):
     ("core.spad_kib", 1048577, "core.spad_kib = 1048577 is out of range: must be an integer in 1..1048576"),
     ("core.accum_kib", 0, "core.accum_kib = 0 is out of range: must be an integer in 1..1048576"),
     ("precision", 3, "precision = 3 is not a valid choice: must be one of 1, 2, 4"),
-    ("scheduler", "lifo", "scheduler = 'lifo' is not a valid choice: must be one of 'fifo'"),
+    ("scheduler.policy", "lifo", "scheduler.policy = 'lifo' is not a valid choice: must be one of 'fifo', 'time-shared', 'spatial'"),
+    ("scheduler.max_batch", 0, "scheduler.max_batch = 0 is out of range: must be an integer in 1..65536"),
+    ("scheduler.partitions", [[0], []], "scheduler.partitions = [[0], []] is not a list of non-empty lists of core indices: must be a list of core lists, e.g. [[0, 1], [2, 3]]"),
     ("memory.type", "hbm", "memory.type = 'hbm' is not a valid choice: must be one of 'ideal', 'simple', 'dram'"),
     ("noc.type", "mesh", "noc.type = 'mesh' is not a valid choice: must be one of 'crossbar'"),
     ("memory.controller.read_queue", 0, "memory.controller.read_queue = 0 is out of range: must be an integer in 1..1024"),
@@ -194,7 +196,8 @@ def test_optional_fields_take_defaults(mobile_dict):
     del d["dma"], d["scheduler"], d["description"], d["core"]["ld_queue"]
     del d["core"]["systolic"]["min_gemm_cycles"], d["core"]["vector"]["latency"]
     c = config_from_dict(d)
-    assert (c.dma.request_bytes, c.scheduler, c.description) == (32, "fifo", "")
+    assert (c.dma.request_bytes, c.scheduler.policy, c.description) == (32, "fifo", "")
+    assert (c.scheduler.partitions, c.scheduler.max_batch) == ((), 32)
     assert (c.core.ld_queue, c.core.systolic.min_gemm_cycles) == (8, 4)
     assert c.core.vector.latency == DEFAULT_VECTOR_LATENCY
 
@@ -360,7 +363,7 @@ def test_config_is_frozen_hashable_picklable():
 def test_onnxim_tpuv4_translation():
     c = load_config(str(DATA / "onnxim_tpuv4_c4.json"))
     assert c.name == "onnxim_tpuv4_c4"
-    assert (c.num_cores, c.core_freq_mhz, c.precision, c.scheduler) == (4, 1000, 2, "fifo")
+    assert (c.num_cores, c.core_freq_mhz, c.precision, c.scheduler.policy) == (4, 1000, 2, "fifo")
     assert (c.core.systolic.width, c.core.systolic.height) == (128, 128)
     assert (c.core.spad_kib, c.core.accum_kib) == (32768, 4096)
     # 65536 bits / (8 * 2 B) = 4096 elements per pass = 128 lanes x 32 ALUs
@@ -414,7 +417,7 @@ def test_onnxim_defaults_for_missing_optional_keys():
         del data[key]
     c = config_from_dict(onnxim_to_dict(data))
     assert (c.dma.request_bytes, c.memory.latency, c.memory.channel_bytes_per_cycle) == (32, 10, 32)
-    assert (c.noc.latency, c.noc.freq_mhz, c.scheduler) == (1, 1000, "fifo")
+    assert (c.noc.latency, c.noc.freq_mhz, c.scheduler.policy) == (1, 1000, "fifo")
 
 
 def test_onnxim_errors():
@@ -423,9 +426,9 @@ def test_onnxim_errors():
     assert "lacks core_config.core_3" in error_of(onnxim_to_dict, data)
 
     data = _tpuv4()
-    data["scheduler"] = "time_multiplex"
+    data["scheduler"] = "partition_cpu"
     msg = error_of(onnxim_to_dict, data)
-    assert "scheduler = 'time_multiplex' is not supported" in msg and "'simple'" in msg
+    assert "scheduler = 'partition_cpu' is not supported" in msg and "'simple'" in msg
 
     data = _tpuv4()
     data["dram_type"] = "hbm"
@@ -459,3 +462,37 @@ def test_onnxim_range_errors_go_through_validation(tmp_path):
     msg = error_of(load_config, str(p))
     assert "zero_ch.json" in msg
     assert "memory.channels = 0 is out of range: simple memory needs a positive integer" in msg
+
+
+@pytest.mark.parametrize("parts, why", [
+    ([[0, 1], [2, 4]], "core 4 does not exist (cores 0..3)"),
+    ([[0, 1], [1, 2, 3]], "core 1 is in two partitions"),
+])
+def test_partitions_name_the_bad_core(mobile_dict, parts, why):
+    d = copy.deepcopy(mobile_dict)
+    d["scheduler"] = {"partitions": parts}
+    assert why in error_of(config_from_dict, d)
+
+
+def test_partitions_must_cover_every_core(mobile_dict):
+    d = copy.deepcopy(mobile_dict)
+    d["scheduler"] = {"partitions": [[0], [2, 3]]}
+    assert "leaves cores [1] out" in error_of(config_from_dict, d)
+
+
+def test_partitions_round_trip_through_dict_and_override():
+    c = load_config("mobile", ["scheduler.partitions=[[0], [1, 2, 3]]",
+                               "scheduler.policy=spatial"])
+    assert c.scheduler.partitions == ((0,), (1, 2, 3))
+    assert config_to_dict(c)["scheduler"]["partitions"] == [[0], [1, 2, 3]]
+    assert config_from_dict(config_to_dict(c)) == c
+
+
+def test_onnxim_schedulers_and_partitions():
+    data = _tpuv4()
+    data["scheduler"] = "spatial_split"
+    data["partition"] = {"core_0": 0, "core_1": 0, "core_2": 1, "core_3": 1}
+    c = config_from_dict(onnxim_to_dict(data))
+    assert (c.scheduler.policy, c.scheduler.partitions) == ("spatial", ((0, 1), (2, 3)))
+    data["scheduler"] = "time_multiplex"
+    assert config_from_dict(onnxim_to_dict(data)).scheduler.policy == "time-shared"

@@ -28,6 +28,7 @@ from npusim.config.schema import (
     MemoryConfig,
     NocConfig,
     NpuConfig,
+    SchedulerConfig,
     SystolicConfig,
     VectorConfig,
 )
@@ -35,6 +36,6 @@ from npusim.config.schema import (
 __all__ = [
     "DEFAULT_PRESET", "DEFAULT_VECTOR_LATENCY", "MEMORY_TYPES", "NOC_TYPES", "PRECISIONS",
     "SCHEDULERS", "VECTOR_OPS", "ControllerConfig", "CoreConfig", "DmaConfig", "MemoryConfig", "NocConfig",
-    "NpuConfig", "SystolicConfig", "VectorConfig", "apply_overrides", "config_from_dict",
+    "NpuConfig", "SchedulerConfig", "SystolicConfig", "VectorConfig", "apply_overrides", "config_from_dict",
     "config_to_dict", "list_presets", "load_config", "onnxim_to_dict", "parse_override",
 ]

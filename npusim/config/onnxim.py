@@ -23,7 +23,8 @@ icnt_type             simple / booksim2                        noc.type (crossba
 icnt_freq             MHz                                      noc.freq_mhz
 icnt_latency          interconnect cycles                      noc.latency
 precision             bytes per element                        precision
-scheduler             simple / time_multiplex / ...            scheduler
+scheduler             simple / time_multiplex / spatial_split  scheduler.policy
+partition             {"core_N": partition id}                 scheduler.partitions
 ====================  =======================================  ==============================
 
 Both layouts ONNXim has used are accepted: per-core tables under ``core_config.core_N``
@@ -46,7 +47,6 @@ IGNORED_KEYS = {
     "icnt_config_path": "Booksim2 topology file; npusim uses its own NoC model",
     "dram_size": "capacity in GB; npusim does not bound DRAM capacity",
     "layout": "tensor layout (NHWC/NCHW) is decided by npusim's lowering",
-    "partition": "core partitions are a workload setting in npusim",
     "full_precision": "accumulator precision is implied by accum_kib",
 }
 IGNORED_CORE_KEYS = {
@@ -74,7 +74,7 @@ CORE_KEYS = ("core_type", "core_width", "core_height", "spad_size", "accum_spad_
              "vector_process_bit", *LATENCY_KEYS)
 TOP_KEYS = ("num_cores", "core_freq", "core_config", "dram_type", "dram_freq",
             "dram_channels", "dram_req_size", "dram_latency", "dram_nbl", "icnt_type",
-            "icnt_latency", "icnt_freq", "precision", "scheduler")
+            "icnt_latency", "icnt_freq", "precision", "scheduler", "partition")
 
 # "ramulator"/"ramulator2" map to the fixed-latency "simple" model for now; the cycle-level
 # DRAM model replaces this mapping when it lands. "ideal" is npusim's own extra value.
@@ -82,9 +82,11 @@ DRAM_TYPES = {"simple": "simple", "ramulator": "simple", "ramulator2": "simple",
               "ideal": "ideal"}
 # Booksim2's topology lives in a separate file; both become npusim's crossbar.
 ICNT_TYPES = {"simple": "crossbar", "booksim2": "crossbar"}
-# ONNXim "simple" runs one layer at a time, requests in arrival order: npusim's fifo.
-# Its other schedulers (time_multiplex, partition_cpu, spatial_split) have no match yet.
-SCHEDULERS = {"simple": "fifo", "fifo": "fifo"}
+# ONNXim "simple" runs one layer at a time, requests in arrival order: npusim's fifo;
+# "time_multiplex" round-robins between requests, "spatial_split" gives each partition
+# its own cores. (Its "partition_cpu" has no match.)
+SCHEDULERS = {"simple": "fifo", "fifo": "fifo", "time_multiplex": "time-shared",
+              "spatial_split": "spatial"}
 
 # Values ONNXim configs commonly leave out, with the value used instead.
 DEFAULTS = {
@@ -148,7 +150,8 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
         "num_cores": num_cores,
         "core_freq_mhz": merged["core_freq"],
         "precision": precision,
-        "scheduler": _lookup(merged, "scheduler", SCHEDULERS),
+        "scheduler": {"policy": _lookup(merged, "scheduler", SCHEDULERS),
+                      "partitions": _partitions(merged, num_cores)},
         "core": {
             "systolic": {"width": width, "height": merged["core_height"]},
             "vector": {"lanes": lanes, "alus": alus, "latency": latency},
@@ -206,6 +209,23 @@ def _core_table(cfg: dict, num_cores: int) -> dict:
                     f"heterogeneous cores are not supported: core_config.core_{i}.{key} = "
                     f"{entry.get(key)!r} but core_0 has {first.get(key)!r}")
     return first
+
+
+def _partitions(cfg: dict, num_cores: int) -> list[list[int]]:
+    """ONNXim's ``"partition": {"core_0": 0, "core_1": 1, ...}`` as lists of cores."""
+    table = cfg.get("partition")
+    if table is None:
+        return []
+    if not isinstance(table, dict):
+        raise NpusimError("ONNXim key partition must be an object of core_N: partition id")
+    parts: dict[int, list[int]] = {}
+    for i in range(num_cores):
+        pid = table.get(f"core_{i}")
+        if type(pid) is not int or pid < 0:
+            raise NpusimError(f"ONNXim key partition.core_{i} = {pid!r}: every core needs a "
+                              f"partition id >= 0")
+        parts.setdefault(pid, []).append(i)
+    return [parts[pid] for pid in sorted(parts)]
 
 
 def _get(cfg: dict, key: str, rule: Rule) -> Any:

@@ -22,7 +22,7 @@ from npusim.errors import NpusimError
 # ---------------------------------------------------------------------------------------
 
 PRECISIONS = (1, 2, 4)
-SCHEDULERS = ("fifo",)
+SCHEDULERS = ("fifo", "time-shared", "spatial")  # kernels/policies/, one file each
 NOC_TYPES = ("crossbar",)
 MEMORY_TYPES = ("ideal", "simple", "dram")
 PAGE_POLICIES = ("open", "closed")
@@ -70,12 +70,19 @@ class Rule:
             return "one of " + ", ".join(repr(c) for c in self.choices)
         if self.kind == "bool":
             return "true or false"
+        if self.kind == "partitions":
+            return "a list of core lists, e.g. [[0, 1], [2, 3]]"
         return "a non-empty string" if self.lo else "a string"
 
     def problem(self, value: Any) -> str | None:
         """Why `value` breaks the rule ("wrong type", "out of range", ...), or None."""
         if self.kind == "bool":
             return None if type(value) is bool else f"has the wrong type ({type(value).__name__})"
+        if self.kind == "partitions":
+            ok = isinstance(value, (list, tuple)) and all(
+                isinstance(part, (list, tuple)) and part
+                and all(type(c) is int and c >= 0 for c in part) for part in value)
+            return None if ok else "is not a list of non-empty lists of core indices"
         wants_int = self.kind in ("int", "pow2") or (
             self.kind == "choice" and isinstance(self.choices[0], int))
         if wants_int:
@@ -113,6 +120,10 @@ def _str(nonempty: bool = False, **kw) -> Any:
 
 def _bool(**kw) -> Any:
     return field(metadata={"rule": Rule("bool")}, **kw)
+
+
+def _partitions(**kw) -> Any:
+    return field(metadata={"rule": Rule("partitions")}, **kw)
 
 
 def _latency_table() -> Any:
@@ -237,6 +248,41 @@ class MemoryConfig:
         return self.peak_bytes_per_s / 1e9
 
 
+@dataclass(frozen=True, kw_only=True)
+class SchedulerConfig:
+    """How requests share the cores: the policy (a file in ``kernels/policies/``), optional
+    core partitions, and the batch limit of LLM serving (iteration-level batching)."""
+
+    policy: str = _choice(SCHEDULERS, default="fifo")
+    # cores of each partition; empty: one partition of all cores ("spatial" splits evenly)
+    partitions: tuple = _partitions(default=())
+    max_batch: int = _int(1, 65536, default=32)  # LLM requests batched in one iteration
+
+    def __post_init__(self):
+        object.__setattr__(self, "partitions", tuple(tuple(p) for p in self.partitions))
+
+
+def _check_scheduler(sched: dict, num_cores: int) -> None:
+    seen: set[int] = set()
+    for part in sched["partitions"]:
+        for c in part:
+            if c >= num_cores or c in seen:
+                why = (f"core {c} does not exist (cores 0..{num_cores - 1})" if c >= num_cores
+                       else f"core {c} is in two partitions")
+                raise NpusimError(f"config field scheduler.partitions = "
+                                  f"{_plain(sched['partitions'])}: {why}")
+            seen.add(c)
+    if sched["partitions"] and len(seen) != num_cores:
+        missing = sorted(set(range(num_cores)) - seen)
+        raise NpusimError(f"config field scheduler.partitions = {_plain(sched['partitions'])} "
+                          f"leaves cores {missing} out: every core belongs to one partition")
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, the way the TOML file writes them."""
+    return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
 def _check_memory(mem: dict, core_freq_mhz: int) -> None:
     """Cross-field rules of the memory section; fills what a DRAM standard defines."""
     kind = mem["type"]
@@ -297,11 +343,11 @@ class NpuConfig:
     num_cores: int = _int(1, 1024)
     core_freq_mhz: int = _int(*MHZ_RANGE)
     precision: int = _choice(PRECISIONS)   # bytes per element
-    scheduler: str = _choice(SCHEDULERS, default="fifo")
     core: CoreConfig
     dma: DmaConfig = field(default_factory=DmaConfig)
     noc: NocConfig
     memory: MemoryConfig
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     def __post_init__(self):
         normalise(to_plain_dict(self))
@@ -387,6 +433,7 @@ def normalise(data: Any) -> dict:
     """Validate a whole-NPU dict (TOML shape) and return it with every default filled in."""
     out = normalise_section(NpuConfig, data, "")
     _check_memory(out["memory"], out["core_freq_mhz"])
+    _check_scheduler(out["scheduler"], out["num_cores"])
     return out
 
 
@@ -407,6 +454,8 @@ def to_plain_dict(obj: Any) -> dict:
         value = getattr(obj, f.name)
         if dataclasses.is_dataclass(value):
             out[f.name] = to_plain_dict(value)
+        elif isinstance(value, tuple):
+            out[f.name] = _plain(value)
         elif isinstance(value, dict):
             out[f.name] = dict(value)
         else:
