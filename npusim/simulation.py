@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from npusim.config import NpuConfig, load_config
 from npusim.engine import run_program
+from npusim.errors import NpusimError
 from npusim.frontend import load_model, resolve_model_path
 from npusim.frontend.optimize import prepared_model
+from npusim.kernels import isa
+from npusim.kernels import state as ks
 from npusim.lowering import lower_graph
 from npusim.lowering.mapping import parse_mapping_file
 from npusim.results import Result, collect
@@ -31,34 +36,119 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
                       progress=None, unsupported="error", optimize="none") -> Result:
     """Simulate several requests (``npusim.workload.Request``) sharing one NPU.
 
-    Layers of all requests compete for the cores; a request's first layers wait for its
-    arrival. The result adds per-request arrival, start, finish and latency.
+    Each request, or each group of LLM requests of one architecture and partition (an LLM
+    server, batching them iteration by iteration), is one *stream* for the scheduler: the
+    policy of ``config.scheduler`` orders the streams' ready layers within each core
+    partition, and a stream's first layers wait for its arrival. The result adds, per
+    request, arrival, start, finish and latency (LLM requests also time to first token and
+    the times between tokens), per-partition utilization and per-stream DRAM traffic.
     """
+    from npusim.engine import EngineRun
     from npusim.lowering import lower_into
     from npusim.program import ProgramBuilder
+    from npusim.scheduling import place
+    from npusim.serving.server import LlmServer
+    from npusim.serving.spec import load_llm
 
     cfg = config if isinstance(config, NpuConfig) else load_config(config, list(overrides))
     table = parse_mapping_file(mapping) if mapping else None
+    requests = list(requests)
+    if not requests:
+        raise NpusimError("no requests to simulate")
+    # streams: each plain request alone; LLM requests grouped by architecture and partition
+    streams: list[list[int]] = []
+    llm_groups: dict[tuple, int] = {}
+    specs = {}
+    for i, req in enumerate(requests):
+        if req.is_llm:
+            specs[i] = load_llm(req.model).with_overrides(req.llm, req.label)
+            key = (specs[i], req.partition)
+            if key not in llm_groups:
+                llm_groups[key] = len(streams)
+                streams.append([])
+            streams[llm_groups[key]].append(i)
+        else:
+            streams.append([i])
+    placement = place(cfg, [min(requests[i].arrival_cycle for i in s) for s in streams],
+                      [requests[s[0]].partition for s in streams],
+                      [f"request {requests[s[0]].label!r}" for s in streams])
     builder = ProgramBuilder()
     warnings = []
-    for i, req in enumerate(requests):
+    servers: list[LlmServer] = []
+    for sid, members in enumerate(streams):
+        req = requests[members[0]]
+        if req.is_llm:
+            servers.append(LlmServer(sid, specs[members[0]],
+                                     [(i, requests[i]) for i in members], cfg, builder))
+            continue
         with prepared_model(resolve_model_path(req.model), optimize,
                             req.dims or None) as (ready, ready_dims):
             graph = load_model(ready, ready_dims)
-        builder.request, builder.release = i, req.arrival_cycle
+        builder.request, builder.release = sid, req.arrival_cycle
         warnings += lower_into(builder, graph, cfg, table, unsupported,
-                               prefix=f"{req.name or i}/")
-    prog = builder.build()
-    raw = run_program(prog, cfg, skip=skip, progress=progress)
-    result = collect("+".join(r.name or Path(r.model).stem for r in requests), cfg, prog, raw)
+                               prefix=f"{req.name or members[0]}/")
+    watch = [srv.schedule(-1) for srv in servers]
+    run = EngineRun(builder.build(), cfg, skip=skip, placement=placement)
+    run.notify_on(watch)
+    while run.advance(progress):
+        ends = run.st.layer_st[ks.L_END]
+        new = []
+        for srv in servers:
+            it = srv.pending
+            if it is not None and ends[it.last_layer] >= 0:
+                srv.iteration_ended(int(ends[it.last_layer] // run.tb.core_period))
+                last = srv.schedule(run.now_cycle)
+                if last is not None:
+                    new.append(last)
+        if new:
+            run.extend(builder.build())
+            run.notify_on(new)
+    prog = run.prog
+    result = collect("+".join(dict.fromkeys(Path(r.model).stem for r in requests)), cfg,
+                     prog, run.result())
     result.warnings = warnings
-    result.requests = []
-    for i, req in enumerate(requests):
-        layers = [l for l, info in zip(result.layers, prog.layers) if info.request == i]
-        start = min(l["start_cycle"] for l in layers)
-        finish = max(l["end_cycle"] for l in layers)
-        result.requests.append({"name": req.name, "model": Path(req.model).stem,
-                                "dims": req.dims, "arrival_cycle": req.arrival_cycle,
-                                "start_cycle": start, "finish_cycle": finish,
-                                "latency_cycles": finish - req.arrival_cycle})
+    _request_results(result, requests, streams, servers, prog, run, placement)
     return result
+
+
+def _request_results(result, requests, streams, servers, prog, run, placement) -> None:
+    """Per-request, per-stream and per-partition numbers for ``result``."""
+    P = run.tb.core_period
+    layer_start = -(-run.st.layer_st[ks.L_START] // P)
+    stream_of_layer = prog.layer[:, isa.L_REQUEST]
+    moved = run.st.layer_st[ks.L_LD_BYTES] + run.st.layer_st[ks.L_ST_BYTES]
+    per_stream = np.bincount(stream_of_layer, weights=moved, minlength=len(streams))
+    freq = result.config.core_freq_mhz * 1e6
+    rows: dict[int, dict] = {}
+    for srv in servers:
+        rows.update(srv.request_results(layer_start))
+    for sid, members in enumerate(streams):
+        if len(members) == 1 and not requests[members[0]].is_llm:
+            i = members[0]
+            req = requests[i]
+            mine = [l for l, s in zip(result.layers, stream_of_layer) if s == sid]
+            start = min(l["start_cycle"] for l in mine)
+            finish = max(l["end_cycle"] for l in mine)
+            latency = finish - req.arrival_cycle
+            rows[i] = {"name": req.name, "model": Path(req.model).stem, "dims": req.dims,
+                       "arrival_cycle": req.arrival_cycle, "start_cycle": start,
+                       "finish_cycle": finish, "latency_cycles": latency,
+                       "dram_bytes": int(per_stream[sid]),
+                       "dram_gbps": per_stream[sid] / (latency / freq) / 1e9 if latency else 0.0}
+    for sid, members in enumerate(streams):
+        for i in members:
+            rows[i]["stream"] = sid
+            rows[i]["partition"] = int(placement.req[sid, ks.R_PART])
+    result.requests = [rows[i] for i in range(len(requests))]
+    total = max(result.total_cycles, 1)
+    busy = [c["busy_cycles"] for c in result.cores]
+    result.extra["partitions"] = [
+        {"partition": k, "cores": cores,
+         "utilization": sum(busy[c] for c in cores) / (len(cores) * total),
+         "streams": [sid for sid in range(len(streams))
+                     if placement.req[sid, ks.R_PART] == k]}
+        for k, cores in enumerate(placement.partitions)]
+    result.extra["llm_servers"] = [
+        {"stream": srv.stream, "model": srv.spec.describe(),
+         "dram_bytes": int(per_stream[srv.stream]), "iterations": srv.iteration_results()}
+        for srv in servers]

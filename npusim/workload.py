@@ -1,4 +1,25 @@
-"""Workloads of several requests: which model, its dims, and when it arrives.
+"""Workloads of several requests: which model, its dims, when it arrives, where it runs.
+
+A request file (TOML or JSON) lists requests; ``read_requests`` reads it::
+
+    [[request]]
+    model = "resnet50"          # an ONNX file or bundled model
+    batch = 4                   # binds the model's "batch" dim (same as dims.batch)
+    dims = { seq = 128 }        # other dynamic dims
+    arrival_us = 20.0           # or arrival_cycles = 20000 (core cycles); default 0
+    partition = 1               # optional: a core partition (scheduler.partitions)
+    name = "cnn"                # optional label in the results
+    count = 4                   # optional: this many copies,
+    interval_us = 100.0         #   arriving this far apart (or interval_cycles)
+
+    [[request]]
+    model = "gpt2"              # an LLM (bundled gpt2, llama3_8b, or a language-model JSON)
+    prompt = 512                # prompt tokens (prefill)
+    generate = 32               # tokens to generate (the first comes from the prefill)
+    llm = { kv_heads = 32 }     # optional architecture overrides (npusim.serving.spec)
+
+JSON files hold ``{"requests": [{...}, ...]}`` with the same keys, or are ONNXim
+models-list files (``{"models": [...]}``).
 
 ``read_models_list`` reads ONNXim's models-list JSON (``{"models": [{"name": ...,
 "request_time": <ms>, "batch_size": ..., <dim name>: <value>, ...}]}``) so ONNXim users can
@@ -16,16 +37,34 @@ from pathlib import Path
 from npusim.errors import NpusimError
 
 ONNXIM_RESERVED = ("name", "request_time", "batch_size", "partition_id")
+REQUEST_KEYS = ("model", "batch", "dims", "arrival_us", "arrival_cycles", "partition", "name",
+                "count", "interval_us", "interval_cycles", "prompt", "generate", "llm")
 
 
 @dataclass
 class Request:
-    """One inference request: a model, its dynamic dims and its arrival (core cycles)."""
+    """One inference request: a model, its dynamic dims and its arrival (core cycles).
+
+    An LLM request (``generate`` > 0) names an architecture (``npusim.serving.spec``) and
+    runs a prefill of ``prompt`` tokens, then generates until ``generate`` tokens are out.
+    """
 
     model: str
     dims: dict[str, int] = field(default_factory=dict)
     arrival_cycle: int = 0
     name: str = ""
+    partition: int | None = None
+    prompt: int = 0
+    generate: int = 0
+    llm: dict[str, int] = field(default_factory=dict)  # architecture overrides
+
+    @property
+    def is_llm(self) -> bool:
+        return self.generate > 0
+
+    @property
+    def label(self) -> str:
+        return self.name or Path(self.model).stem
 
 
 def _find_model(name: str, folder: Path) -> str:
@@ -75,6 +114,127 @@ def read_models_list(path: str | Path, core_freq_mhz: int) -> list[Request]:
         if not isinstance(ms, (int, float)) or ms < 0:
             raise NpusimError(f"{where}: request_time = {ms!r} must be a number of ms >= 0")
         cycle = round(ms * 1e-3 * core_freq_mhz * 1e6)
+        part = entry.get("partition_id")
+        if part is not None and (type(part) is not int or part < 0):
+            raise NpusimError(f"{where}: partition_id = {part!r} must be an integer >= 0")
         requests.append(Request(model=model, dims=dims, arrival_cycle=int(cycle),
-                                name=f"{entry['name']}#{i}"))
+                                name=f"{entry['name']}#{i}", partition=part))
     return requests
+
+
+def read_requests(path: str | Path, core_freq_mhz: int) -> list[Request]:
+    """Requests of a request file (see the module docstring), in file order."""
+    import tomllib
+
+    path = Path(path)
+    if not path.is_file():
+        raise NpusimError(f"request file not found: '{path}'")
+    text = path.read_text()
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise NpusimError(f"{path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
+        if isinstance(data, dict) and "models" in data:
+            return read_models_list(path, core_freq_mhz)
+        entries = data.get("requests") if isinstance(data, dict) else None
+    else:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise NpusimError(f"{path}: not valid TOML: {e}") from None
+        entries = data.get("request")
+        extra = set(data) - {"request"}
+        if extra:
+            raise NpusimError(f"{path}: unknown top-level key(s) {sorted(extra)}; a request "
+                              f"file holds [[request]] tables")
+    if not isinstance(entries, list) or not entries:
+        raise NpusimError(f"{path}: no requests (expected [[request]] tables in TOML, or "
+                          f"{{\"requests\": [...]}} in JSON)")
+    requests = []
+    for i, entry in enumerate(entries):
+        requests += _parse_request(entry, f"{path}: request {i + 1}", path.parent,
+                                   core_freq_mhz)
+    return requests
+
+
+def _cycles(entry: dict, key: str, where: str, core_freq_mhz: int) -> int:
+    """``<key>_us`` or ``<key>_cycles`` (exactly one, or neither: 0) in core cycles."""
+    us, cyc = entry.get(f"{key}_us"), entry.get(f"{key}_cycles")
+    if us is not None and cyc is not None:
+        raise NpusimError(f"{where}: give {key}_us or {key}_cycles, not both")
+    if cyc is not None:
+        if type(cyc) is not int or cyc < 0:
+            raise NpusimError(f"{where}: {key}_cycles = {cyc!r} must be an integer >= 0")
+        return cyc
+    if us is None:
+        return 0
+    if not isinstance(us, (int, float)) or isinstance(us, bool) or us < 0:
+        raise NpusimError(f"{where}: {key}_us = {us!r} must be a number >= 0")
+    return round(us * core_freq_mhz)
+
+
+def _positive(entry: dict, key: str, where: str, default: int, lo: int = 1) -> int:
+    value = entry.get(key, default)
+    if type(value) is not int or value < lo:
+        raise NpusimError(f"{where}: {key} = {value!r} must be an integer >= {lo}")
+    return value
+
+
+def _parse_request(entry, where: str, folder: Path, core_freq_mhz: int) -> list[Request]:
+    from npusim.serving.spec import is_llm, load_llm
+
+    if not isinstance(entry, dict):
+        raise NpusimError(f"{where}: must be a table of keys ({', '.join(REQUEST_KEYS)})")
+    unknown = sorted(set(entry) - set(REQUEST_KEYS))
+    if unknown:
+        raise NpusimError(f"{where}: unknown key(s) {unknown}; valid keys: "
+                          f"{', '.join(REQUEST_KEYS)}")
+    model = entry.get("model")
+    if not isinstance(model, str) or not model:
+        raise NpusimError(f"{where}: needs model = \"<ONNX file, bundled model or LLM>\"")
+    local = folder / model
+    if local.is_file():
+        model = str(local)
+    arrival = _cycles(entry, "arrival", where, core_freq_mhz)
+    interval = _cycles(entry, "interval", where, core_freq_mhz)
+    count = _positive(entry, "count", where, 1)
+    part = entry.get("partition")
+    if part is not None and (type(part) is not int or part < 0):
+        raise NpusimError(f"{where}: partition = {part!r} must be an integer >= 0")
+    name = entry.get("name", "")
+    if not isinstance(name, str):
+        raise NpusimError(f"{where}: name = {name!r} must be a string")
+    generate = _positive(entry, "generate", where, 0, lo=0)
+    dims = entry.get("dims", {})
+    if not isinstance(dims, dict) or any(type(v) is not int or v < 1 for v in dims.values()):
+        raise NpusimError(f"{where}: dims = {dims!r} must be a table of positive integers")
+    dims = dict(dims)
+    llm = entry.get("llm", {})
+    if generate:
+        for key in ("batch", "dims"):
+            if key in entry:
+                raise NpusimError(f"{where}: an LLM request takes prompt and generate, "
+                                  f"not {key} (each request is one sequence)")
+        if not is_llm(model):
+            raise NpusimError(f"{where}: model = {model!r} is not a language model: give a "
+                              f"bundled LLM or a language-model JSON (npusim models lists them)")
+        spec = load_llm(model).with_overrides(llm, where)
+        prompt = _positive(entry, "prompt", where, 1)
+        if prompt + generate - 1 > spec.max_positions:
+            raise NpusimError(f"{where}: prompt {prompt} + generate {generate} exceeds the "
+                              f"{spec.max_positions} positions of {spec.name}")
+    else:
+        for key in ("prompt", "llm"):
+            if key in entry:
+                raise NpusimError(f"{where}: {key} is only for LLM requests (with generate)")
+        prompt = 0
+        if "batch" in entry:
+            dims["batch"] = _positive(entry, "batch", where, 1)
+        from npusim.frontend import resolve_model_path
+
+        model = str(resolve_model_path(model))
+    return [Request(model=model, dims=dims, arrival_cycle=arrival + k * interval,
+                    name=f"{name}#{k}" if name and count > 1 else name, partition=part,
+                    prompt=prompt, generate=generate, llm=dict(llm))
+            for k in range(count)]

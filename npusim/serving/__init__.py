@@ -1,0 +1,1 @@
+"""LLM serving: architectures (spec), one iteration's graph (iteration), batching (server)."""

@@ -1,0 +1,137 @@
+"""Iteration-level batching of the LLM requests of one model (Orca-style continuous batching).
+
+A server owns the requests of one architecture on one core partition. Whenever its previous
+iteration has ended (the engine pauses on the iteration's last layer), it admits the
+requests that have arrived, oldest first, up to ``scheduler.max_batch`` in flight, and
+lowers the next iteration: a prefill of the whole prompt for each newly admitted request,
+one generation step for every other one. Each request's KV cache grows by the tokens of
+every iteration it runs in; a request leaves once it has produced ``generate`` tokens (the
+first one at the end of its prefill). Every token's cycle is recorded, which gives time to
+first token and the times between tokens.
+
+An iteration is released at the core cycle after the previous one ended (the scheduling
+decision), or at the next arrival when no request is in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from npusim.config import NpuConfig
+from npusim.program import ProgramBuilder
+from npusim.serving.iteration import ModelMemory, Slot, lower_iteration
+from npusim.serving.spec import LlmSpec
+from npusim.workload import Request
+
+
+@dataclass
+class LlmRequestRun:
+    index: int  # position in the workload
+    request: Request
+    tokens: list[int] = field(default_factory=list)  # core cycle each token was produced
+    prefill_iteration: int = -1
+
+    @property
+    def done(self) -> bool:
+        return len(self.tokens) >= self.request.generate
+
+
+@dataclass
+class Iteration:
+    first_layer: int
+    last_layer: int
+    release_cycle: int
+    requests: list[int]  # workload indices in the batch
+    prefill_tokens: int
+    decode_tokens: int
+    kv_tokens: int  # KV-cache positions attended, summed over the batch
+    end_cycle: int = -1
+
+
+class LlmServer:
+    def __init__(self, stream: int, spec: LlmSpec, requests: list[tuple[int, Request]],
+                 cfg: NpuConfig, builder: ProgramBuilder):
+        self.stream = stream
+        self.spec = spec
+        self.cfg = cfg
+        self.builder = builder
+        self.mem = ModelMemory(spec)
+        self.mem.allocate_weights(builder, cfg.precision)
+        order = sorted(requests, key=lambda ir: (ir[1].arrival_cycle, ir[0]))
+        self.runs = {i: LlmRequestRun(i, r) for i, r in order}
+        self.waiting = [i for i, _ in order]
+        self.active: list[int] = []
+        self.iterations: list[Iteration] = []
+
+    @property
+    def pending(self) -> Iteration | None:
+        it = self.iterations[-1] if self.iterations else None
+        return it if it is not None and it.end_cycle < 0 else None
+
+    def schedule(self, now: int) -> int | None:
+        """Lower the next iteration, released after core cycle ``now``; returns its last
+        layer, or None when every request is done."""
+        if not self.active and not self.waiting:
+            return None
+        release = now + 1
+        if not self.active:
+            release = max(release, self.runs[self.waiting[0]].request.arrival_cycle)
+        while (self.waiting and len(self.active) < self.cfg.scheduler.max_batch
+               and self.runs[self.waiting[0]].request.arrival_cycle <= release):
+            i = self.waiting.pop(0)
+            r = self.runs[i].request
+            self.mem.allocate_kv(self.builder, i, r.prompt + r.generate, self.cfg.precision)
+            self.runs[i].prefill_iteration = len(self.iterations)
+            self.active.append(i)
+        slots = []
+        for i in self.active:
+            run = self.runs[i]
+            if not run.tokens:
+                slots.append(Slot(i, run.request.prompt, 0))
+            else:  # the last token goes in; the cache holds the prompt and earlier tokens
+                slots.append(Slot(i, 1, run.request.prompt + len(run.tokens) - 1))
+        self.builder.request, self.builder.release = self.stream, release
+        name = f"{self.spec.name}/it{len(self.iterations)}"
+        first, last = lower_iteration(self.builder, self.mem, self.cfg, slots, name)
+        self.iterations.append(Iteration(
+            first, last, release, list(self.active),
+            prefill_tokens=sum(s.q for s in slots if s.past == 0),
+            decode_tokens=sum(s.q for s in slots if s.past > 0),
+            kv_tokens=sum(s.past + s.q for s in slots)))
+        return last
+
+    def iteration_ended(self, end_cycle: int) -> None:
+        it = self.pending
+        it.end_cycle = end_cycle
+        for i in it.requests:
+            self.runs[i].tokens.append(end_cycle)
+        self.active = [i for i in self.active if not self.runs[i].done]
+
+    def request_results(self, layer_start: np.ndarray) -> dict[int, dict]:
+        """Per request: arrival, start, finish, latency, TTFT and time between tokens."""
+        out = {}
+        for i, run in self.runs.items():
+            r = run.request
+            tbt = np.diff(run.tokens).tolist() if len(run.tokens) > 1 else []
+            first = self.iterations[run.prefill_iteration].first_layer
+            out[i] = {
+                "name": r.name, "model": self.spec.name, "llm": self.spec.describe(),
+                "prompt": r.prompt, "generate": r.generate,
+                "arrival_cycle": r.arrival_cycle, "start_cycle": int(layer_start[first]),
+                "finish_cycle": run.tokens[-1],
+                "latency_cycles": run.tokens[-1] - r.arrival_cycle,
+                "ttft_cycles": run.tokens[0] - r.arrival_cycle,
+                "tbt_cycles": tbt,
+                **{f"tbt_p{q}_cycles": (float(np.percentile(tbt, q)) if tbt else None)
+                   for q in (50, 95, 99)},
+                "token_cycles": run.tokens,
+            }
+        return out
+
+    def iteration_results(self) -> list[dict]:
+        return [{"iteration": k, "release_cycle": it.release_cycle, "end_cycle": it.end_cycle,
+                 "batch": len(it.requests), "prefill_tokens": it.prefill_tokens,
+                 "decode_tokens": it.decode_tokens, "kv_tokens": it.kv_tokens}
+                for k, it in enumerate(self.iterations)]
