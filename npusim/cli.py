@@ -359,12 +359,28 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
         console.print(f"[dim]{len(cores)} cores summarised; per-core numbers are in --json[/]")
     if result.requests:
         rt = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
-        for name in ("request", "arrival", "start", "finish", "latency (cycles)"):
+        llm = any("ttft_cycles" in r for r in result.requests)
+        names = ("request", "partition", "arrival", "start", "finish", "latency (cycles)")
+        for name in names + (("TTFT", "TBT p50", "TBT p95", "TBT p99") if llm else ()):
             rt.add_column(name, justify="right", no_wrap=True)
-        for r in result.requests:
-            rt.add_row(escape(r["name"]), f"{r['arrival_cycle']:,}", f"{r['start_cycle']:,}",
-                       f"{r['finish_cycle']:,}", f"{r['latency_cycles']:,}")
+
+        def num(v):
+            return "-" if v is None else f"{int(round(v)):,}"
+
+        for i, r in enumerate(result.requests):
+            row = [escape(r["name"] or f"{i}: {r['model']}"), str(r["partition"]),
+                   num(r["arrival_cycle"]), num(r["start_cycle"]), num(r["finish_cycle"]),
+                   num(r["latency_cycles"])]
+            if llm:
+                row += [num(r.get(k)) for k in ("ttft_cycles", "tbt_p50_cycles",
+                                                "tbt_p95_cycles", "tbt_p99_cycles")]
+            rt.add_row(*row)
         console.print(rt)
+        parts = d.get("partitions", [])
+        if len(parts) > 1:
+            console.print("partition utilization: " + ", ".join(
+                f"{p['partition']} (cores {','.join(map(str, p['cores']))}) "
+                f"{_pct(p['utilization'])}" for p in parts))
 
 
 # --------------------------------------------------------------------------- commands
@@ -423,10 +439,11 @@ def simulate(
              "folding, Conv+BatchNormalization folding), extended (also FusedConv/FusedGemm "
              "and the transformer fusions: SkipLayerNormalization, Gelu, Attention...).")
     ] = "none",
-    models_list: Annotated[Optional[Path], typer.Option(
-        "--models-list", metavar="FILE",
-        help="ONNXim models-list JSON: several models (with request_time in ms and their "
-             "dims) sharing the NPU, instead of MODEL.")] = None,
+    requests_file: Annotated[Optional[Path], typer.Option(
+        "--requests", "-r", metavar="FILE",
+        help="Request file (TOML or JSON; ONNXim models-list JSON too): several models and "
+             "LLM requests with arrival times sharing the NPU under the config's scheduler "
+             "policy, instead of MODEL.")] = None,
 ) -> None:
     """Simulate MODEL on an NPU config and print a summary."""
     t0 = time.perf_counter()
@@ -440,15 +457,15 @@ def simulate(
     reporter = ProgressReporter(enabled=not quiet and _stderr_is_tty())
     try:
         mapping_path = str(mapping) if mapping is not None else None
-        if (model is None) == (models_list is None):
-            raise NpusimError("give either a MODEL or --models-list FILE (exactly one)")
-        if models_list is not None:
+        if (model is None) == (requests_file is None):
+            raise NpusimError("give either a MODEL or --requests FILE (exactly one)")
+        if requests_file is not None:
             from npusim.config import load_config
             from npusim.simulation import simulate_requests
-            from npusim.workload import read_models_list
+            from npusim.workload import read_requests
 
             cfg = load_config(config, overrides)
-            requests = read_models_list(models_list, cfg.core_freq_mhz)
+            requests = read_requests(requests_file, cfg.core_freq_mhz)
             result = simulate_requests(requests, cfg, mapping=mapping_path, skip=not no_skip,
                                        progress=reporter, unsupported=unsupported,
                                        optimize=optimize)

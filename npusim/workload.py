@@ -16,6 +16,7 @@ A request file (TOML or JSON) lists requests; ``read_requests`` reads it::
     model = "gpt2"              # an LLM (bundled gpt2, llama3_8b, or a language-model JSON)
     prompt = 512                # prompt tokens (prefill)
     generate = 32               # tokens to generate (the first comes from the prefill)
+    context = 0                 # optional: tokens already in its KV cache on arrival
     llm = { kv_heads = 32 }     # optional architecture overrides (npusim.serving.spec)
 
 JSON files hold ``{"requests": [{...}, ...]}`` with the same keys, or are ONNXim
@@ -38,7 +39,7 @@ from npusim.errors import NpusimError
 
 ONNXIM_RESERVED = ("name", "request_time", "batch_size", "partition_id")
 REQUEST_KEYS = ("model", "batch", "dims", "arrival_us", "arrival_cycles", "partition", "name",
-                "count", "interval_us", "interval_cycles", "prompt", "generate", "llm")
+                "count", "interval_us", "interval_cycles", "prompt", "generate", "context", "llm")
 
 
 @dataclass
@@ -46,7 +47,9 @@ class Request:
     """One inference request: a model, its dynamic dims and its arrival (core cycles).
 
     An LLM request (``generate`` > 0) names an architecture (``npusim.serving.spec``) and
-    runs a prefill of ``prompt`` tokens, then generates until ``generate`` tokens are out.
+    runs a prefill of ``prompt`` tokens after the ``context`` ones its KV cache already holds
+    (``prompt = 1`` with a context is one generation step), then generates until
+    ``generate`` tokens are out.
     """
 
     model: str
@@ -56,6 +59,7 @@ class Request:
     partition: int | None = None
     prompt: int = 0
     generate: int = 0
+    context: int = 0
     llm: dict[str, int] = field(default_factory=dict)  # architecture overrides
 
     @property
@@ -221,14 +225,16 @@ def _parse_request(entry, where: str, folder: Path, core_freq_mhz: int) -> list[
                               f"bundled LLM or a language-model JSON (npusim models lists them)")
         spec = load_llm(model).with_overrides(llm, where)
         prompt = _positive(entry, "prompt", where, 1)
-        if prompt + generate - 1 > spec.max_positions:
-            raise NpusimError(f"{where}: prompt {prompt} + generate {generate} exceeds the "
-                              f"{spec.max_positions} positions of {spec.name}")
+        context = _positive(entry, "context", where, 0, lo=0)
+        if context + prompt + generate - 1 > spec.max_positions:
+            raise NpusimError(f"{where}: context {context} + prompt {prompt} + generate "
+                              f"{generate} exceeds the {spec.max_positions} positions of "
+                              f"{spec.name}")
     else:
-        for key in ("prompt", "llm"):
+        for key in ("prompt", "context", "llm"):
             if key in entry:
                 raise NpusimError(f"{where}: {key} is only for LLM requests (with generate)")
-        prompt = 0
+        prompt = context = 0
         if "batch" in entry:
             dims["batch"] = _positive(entry, "batch", where, 1)
         from npusim.frontend import resolve_model_path
@@ -236,5 +242,5 @@ def _parse_request(entry, where: str, folder: Path, core_freq_mhz: int) -> list[
         model = str(resolve_model_path(model))
     return [Request(model=model, dims=dims, arrival_cycle=arrival + k * interval,
                     name=f"{name}#{k}" if name and count > 1 else name, partition=part,
-                    prompt=prompt, generate=generate, llm=dict(llm))
+                    prompt=prompt, generate=generate, context=context, llm=dict(llm))
             for k in range(count)]

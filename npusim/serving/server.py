@@ -3,7 +3,8 @@
 A server owns the requests of one architecture on one core partition. Whenever its previous
 iteration has ended (the engine pauses on the iteration's last layer), it admits the
 requests that have arrived, oldest first, up to ``scheduler.max_batch`` in flight, and
-lowers the next iteration: a prefill of the whole prompt for each newly admitted request,
+lowers the next iteration: a prefill of the whole prompt for each newly admitted request
+(after the ``context`` tokens its KV cache already holds, if any: a prefix cached earlier),
 one generation step for every other one. Each request's KV cache grows by the tokens of
 every iteration it runs in; a request leaves once it has produced ``generate`` tokens (the
 first one at the end of its prefill). Every token's cycle is recorded, which gives time to
@@ -82,23 +83,25 @@ class LlmServer:
                and self.runs[self.waiting[0]].request.arrival_cycle <= release):
             i = self.waiting.pop(0)
             r = self.runs[i].request
-            self.mem.allocate_kv(self.builder, i, r.prompt + r.generate, self.cfg.precision)
+            self.mem.allocate_kv(self.builder, i, r.context + r.prompt + r.generate,
+                                 self.cfg.precision)
             self.runs[i].prefill_iteration = len(self.iterations)
             self.active.append(i)
         slots = []
         for i in self.active:
-            run = self.runs[i]
-            if not run.tokens:
-                slots.append(Slot(i, run.request.prompt, 0))
-            else:  # the last token goes in; the cache holds the prompt and earlier tokens
-                slots.append(Slot(i, 1, run.request.prompt + len(run.tokens) - 1))
+            run, r = self.runs[i], self.runs[i].request
+            if not run.tokens:  # the prompt goes in after the context already cached
+                slots.append(Slot(i, r.prompt, r.context))
+            else:  # the last token goes in; the cache holds all before it
+                slots.append(Slot(i, 1, r.context + r.prompt + len(run.tokens) - 1))
+        fresh = {i for i in self.active if not self.runs[i].tokens}
         self.builder.request, self.builder.release = self.stream, release
         name = f"{self.spec.name}/it{len(self.iterations)}"
         first, last = lower_iteration(self.builder, self.mem, self.cfg, slots, name)
         self.iterations.append(Iteration(
             first, last, release, list(self.active),
-            prefill_tokens=sum(s.q for s in slots if s.past == 0),
-            decode_tokens=sum(s.q for s in slots if s.past > 0),
+            prefill_tokens=sum(s.q for s in slots if s.request in fresh),
+            decode_tokens=sum(s.q for s in slots if s.request not in fresh),
             kv_tokens=sum(s.past + s.q for s in slots)))
         return last
 
@@ -118,7 +121,7 @@ class LlmServer:
             first = self.iterations[run.prefill_iteration].first_layer
             out[i] = {
                 "name": r.name, "model": self.spec.name, "llm": self.spec.describe(),
-                "prompt": r.prompt, "generate": r.generate,
+                "context": r.context, "prompt": r.prompt, "generate": r.generate,
                 "arrival_cycle": r.arrival_cycle, "start_cycle": int(layer_start[first]),
                 "finish_cycle": run.tokens[-1],
                 "latency_cycles": run.tokens[-1] - r.arrival_cycle,
