@@ -3,7 +3,8 @@
 Kernels run without numba's bounds checks (and without its reference counting), so an
 out-of-range index would silently corrupt memory. This test recompiles them with
 ``NUMBA_BOUNDSCHECK=1`` in a separate process and cache, and runs every memory model,
-the trace replay and a multi-request workload through them: any stray index raises.
+the trace replay, multi-request workloads under every scheduling policy and LLM
+serving (pauses that grow the program) through them: any stray index raises.
 """
 
 import os
@@ -33,8 +34,12 @@ SCRIPT = textwrap.dedent("""
     npusim.simulate("bert_base_layer", "server", dims={"batch": 1, "seq": 32})
     npusim.simulate("mobilenetv2", "server", dims={"batch": 1})  # depthwise on the vector unit
     mlp = str(resolve_model_path("mlp"))
-    simulate_requests([Request(mlp, name="a"), Request(mlp, arrival_cycle=5000, name="b")],
-                      "mobile")
+    for policy in ("fifo", "time-shared", "spatial"):
+        simulate_requests([Request(mlp, name="a"), Request(mlp, arrival_cycle=5000, name="b"),
+                           Request("gpt2", prompt=4, generate=3, llm={"layers": 1,
+                                                                      "vocab": 256})],
+                          "mobile", overrides=[f"scheduler.policy={policy}",
+                                               "scheduler.max_batch=1"])
     rng = np.random.default_rng(0)
     for std, ch in (("DDR4-2400R_8Gb_x8", 1), ("HBM2-2400_8Gb_x128", 4),
                     ("LPDDR5-6400_16Gb_x16", 2)):
