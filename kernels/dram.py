@@ -13,7 +13,11 @@ row hit, else the oldest request with any legal next command. Open page by defau
 closed page uses auto-precharge reads and writes. One command per channel per cycle.
 
 A channel with nothing legal to issue reports the first cycle at which something becomes
-legal (``DC_WAKE``), so the main loop skips straight there.
+legal (``DC_WAKE``), so the main loop skips straight there. One scan of the queue finds
+both that cycle and the request FR-FCFS will pick then; the choice is kept (``DC_CAND_*``)
+until something it depends on changes (a command issues, the drain mode flips, a refresh
+falls due, the response ring frees up), and a request arriving meanwhile is weighed against
+it alone. So a channel scans its queue about once per command, however often it is woken.
 """
 
 from . import isa
@@ -212,7 +216,12 @@ def _accept(st, mt, p, ch, t):
         st.dreq[E_BURSTS, ch, k] = p.d_bursts
         st.dreq[E_CLASS, ch, k] = -1
         st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch] = count + 1
+        draining = st.dch[DC_DRAINING, ch]
         _update_drain(st, p, ch)
+        if st.dch[DC_DRAINING, ch] != draining:
+            st.dch[DC_CAND_VALID, ch] = 0
+        elif write == (draining == 1):
+            _weigh_newcomer(st, p, ch, k, t // p.mem_period)
         st.chan[H_IN_HEAD, ch] = (h + 1) % qin
         st.chan[H_IN_COUNT, ch] -= 1
         st.glob[G_WAKE_NOC] = min(st.glob[G_WAKE_NOC], align_up(t, p.noc_period))
@@ -252,6 +261,7 @@ def _refresh(st, mt, p, ch, cyc):
         if st.drank[RK_PENDING, ch, r] == 0:
             if cyc >= st.drank[RK_NEXT_REF, ch, r]:
                 st.drank[RK_PENDING, ch, r] = 1
+                st.dch[DC_CAND_VALID, ch] = 0  # its requests wait for the refresh
             else:
                 nxt = min(nxt, st.drank[RK_NEXT_REF, ch, r])
                 continue
@@ -266,6 +276,7 @@ def _refresh(st, mt, p, ch, cyc):
         e = _earliest(st, p, ch, r, 0, 0, cmd)
         if e <= cyc:
             dram_issue(st, mt, p, ch, r, 0, 0, -1, -1, cmd, cyc, -1, -1)
+            st.dch[DC_CAND_VALID, ch] = 0  # banks closed, timing bounds moved
             if cmd == REF:
                 st.drank[RK_PENDING, ch, r] = 0
                 st.drank[RK_NEXT_REF, ch, r] += p.d_refi
@@ -296,43 +307,74 @@ def _update_drain(st, p, ch):
 
 
 @kernel
-def _scan(st, p, ch, cyc, write):
-    """FR-FCFS choice at cycle ``cyc`` in the read or write queue.
+def _candidate(st, p, ch, k, cyc, out_full):
+    """(command, first legal cycle >= cyc, is a column command) of request k, or command -1
+    when it cannot be chosen now (its rank is refreshing, or its last burst's response
+    would find the response ring full)."""
+    if st.drank[RK_PENDING, ch, st.dreq[E_RANK, ch, k]] == 1:
+        return -1, isa.NEVER, False
+    cmd = _next_command(st, p, ch, k)
+    is_col = cmd == RD or cmd == WR or cmd == RDA or cmd == WRA
+    if is_col and out_full and st.dreq[E_BURSTS, ch, k] == 1:
+        return -1, isa.NEVER, False
+    return cmd, max(_request_earliest(st, ch, k, cmd), cyc), is_col
 
-    Returns (request, command) of the oldest legal row hit, else of the oldest request with
-    a legal next command (request -1: none), and the first cycle after ``cyc`` at which
-    some other request could issue.
-    """
+
+@kernel
+def _choose(st, p, ch, cyc):
+    """FR-FCFS as of cycle ``cyc`` in the queue being served, remembered in DC_CAND_*: the
+    first cycle >= cyc at which some request can issue, and the one chosen then (the oldest
+    row hit among those legal then, else the oldest of them)."""
+    write = st.dch[DC_DRAINING, ch] == 1
     base = p.d_rq if write else 0
     n = st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch]
     out_full = st.chan[H_OUT_COUNT, ch] >= st.ch_out.shape[2]
     best = -1
     best_cmd = -1
+    best_at = isa.NEVER
     best_hit = False
-    wake = isa.NEVER
     for k in range(base, base + n):
-        if st.drank[RK_PENDING, ch, st.dreq[E_RANK, ch, k]] == 1:
-            continue  # the rank is being refreshed
-        cmd = _next_command(st, p, ch, k)
-        is_col = cmd == RD or cmd == WR or cmd == RDA or cmd == WRA
-        if is_col and out_full and st.dreq[E_BURSTS, ch, k] == 1:
-            continue  # its response would have nowhere to go
-        e = _request_earliest(st, ch, k, cmd)
-        if e <= cyc and not best_hit and (is_col or best < 0):
-            if best >= 0:
-                wake = cyc + 1  # the older candidate it displaces could go next cycle
-            best, best_cmd, best_hit = k, cmd, is_col
-        else:
-            wake = min(wake, max(e, cyc + 1))
-    return best, best_cmd, wake
+        cmd, at, is_col = _candidate(st, p, ch, k, cyc, out_full)
+        if cmd >= 0 and (at < best_at or (at == best_at and is_col and not best_hit)):
+            best, best_cmd, best_at, best_hit = k, cmd, at, is_col
+    st.dch[DC_CAND_VALID, ch] = 1
+    st.dch[DC_CAND_K, ch] = best
+    st.dch[DC_CAND_CMD, ch] = best_cmd
+    st.dch[DC_CAND_AT, ch] = best_at
+    st.dch[DC_CAND_HIT, ch] = best_hit
+    st.dch[DC_CAND_OUT_FULL, ch] = out_full
+
+
+@kernel
+def _weigh_newcomer(st, p, ch, k, cyc):
+    """Request k just joined the queue being served: it displaces the kept choice only if
+    it can go earlier, or at the same cycle as a row hit against a non-hit (it is the
+    youngest, so it loses every other tie)."""
+    if st.dch[DC_CAND_VALID, ch] == 0:
+        return
+    out_full = st.chan[H_OUT_COUNT, ch] >= st.ch_out.shape[2]
+    cmd, at, is_col = _candidate(st, p, ch, k, cyc, out_full)
+    best_at = st.dch[DC_CAND_AT, ch]
+    if cmd >= 0 and (at < best_at or (at == best_at and is_col and st.dch[DC_CAND_HIT, ch] == 0)):
+        st.dch[DC_CAND_K, ch] = k
+        st.dch[DC_CAND_CMD, ch] = cmd
+        st.dch[DC_CAND_AT, ch] = at
+        st.dch[DC_CAND_HIT, ch] = is_col
 
 
 @kernel
 def _schedule(st, mt, p, ch, cyc, t):
-    """Issue the FR-FCFS choice, if any; returns (issued, next cycle worth a look)."""
-    k, cmd, wake = _scan(st, p, ch, cyc, st.dch[DC_DRAINING, ch] == 1)
-    if k < 0:
-        return False, wake
+    """Issue the FR-FCFS choice if it is legal now; returns (issued, next cycle worth a look)."""
+    if st.dch[DC_CAND_OUT_FULL, ch] == 1 and st.chan[H_OUT_COUNT, ch] < st.ch_out.shape[2]:
+        st.dch[DC_CAND_VALID, ch] = 0  # requests held back by a full response ring may go
+    if st.dch[DC_CAND_AT, ch] < cyc:
+        st.dch[DC_CAND_VALID, ch] = 0  # chosen for an earlier cycle: others are legal now too
+    if st.dch[DC_CAND_VALID, ch] == 0:
+        _choose(st, p, ch, cyc)
+    k = st.dch[DC_CAND_K, ch]
+    if k < 0 or st.dch[DC_CAND_AT, ch] > cyc:
+        return False, st.dch[DC_CAND_AT, ch]
+    cmd = st.dch[DC_CAND_CMD, ch]
     rank = st.dreq[E_RANK, ch, k]
     bg = st.dreq[E_BG, ch, k]
     bank = st.dreq[E_BANK, ch, k]
@@ -362,10 +404,10 @@ def _schedule(st, mt, p, ch, cyc, t):
                 st.lat_hist[ch, min(lat, LAT_BINS - 1)] += 1
             _retire(st, p, ch, k, is_write)
             _update_drain(st, p, ch)
-    # the exact next cycle worth a look, as of after this command (in whichever queue
-    # the controller will then serve): looking earlier would find nothing legal
-    k2, _, wake2 = _scan(st, p, ch, cyc + 1, st.dch[DC_DRAINING, ch] == 1)
-    return True, (cyc + 1 if k2 >= 0 else wake2)
+    # the next choice and the exact cycle it becomes legal, as of after this command (in
+    # whichever queue the controller will then serve): looking earlier would find nothing
+    _choose(st, p, ch, cyc + 1)
+    return True, st.dch[DC_CAND_AT, ch]
 
 
 @kernel

@@ -129,10 +129,14 @@ N_CHAN_FIELDS = 12
 P_TIME, P_CORE, P_DIR, P_ENTRY, P_SENT, P_ADDR = range(6)
 N_PACKET_FIELDS = 6
 # dch
+# (DC_CAND_*: the controller's next choice, kept between visits while nothing it depends
+#  on changes: request, command, the cycle it becomes legal, whether it is a row hit, and
+#  whether the response ring was full when it was chosen; DC_CAND_VALID 0 = look again)
 (DC_WAKE, DC_RQ_COUNT, DC_WQ_COUNT, DC_DRAINING, DC_READS, DC_WRITES, DC_READ_BYTES,
  DC_WRITE_BYTES, DC_ACTS, DC_PRES, DC_REFS, DC_CMDS, DC_BUS_BUSY, DC_LAT_SUM,
- DC_LAT_N) = range(15)
-N_DCH_FIELDS = 15
+ DC_LAT_N, DC_CAND_VALID, DC_CAND_K, DC_CAND_CMD, DC_CAND_AT, DC_CAND_HIT,
+ DC_CAND_OUT_FULL) = range(21)
+N_DCH_FIELDS = 21
 # dreq
 (E_TIME, E_CORE, E_DIR, E_ENTRY, E_SENT, E_RANK, E_BG, E_BANK, E_ROW, E_COL, E_BURSTS,
  E_CLASS, E_RBG, E_NB) = range(14)  # E_RBG/E_NB: flat bank-group and bank index
