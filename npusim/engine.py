@@ -20,6 +20,7 @@ from npusim.kernels import isa
 from npusim.kernels import state as ks
 from npusim.kernels.state import PARAM_FIELDS, MemTables, Params, ProgramArrays, State
 from npusim.program import Program
+from npusim.trace.record import untraced_tables
 
 MEMORY_TYPES = {"ideal": 0, "simple": 1, "dram": 2}
 INJECTION_QUEUE = 16  # requests a core's network interface buffers
@@ -59,6 +60,7 @@ def make_params(cfg: NpuConfig, tb: TimeBase, skip: bool) -> Params:
         mem_latency=cfg.memory.latency, ch_bytes_per_cycle=cfg.memory.channel_bytes_per_cycle,
         ch_queue=CHANNEL_QUEUE, noc_latency=cfg.noc.latency, flit_bytes=cfg.noc.flit_bytes,
         inj_queue=INJECTION_QUEUE,
+        trace=0, trace_bin=1, trace_log_from=0, trace_log_to=0,  # npusim.trace turns it on
     )
     values.update(_dram_params(cfg))
     assert set(values) == set(PARAM_FIELDS)
@@ -184,6 +186,7 @@ def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables,
         ch_in=z(ks.N_PACKET_FIELDS, ch, p.ch_queue),
         ch_out=z(ks.N_PACKET_FIELDS, ch, CHANNEL_OUT_QUEUE),
         **dram,
+        **untraced_tables(),
     )
 
 
@@ -237,14 +240,16 @@ class RawRun:
     timebase: TimeBase
     wall_seconds: float
     compile_seconds: float
+    trace: object = None  # the npusim.trace.TraceRecorder, when traced
 
 
 def run_program(prog: Program, cfg: NpuConfig, skip: bool = True,
                 progress: Callable[[int, int, int], None] | None = None,
-                log_commands: int = 0) -> RawRun:
+                log_commands: int = 0, trace=None) -> RawRun:
     """Simulate ``prog`` on ``cfg`` to completion.
 
     ``progress(layers_done, layers_total, core_cycles)`` is called between kernel chunks.
+    ``trace`` (``npusim.trace.TraceOptions``) records a trace, drained between chunks.
     """
     from npusim.kernels.loop import run  # imported here: numba loads only when simulating
 
@@ -252,15 +257,25 @@ def run_program(prog: Program, cfg: NpuConfig, skip: bool = True,
     p = make_params(cfg, tb, skip)
     mt = memory_tables(cfg)
     st = make_state(cfg, prog, p, mt, log_commands)
+    recorder = None
+    if trace is not None:
+        from npusim.trace.record import TraceRecorder
+
+        recorder = TraceRecorder(trace, cfg, prog, tb)
+        st, p = recorder.attach(st, p)
     pa = program_arrays(prog, cfg)
     t0 = time.perf_counter()
     _ensure_compiled(run, st, pa, mt, p)
+    if recorder is not None:
+        recorder.compile(st, p)
     t1 = time.perf_counter()
     total = prog.layer.shape[0]
     while True:
         code = run(st, pa, mt, p, ITERATIONS_PER_CALL)
         if code != 0:
             raise NpusimError(_deadlock_message(st, prog, tb))
+        if recorder is not None:
+            recorder.drain(st, p)
         if st.glob[ks.G_FINISHED] or total == 0:
             break
         if progress is not None:
@@ -269,7 +284,7 @@ def run_program(prog: Program, cfg: NpuConfig, skip: bool = True,
     if progress is not None:
         progress(total, total, int(st.glob[ks.G_END] // tb.core_period))
     wall = time.perf_counter() - t1
-    return RawRun(st, p, tb, wall, t1 - t0)
+    return RawRun(st, p, tb, wall, t1 - t0, recorder)
 
 
 _compiled: set[tuple] = set()

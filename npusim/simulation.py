@@ -14,21 +14,23 @@ from npusim.results import Result, collect
 
 
 def simulate(model, config=None, *, overrides=(), mapping=None, dims=None, skip=True,
-             progress=None, unsupported="error", optimize="none") -> Result:
+             progress=None, unsupported="error", optimize="none", trace=None) -> Result:
     cfg = config if isinstance(config, NpuConfig) else load_config(config, list(overrides))
     path = resolve_model_path(model)
     with prepared_model(path, optimize, dims) as (ready, ready_dims):
         graph = load_model(ready, ready_dims)
     table = parse_mapping_file(mapping) if mapping else None
     prog = lower_graph(graph, cfg, table, unsupported=unsupported)
-    raw = run_program(prog, cfg, skip=skip, progress=progress)
+    raw = run_program(prog, cfg, skip=skip, progress=progress, trace=_trace_options(trace))
     result = collect(Path(path).stem, cfg, prog, raw)
     result.warnings = list(prog.warnings)
+    _finish_trace(result, prog, raw)
     return result
 
 
 def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip=True,
-                      progress=None, unsupported="error", optimize="none") -> Result:
+                      progress=None, unsupported="error", optimize="none",
+                      trace=None) -> Result:
     """Simulate several requests (``npusim.workload.Request``) sharing one NPU.
 
     Layers of all requests compete for the cores; a request's first layers wait for its
@@ -49,7 +51,7 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
         warnings += lower_into(builder, graph, cfg, table, unsupported,
                                prefix=f"{req.name or i}/")
     prog = builder.build()
-    raw = run_program(prog, cfg, skip=skip, progress=progress)
+    raw = run_program(prog, cfg, skip=skip, progress=progress, trace=_trace_options(trace))
     result = collect("+".join(r.name or Path(r.model).stem for r in requests), cfg, prog, raw)
     result.warnings = warnings
     result.requests = []
@@ -61,4 +63,22 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
                                 "dims": req.dims, "arrival_cycle": req.arrival_cycle,
                                 "start_cycle": start, "finish_cycle": finish,
                                 "latency_cycles": finish - req.arrival_cycle})
+    _finish_trace(result, prog, raw)
     return result
+
+
+def _trace_options(trace):
+    """``trace`` (None, a path, or ``npusim.trace.TraceOptions``) as options or None."""
+    if trace is None:
+        return None
+    from npusim.trace import as_options
+
+    return as_options(trace)
+
+
+def _finish_trace(result: Result, prog, raw) -> None:
+    """Attach the trace Dataset to the result (``result.trace``) and write its file."""
+    if raw.trace is not None:
+        from npusim.trace import finish_trace
+
+        result.trace = finish_trace(result, prog, raw)
