@@ -200,9 +200,9 @@ class TraceRecorder:
             tr_bank=z((dram_ch, banks), np.int64),
             tr_dch=z(dram_ch, np.int64),
             tr_dur=self.durations.copy(),
+            # without DRAM nothing is logged, but the loop still checks the log has room
+            cmd_log=z((ks.N_LOG_FIELDS, LOG_ROWS if self.dram else p.n_channels + 2), np.int64),
         )
-        if self.dram:
-            tables["cmd_log"] = z((ks.N_LOG_FIELDS, LOG_ROWS), np.int64)
         st = st._replace(**tables)
         w0, w1 = self.window_ticks
         p = p._replace(trace=1, trace_bin=self.bin_ticks,
@@ -235,7 +235,9 @@ class TraceRecorder:
             trace_sync(st, p, np.int64(t))
         upto = t // self.bin_ticks + 1 if finished else t // self.bin_ticks
         if upto > self.drained:
-            slots = np.arange(self.drained, upto) % self.ring
+            # the loop may have skipped far past the stop tick, but it wrote only below
+            # the ring's end: later bins are empty
+            slots = np.arange(self.drained, min(upto, self.drained + self.ring)) % self.ring
             for name, table in (("dram", st.tr_dram), ("chan", st.tr_chan), ("noc", st.tr_noc)):
                 block = np.moveaxis(table[:, slots], 1, 0)  # [bin, field, ...]
                 self.bins.ensure(name, block.shape[1:])
