@@ -293,3 +293,20 @@ def test_a_killed_run_leaves_no_trace_file(tmp_path):
             proc.kill()
     assert not out.exists()
     assert all(p.name.startswith("run.h5.tmp-") for p in tmp_path.iterdir())
+
+
+def test_the_walkthrough_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
+    """notebooks/trace_walkthrough.ipynb, executed as a reader would (its traces go to
+    NPUSIM_TRACE_DIR), so it never rots."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("NPUSIM_TRACE_DIR", str(tmp_path))
+    nb = nbformat.read(REPO / "notebooks" / "trace_walkthrough.ipynb", as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert sorted(p.name for p in tmp_path.glob("*.h5")) == ["mlp_server_closed.h5",
+                                                             "mlp_server_open.h5"]
+    images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+              if "image/png" in o.get("data", {})]
+    assert len(images) == 3
