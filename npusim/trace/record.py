@@ -122,7 +122,8 @@ class _Bins:
             return
         self._fit((first + len(block)) * self.base - 1)
         idx = (first + np.arange(len(block))) // self.factor
-        np.add.at(self.arrays[name], idx, block)
+        bins, starts = np.unique(idx, return_index=True)  # runs of kernel bins per bin here
+        self.arrays[name][bins] += np.add.reduceat(block, starts, axis=0)
 
     def add_intervals(self, name: str, column: np.ndarray, start: np.ndarray,
                       end: np.ndarray) -> None:
