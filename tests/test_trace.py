@@ -236,13 +236,16 @@ def test_bad_trace_options_exit_2_and_leave_no_file(tmp_path, args, message):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_unwritable_trace_path_and_options_without_trace(tmp_path):
+def test_unwritable_path_options_without_trace_and_a_too_large_window(tmp_path):
     res = runner.invoke(app, ["simulate", "tiny_cnn", "--trace", str(tmp_path / "no" / "r.h5")])
     assert res.exit_code == 2 and "does not exist" in res.output
     res = runner.invoke(app, ["simulate", "tiny_cnn", "--trace", str(tmp_path)])
     assert res.exit_code == 2 and "is a directory" in res.output
     res = runner.invoke(app, ["simulate", "tiny_cnn", "--trace-bin", "10"])
     assert res.exit_code == 2 and "need --trace" in res.output
+    res = runner.invoke(app, ["simulate", "tiny_cnn", "--trace", str(tmp_path / "r.h5"),
+                              "--trace-window", "0:100000000"])
+    assert res.exit_code == 2 and "a window may span at most 1,562,500 core cycles" in res.output
     assert list(tmp_path.iterdir()) == []
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from npusim.errors import NpusimError
 from npusim.kernels import isa
 from npusim.kernels import state as ks
 
@@ -28,6 +29,7 @@ DEFAULT_WINDOW = (0, 10_000)  # core cycles of per-cycle bank state and command 
 RING_BINS = 256  # bins the kernels may fill between drains (plus the look-ahead)
 LOG_ROWS = 1 << 16  # DRAM command-log rows between drains
 INTERVAL_ROWS = 1 << 16  # core activity intervals between drains
+MAX_WINDOW_CELLS = 20_000_000  # DRAM cycles x banks of per-cycle state (about 0.5 GB to build)
 UNITS = tuple(isa.UNIT_NAMES[u] for u in (isa.UNIT_SYSTOLIC, isa.UNIT_VECTOR, isa.UNIT_LOAD,
                                           isa.UNIT_STORE))
 _UNIT_INDEX = {isa.UNIT_SYSTOLIC: 0, isa.UNIT_VECTOR: 1, isa.UNIT_LOAD: 2, isa.UNIT_STORE: 3}
@@ -113,6 +115,7 @@ class _Bins:
         self.factor *= 2
 
     def ensure(self, name: str, tail: tuple[int, ...]) -> None:
+        """Start array ``name`` ([bin, *tail], zeros) the first time it is needed."""
         if name not in self.arrays:
             self.arrays[name] = np.zeros((max(self.n, 1),) + tail, np.int64)
 
@@ -176,11 +179,24 @@ class TraceRecorder:
         self.ring = RING_BINS + -(-self.lookahead // self.bin_ticks) + 2
         start, end = options.window
         self.window_ticks = (start * tb.core_period, end * tb.core_period)
+        if self.dram:
+            self._check_window_size(cfg, tb)
         self.drained = 0  # kernel bins before this one are drained
         self.snapshot = None  # open rows when the window starts
         self.commands: list[np.ndarray] = []
         self.end_tick = None
         self.layer_times = None  # (start, end) ticks of every layer, once finished
+
+    def _check_window_size(self, cfg, tb) -> None:
+        banks = cfg.memory.channels * cfg.memory.ranks * self.std.bank_groups \
+            * self.std.banks_per_group
+        start, end = self.options.window
+        dram_cycles = -(-(end - start) * tb.core_period // tb.mem_period)
+        if dram_cycles * banks > MAX_WINDOW_CELLS:
+            longest = MAX_WINDOW_CELLS // banks * tb.mem_period // tb.core_period
+            raise NpusimError(f"--trace-window {start}:{end}: per-cycle state of {banks} banks "
+                              f"over {dram_cycles:,} DRAM cycles is too large; on this config "
+                              f"a window may span at most {longest:,} core cycles")
 
     # ------------------------------------------------------------------ kernel side
 
