@@ -190,9 +190,11 @@ def test_auto_bins_merge_pairs_past_the_limit(monkeypatch):
     assert int(ds.row_misses.sum()) == r.memory["row_misses"]
 
 
-def test_requests_and_ideal_memory():
-    """Two requests: per-request times; ideal memory: no DRAM or NoC variables."""
+def test_requests_and_ideal_memory(tmp_path):
+    """Two requests: per-request times; ideal memory: no DRAM or NoC variables, and the
+    summary and plot still work."""
     from npusim.simulation import simulate_requests
+    from npusim.trace.report import plot_trace, summary_rows
     from npusim.workload import Request
 
     reqs = [Request("mlp", name="a"), Request("mlp", arrival_cycle=3000, name="b")]
@@ -205,6 +207,8 @@ def test_requests_and_ideal_memory():
     assert set(ds.layer_request.values.tolist()) == {0, 1}
     assert [int(v) for v in ds.core_active_cycles.sum("time")] == \
         [c["busy_cycles"] for c in r.cores]
+    assert dict(summary_rows(ds))["layers / requests"] == f"{len(r.layers)} / 2"
+    assert plot_trace(ds, tmp_path / "f.png").stat().st_size > 10_000
 
 
 def test_summary_and_plot(cli_run, tmp_path):
