@@ -25,6 +25,7 @@ from . import isa
 from .state import *  # noqa: F403  (field indices of the state tables)
 from .dma import dma_enqueue
 from .timebase import align_up
+from .trace import trace_dma_issue, trace_interval
 
 
 @kernel
@@ -83,6 +84,8 @@ def _issue_compute(st, prog, p, c, row, t, layer):
         st.core[C_SA_STREAM, c] += stream
         st.layer_st[L_SA_CYCLES, layer] += stream
         st.core[C_SA_MACS, c] += prog.inst[row, isa.I_MACS]
+        if p.trace == 1:
+            trace_interval(st, p, isa.UNIT_SYSTOLIC, c, start, start + stream * P)
     else:
         start = max(t, st.core[C_VU_FREE, c])
         cycles = vector_cycles(prog, p, row)
@@ -91,6 +94,8 @@ def _issue_compute(st, prog, p, c, row, t, layer):
         st.core[C_VU_BUSY, c] += cycles
         st.layer_st[L_VU_CYCLES, layer] += cycles
         st.core[C_VU_OPS, c] += prog.inst[row, isa.I_MACS]
+        if p.trace == 1:
+            trace_interval(st, p, isa.UNIT_VECTOR, c, start, done)
     _ex_queue_push(st, p, c, start)
     return done
 
@@ -143,6 +148,8 @@ def _issue(st, prog, p, c, s, t):
     if unit == isa.UNIT_LOAD or unit == isa.UNIT_STORE:
         d = 0 if unit == isa.UNIT_LOAD else 1
         base = prog.tile[tile, isa.T_BASE0 + prog.inst[row, isa.I_SLOT]] + prog.inst[row, isa.I_OFFSET]
+        if p.trace == 1:
+            trace_dma_issue(st, p, c, d, t)
         dma_enqueue(st, c, d, s, j, row, base)
         st.slot[S_PENDING_DMA, c, s] += 1
         if d == 1:

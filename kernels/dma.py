@@ -10,6 +10,7 @@ from .jit import kernel
 
 from . import isa
 from .state import *  # noqa: F403  (field indices of the state tables)
+from .trace import trace_dma_response
 
 
 @kernel
@@ -93,3 +94,5 @@ def dma_response(st, prog, p, c, d, k, t):
         st.dq_ctl[D_HEAD, c, d] = (st.dq_ctl[D_HEAD, c, d] + 1) % q
         st.dq_ctl[D_COUNT, c, d] -= 1
         st.dq_ctl[D_SEND, c, d] = max(0, st.dq_ctl[D_SEND, c, d] - 1)
+    if p.trace == 1:
+        trace_dma_response(st, p, c, d, t)

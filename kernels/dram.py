@@ -25,6 +25,8 @@ from .addrmap import dram_decode
 from .jit import kernel
 from .state import *  # noqa: F403  (field indices of the state tables)
 from .timebase import align_up
+from .trace import (trace_dram_command, trace_in_log_window, trace_queues, trace_request_class,
+                    trace_request_done)
 
 # command indices (npusim.dram.COMMANDS)
 ACT, PRE, PREA, RD, WR, RDA, WRA, REF = range(8)
@@ -145,6 +147,10 @@ def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
         st.dch[DC_BUS_BUSY, ch] += p.d_bl
     _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc)
     st.dch[DC_CMDS, ch] += 1
+    if p.trace == 1:
+        trace_dram_command(st, p, ch, rank, nb, cmd, cyc)
+        if not trace_in_log_window(p, cyc):
+            return
     n = st.glob[G_LOG_N]
     if n < st.cmd_log.shape[1]:
         st.cmd_log[LG_CYCLE, n] = cyc
@@ -384,6 +390,8 @@ def _schedule(st, mt, p, ch, cyc, t):
             CLASS_MISS if cmd == ACT else CLASS_CONFLICT)
         st.dreq[E_CLASS, ch, k] = cls
         st.dbank[B_HITS + cls, ch, nb] += 1
+        if p.trace == 1:
+            trace_request_class(st, p, ch, nb, cls, cyc)
     dram_issue(st, mt, p, ch, rank, bg, bank, st.dreq[E_ROW, ch, k], st.dreq[E_COL, ch, k],
                cmd, cyc, st.dreq[E_CORE, ch, k], st.dreq[E_ENTRY, ch, k])
     if cmd == RD or cmd == WR or cmd == RDA or cmd == WRA:
@@ -395,6 +403,8 @@ def _schedule(st, mt, p, ch, cyc, t):
             _respond(st, p, ch, k, done)
             d = 1 if is_write else 0
             st.dbank[B_READS + d, ch, nb] += 1
+            if p.trace == 1:
+                trace_request_done(st, p, ch, nb, d, cyc)
             st.dch[DC_READS + d, ch] += 1
             st.dch[DC_READ_BYTES + d, ch] += p.req_bytes
             if not is_write:
@@ -414,6 +424,8 @@ def _schedule(st, mt, p, ch, cyc, t):
 def dram_channel_step(st, mt, p, ch, t):
     """One DRAM clock of channel ch at tick t; sets the channel's next wake cycle."""
     cyc = t // p.mem_period
+    if p.trace == 1:
+        trace_queues(st, p, ch, cyc)
     _accept(st, mt, p, ch, t)
     issued = False
     wake = isa.NEVER

@@ -18,6 +18,7 @@ from .memory import MEM_DRAM, MEM_IDEAL, simple_memory_step
 from .noc import noc_inject, noc_step
 from .scheduler import next_tile_for_core, release_due, scheduler_start, tile_finished, work_waiting
 from .timebase import align_up
+from .trace import trace_interval, trace_must_stop
 
 
 
@@ -46,6 +47,8 @@ def _core_retire(st, prog, p, c, t):
             tile_finished(st, prog, tile, t)
             if st.slot[S_TILE, c, 1 - s] < 0:  # the core falls idle: close its busy interval
                 st.core[C_BUSY, c] += t - st.core[C_BUSY_SINCE, c]
+                if p.trace == 1:
+                    trace_interval(st, p, IV_ACTIVE, c, st.core[C_BUSY_SINCE, c], t)
 
 
 @kernel
@@ -165,6 +168,9 @@ def run(st, prog, mt, p, max_iterations):
     iterations = 0
     while st.glob[G_LAYERS_LEFT] > 0:
         if iterations >= max_iterations:
+            st.glob[G_NOW] = t
+            return 0
+        if p.trace == 1 and trace_must_stop(st, p, t):  # Python drains the trace buffers
             st.glob[G_NOW] = t
             return 0
         iterations += 1

@@ -13,6 +13,7 @@ from . import isa
 from .state import *  # noqa: F403  (field indices of the state tables)
 from .memory import channel_of
 from .timebase import align_up
+from .trace import trace_flits
 
 
 @kernel
@@ -56,6 +57,8 @@ def _grant_requests(st, p, t):
                 continue
             flits = packet_flits(p, st.inj[N_DIR, c, h] == 1)
             st.chan[H_REQ_PORT_FREE, ch] = t + flits * p.noc_period
+            if p.trace == 1:
+                trace_flits(st, p, NOC_REQUEST, c, ch, flits, t)
             k = (st.chan[H_IN_HEAD, ch] + st.chan[H_IN_COUNT, ch]) % qin
             arrival = t + (p.noc_latency + flits - 1) * p.noc_period
             st.ch_in[P_TIME, ch, k] = arrival
@@ -91,6 +94,8 @@ def _grant_responses(st, p, t):
                 continue
             flits = packet_flits(p, st.ch_out[P_DIR, ch, h] == 0)
             st.core[C_RESP_PORT_FREE, c] = t + flits * p.noc_period
+            if p.trace == 1:
+                trace_flits(st, p, NOC_RESPONSE, c, ch, flits, t)
             arrival = t + (p.noc_latency + flits - 1) * p.noc_period
             k = (st.core[C_ARR_HEAD, c] + st.core[C_ARR_COUNT, c]) % qarr
             st.arr[A_TIME, c, k] = arrival

@@ -30,6 +30,8 @@ PARAM_FIELDS = (
     "d_bpr_bits", "d_ipoly",
     # scheduling (kernels/policies/)
     "policy",
+    # tracing (kernels/trace.py): on/off, bin width (ticks), command-log window (ticks)
+    "trace", "trace_bin", "trace_log_from", "trace_log_to",
 )
 Params = namedtuple("Params", PARAM_FIELDS)
 
@@ -75,6 +77,16 @@ STATE_TABLES = (
     "win_ctl",  # [2, channel, window rule, node]  ring position and fill
     "lat_hist",  # [channel, bin]     read latency histogram (DRAM cycles)
     "cmd_log",  # [LG_*, n]           DRAM command log (when enabled)
+    # tracing (kernels/trace.py; one-element placeholders when off)
+    "tr_ctl",  # [TR_*]
+    "tr_dram",  # [TD_*, slot, channel, bank]  binned ring
+    "tr_chan",  # [TH_*, slot, channel]        binned ring
+    "tr_noc",  # [net, slot, core, channel]    binned ring
+    "tr_iv",  # [IV_*, k]                      core activity intervals
+    "tr_core",  # [dir, core]                  tick each DMA turned busy (-1: idle)
+    "tr_bank",  # [channel, bank]              DRAM cycle each bank is busy until
+    "tr_dch",  # [channel]                     DRAM cycle queue occupancy is added up to
+    "tr_dur",  # [cmd]                         busy cycles of each DRAM command
 )
 State = namedtuple("State", STATE_TABLES)
 
@@ -151,3 +163,24 @@ N_DRANK_FIELDS = 2
 (LG_CYCLE, LG_CHANNEL, LG_RANK, LG_BANKGROUP, LG_BANK, LG_ROW, LG_COLUMN, LG_COMMAND,
  LG_CORE, LG_REQUEST) = range(10)
 N_LOG_FIELDS = 10
+
+# ---- tracing tables (kernels/trace.py)
+# tr_ctl
+TR_STOP, TR_IV_N = range(2)
+N_TR_CTL = 2
+# tr_dram [TD_*, slot, channel, bank]: request outcomes in the order of kernels/dram.py's
+# classes, reads/writes in direction order
+(TD_READS, TD_WRITES, TD_HITS, TD_MISSES, TD_CONFLICTS, TD_ACTS, TD_PRES,
+ TD_BUSY) = range(8)
+N_TD_FIELDS = 8
+# tr_chan [TH_*, slot, channel]: queue occupancy integrals (requests x DRAM cycles),
+# rank-wide commands
+TH_READ_QUEUE, TH_WRITE_QUEUE, TH_PREA, TH_REF = range(4)
+N_TH_FIELDS = 4
+# tr_noc [net, slot, core, channel]: flits granted per link of the crossbar
+NOC_REQUEST, NOC_RESPONSE = range(2)
+# tr_iv [IV_*, k]: kind is a unit (isa.UNIT_*: dma_load, dma_store, systolic, vector) or
+# IV_ACTIVE (the core holds a tile)
+IV_KIND, IV_CORE, IV_START, IV_END = range(4)
+N_IV_FIELDS = 4
+IV_ACTIVE = 4

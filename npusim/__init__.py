@@ -16,21 +16,22 @@ __all__ = ["__version__", "simulate", "simulate_requests", "read_requests", "Req
 
 
 def simulate(model, config=None, *, overrides=(), mapping=None, dims=None, skip=True,
-             progress=None, unsupported="error", optimize="none"):
+             progress=None, unsupported="error", optimize="none", trace=None):
     """Simulate an ONNX model (a path or a bundled model name) on an NPU config.
 
     ``config`` is a preset name, a TOML or ONNXim JSON path, or an ``NpuConfig``;
     ``overrides`` are ``dotted.key=value`` strings; ``mapping`` an ONNXim mapping file;
     ``dims`` binds dynamic dimensions; ``skip=False`` steps every cycle (debugging);
     ``unsupported="zero-cost"`` treats ops npusim cannot lower as free (with a warning);
-    ``optimize="basic"|"extended"`` runs ONNX Runtime's graph optimizer on the model first.
+    ``optimize="basic"|"extended"`` runs ONNX Runtime's graph optimizer on the model first;
+    ``trace`` (a path or ``npusim.trace.TraceOptions``) records a trace (``result.trace``).
     Returns a :class:`npusim.results.Result`.
     """
     from npusim.simulation import simulate as _simulate
 
     return _simulate(model, config, overrides=overrides, mapping=mapping, dims=dims,
                      skip=skip, progress=progress, unsupported=unsupported,
-                     optimize=optimize)
+                     optimize=optimize, trace=trace)
 
 
 def simulate_requests(requests, config=None, **kwargs):

@@ -124,6 +124,30 @@ def parse_dims(items: list[str] | None) -> dict[str, int]:
     return dims
 
 
+def parse_trace_options(path: Path | None, window: str | None, bin_cycles: int | None):
+    """``--trace``, ``--trace-window START:END`` and ``--trace-bin N`` as TraceOptions (None
+    without --trace); checks the file can be written before anything is simulated."""
+    if path is None:
+        if window is not None or bin_cycles is not None:
+            raise NpusimError("--trace-window and --trace-bin need --trace FILE.h5")
+        return None
+    from npusim.trace import DEFAULT_WINDOW, TraceOptions, check_trace_path
+
+    span = DEFAULT_WINDOW
+    if window is not None:
+        start, sep, end = window.partition(":")
+        if not sep or not start.strip().isdigit() or not end.strip().isdigit():
+            raise NpusimError(f"--trace-window {window!r}: expected START:END in core cycles, "
+                              f"e.g. --trace-window 0:10000")
+        span = (int(start), int(end))
+        if span[1] <= span[0]:
+            raise NpusimError(f"--trace-window {window}: END must be greater than START")
+    if bin_cycles is not None and bin_cycles < 1:
+        raise NpusimError(f"--trace-bin {bin_cycles}: the bin width must be a positive number "
+                          f"of core cycles")
+    return TraceOptions(check_trace_path(path), span, bin_cycles)
+
+
 # --------------------------------------------------------------------------- formatting
 
 
@@ -233,15 +257,15 @@ def _json_default(obj: Any):
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
-def check_output_dir(path: Path) -> None:
+def check_output_dir(path: Path, option: str = "--json") -> None:
     """Fail before simulating if the JSON file could never be written."""
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        raise NpusimError(f"--json {path}: is a directory; give a file name")
+        raise NpusimError(f"{option} {path}: is a directory; give a file name")
     if not parent.is_dir():
-        raise NpusimError(f"--json {path}: directory '{parent}' does not exist")
+        raise NpusimError(f"{option} {path}: directory '{parent}' does not exist")
     if not os.access(parent, os.W_OK):
-        raise NpusimError(f"--json {path}: directory '{parent}' is not writable")
+        raise NpusimError(f"{option} {path}: directory '{parent}' is not writable")
 
 
 def _new_file_mode(path: Path) -> int:
@@ -444,6 +468,17 @@ def simulate(
         help="Request file (TOML or JSON; ONNXim models-list JSON too): several models and "
              "LLM requests with arrival times sharing the NPU under the config's scheduler "
              "policy, instead of MODEL.")] = None,
+    trace: Annotated[Optional[Path], typer.Option(
+        "--trace", metavar="RUN.h5",
+        help="Record a trace (binned DRAM, core and NoC activity; bank state and DRAM "
+             "commands in the window) as HDF5 for xarray (written atomically).")] = None,
+    trace_window: Annotated[Optional[str], typer.Option(
+        "--trace-window", metavar="START:END",
+        help="Core cycles with per-cycle bank state and the DRAM command log "
+             "(default 0:10000).")] = None,
+    trace_bin: Annotated[Optional[int], typer.Option(
+        "--trace-bin", metavar="N",
+        help="Bin width in core cycles (default: auto, at most 2048 bins per run).")] = None,
 ) -> None:
     """Simulate MODEL on an NPU config and print a summary."""
     t0 = time.perf_counter()
@@ -451,6 +486,7 @@ def simulate(
     dims = parse_dims(dim)
     if json_out is not None:
         check_output_dir(json_out)
+    trace_options = parse_trace_options(trace, trace_window, trace_bin)
 
     from npusim.simulation import simulate as run_simulation
 
@@ -468,11 +504,12 @@ def simulate(
             requests = read_requests(requests_file, cfg.core_freq_mhz)
             result = simulate_requests(requests, cfg, mapping=mapping_path, skip=not no_skip,
                                        progress=reporter, unsupported=unsupported,
-                                       optimize=optimize)
+                                       optimize=optimize, trace=trace_options)
         else:
             result = run_simulation(model, config, overrides=overrides, mapping=mapping_path,
                                     dims=dims or None, skip=not no_skip, progress=reporter,
-                                    unsupported=unsupported, optimize=optimize)
+                                    unsupported=unsupported, optimize=optimize,
+                                    trace=trace_options)
     finally:
         reporter.close()
     wall = time.perf_counter() - t0
@@ -490,6 +527,9 @@ def simulate(
     render_summary(result, wall_seconds=wall, overrides=overrides, dims=dims, console=console)
     if json_out is not None:
         console.print(f"[dim]result written to {_escape(str(json_out))}[/]")
+    if trace is not None:
+        console.print(f"[dim]trace written to {_escape(str(trace))} (npusim trace summary "
+                      f"{_escape(str(trace))})[/]")
 
 
 def _escape(text: str) -> str:
@@ -620,6 +660,46 @@ def dram(
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
+
+
+trace_app = typer.Typer(help="Read traces written by `npusim simulate --trace`.",
+                        no_args_is_help=True, add_completion=False,
+                        pretty_exceptions_enable=False)
+app.add_typer(trace_app, name="trace")
+
+
+@trace_app.command("summary")
+@_cli_errors
+def trace_summary(
+    path: Annotated[Path, typer.Argument(metavar="RUN.h5", help="A trace file.",
+                                         show_default=False)],
+) -> None:
+    """Print the headline numbers of a trace."""
+    from npusim.trace import open_trace
+    from npusim.trace.report import summary_rows
+
+    rows = [("trace", str(path)), *summary_rows(open_trace(path))]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+
+
+@trace_app.command("plot")
+@_cli_errors
+def trace_plot(
+    path: Annotated[Path, typer.Argument(metavar="RUN.h5", help="A trace file.",
+                                         show_default=False)],
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", metavar="FIG.png",
+        help="Image to write (format from the suffix: png, pdf, svg).")] = Path("trace.png"),
+) -> None:
+    """Draw bank x time heat maps of activity and row conflicts, and per-core utilization."""
+    from npusim.trace import open_trace
+    from npusim.trace.report import plot_trace
+
+    check_output_dir(out, "--out")
+    ds = open_trace(path)
+    print(f"figure written to {plot_trace(ds, out)}")
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from npusim.kernels import state as ks
 from npusim.kernels.state import PARAM_FIELDS, MemTables, Params, ProgramArrays, State
 from npusim.program import Program
 from npusim.scheduling import Placement, place, policy_id
+from npusim.trace.record import untraced_tables
 
 MEMORY_TYPES = {"ideal": 0, "simple": 1, "dram": 2}
 INJECTION_QUEUE = 16  # requests a core's network interface buffers
@@ -60,6 +61,7 @@ def make_params(cfg: NpuConfig, tb: TimeBase, skip: bool) -> Params:
         mem_latency=cfg.memory.latency, ch_bytes_per_cycle=cfg.memory.channel_bytes_per_cycle,
         ch_queue=CHANNEL_QUEUE, noc_latency=cfg.noc.latency, flit_bytes=cfg.noc.flit_bytes,
         inj_queue=INJECTION_QUEUE,
+        trace=0, trace_bin=1, trace_log_from=0, trace_log_to=0,  # npusim.trace turns it on
     )
     values.update(_dram_params(cfg))
     values["policy"] = policy_id(cfg)
@@ -191,6 +193,7 @@ def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables,
         ch_in=z(ks.N_PACKET_FIELDS, ch, p.ch_queue),
         ch_out=z(ks.N_PACKET_FIELDS, ch, CHANNEL_OUT_QUEUE),
         **dram,
+        **untraced_tables(),
     )
 
 
@@ -244,6 +247,7 @@ class RawRun:
     timebase: TimeBase
     wall_seconds: float
     compile_seconds: float
+    trace: object = None  # the npusim.trace.TraceRecorder, when traced
 
 
 class EngineRun:
@@ -256,7 +260,7 @@ class EngineRun:
     """
 
     def __init__(self, prog: Program, cfg: NpuConfig, *, skip: bool = True,
-                 placement: Placement | None = None, log_commands: int = 0):
+                 placement: Placement | None = None, log_commands: int = 0, trace=None):
         from npusim.kernels.loop import run  # imported here: numba loads only when simulating
 
         self._run = run
@@ -268,8 +272,16 @@ class EngineRun:
         self.prog = prog
         self.st = make_state(cfg, prog, self.p, self.mt, log_commands, self.placement)
         self.pa = program_arrays(prog, cfg, self.placement)
+        self.recorder = None
+        if trace is not None:
+            from npusim.trace.record import TraceRecorder
+
+            self.recorder = TraceRecorder(trace, cfg, prog, self.tb)
+            self.st, self.p = self.recorder.attach(self.st, self.p)
         t0 = time.perf_counter()
         _ensure_compiled(run, self.st, self.pa, self.mt, self.p)
+        if self.recorder is not None:
+            self.recorder.compile(self.st, self.p)
         self.compile_seconds = time.perf_counter() - t0
         self.wall_seconds = 0.0
 
@@ -280,7 +292,7 @@ class EngineRun:
 
     @property
     def finished(self) -> bool:
-        return bool(self.st.glob[ks.G_FINISHED]) or self.prog.layer.shape[0] == 0
+        return bool(self.st.glob[ks.G_FINISHED])
 
     def notify_on(self, layers) -> None:
         """Make :meth:`advance` return when any of ``layers`` ends."""
@@ -297,10 +309,12 @@ class EngineRun:
         try:
             while not self.finished:
                 code = self._run(st, self.pa, self.mt, self.p, ITERATIONS_PER_CALL)
+                if code == 1:
+                    raise NpusimError(_deadlock_message(st, self.prog, tb))
+                if self.recorder is not None:
+                    self.recorder.drain(st, self.p)
                 if code == 2:
                     return True
-                if code != 0:
-                    raise NpusimError(_deadlock_message(st, self.prog, tb))
                 if progress is not None:
                     cycle = st.glob[ks.G_END] if self.finished else st.glob[ks.G_NOW]
                     progress(total - int(st.glob[ks.G_LAYERS_LEFT]), total,
@@ -351,19 +365,25 @@ class EngineRun:
                               ready=ready, done=done)
         self.prog = prog
         self.pa = program_arrays(prog, self.cfg, self.placement)
+        if self.recorder is not None:
+            self.recorder.prog = prog
 
     def result(self) -> "RawRun":
-        return RawRun(self.st, self.p, self.tb, self.wall_seconds, self.compile_seconds)
+        return RawRun(self.st, self.p, self.tb, self.wall_seconds, self.compile_seconds,
+                      self.recorder)
 
 
 def run_program(prog: Program, cfg: NpuConfig, skip: bool = True,
                 progress: Callable[[int, int, int], None] | None = None,
-                log_commands: int = 0, placement: Placement | None = None) -> RawRun:
+                log_commands: int = 0, placement: Placement | None = None,
+                trace=None) -> RawRun:
     """Simulate ``prog`` on ``cfg`` to completion.
 
     ``progress(layers_done, layers_total, core_cycles)`` is called between kernel chunks.
+    ``trace`` (``npusim.trace.TraceOptions``) records a trace, drained between chunks.
     """
-    run = EngineRun(prog, cfg, skip=skip, placement=placement, log_commands=log_commands)
+    run = EngineRun(prog, cfg, skip=skip, placement=placement, log_commands=log_commands,
+                    trace=trace)
     while run.advance(progress):
         pass
     return run.result()

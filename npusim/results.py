@@ -36,6 +36,7 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    trace: Any = None  # the xarray.Dataset of a traced run (npusim.trace)
 
     @property
     def seconds(self) -> float:

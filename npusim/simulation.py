@@ -19,21 +19,23 @@ from npusim.results import Result, collect
 
 
 def simulate(model, config=None, *, overrides=(), mapping=None, dims=None, skip=True,
-             progress=None, unsupported="error", optimize="none") -> Result:
+             progress=None, unsupported="error", optimize="none", trace=None) -> Result:
     cfg = config if isinstance(config, NpuConfig) else load_config(config, list(overrides))
     path = resolve_model_path(model)
     with prepared_model(path, optimize, dims) as (ready, ready_dims):
         graph = load_model(ready, ready_dims)
     table = parse_mapping_file(mapping) if mapping else None
     prog = lower_graph(graph, cfg, table, unsupported=unsupported)
-    raw = run_program(prog, cfg, skip=skip, progress=progress)
+    raw = run_program(prog, cfg, skip=skip, progress=progress, trace=_trace_options(trace))
     result = collect(Path(path).stem, cfg, prog, raw)
     result.warnings = list(prog.warnings)
+    _finish_trace(result, prog, raw)
     return result
 
 
 def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip=True,
-                      progress=None, unsupported="error", optimize="none") -> Result:
+                      progress=None, unsupported="error", optimize="none",
+                      trace=None) -> Result:
     """Simulate several requests (``npusim.workload.Request``) sharing one NPU.
 
     Each request, or each group of LLM requests of one architecture and partition (an LLM
@@ -88,7 +90,8 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
         warnings += lower_into(builder, graph, cfg, table, unsupported,
                                prefix=f"{req.name or members[0]}/")
     watch = [srv.schedule(-1) for srv in servers]
-    run = EngineRun(builder.build(), cfg, skip=skip, placement=placement)
+    run = EngineRun(builder.build(), cfg, skip=skip, placement=placement,
+                    trace=_trace_options(trace))
     run.notify_on(watch)
     while run.advance(progress):
         ends = run.st.layer_st[ks.L_END]
@@ -103,11 +106,12 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
         if new:
             run.extend(builder.build())
             run.notify_on(new)
-    prog = run.prog
+    prog, raw = run.prog, run.result()
     result = collect("+".join(dict.fromkeys(Path(r.model).stem for r in requests)), cfg,
-                     prog, run.result())
+                     prog, raw)
     result.warnings = warnings
     _request_results(result, requests, streams, servers, prog, run, placement)
+    _finish_trace(result, prog, raw)
     return result
 
 
@@ -152,3 +156,20 @@ def _request_results(result, requests, streams, servers, prog, run, placement) -
         {"stream": srv.stream, "model": srv.spec.describe(),
          "dram_bytes": int(per_stream[srv.stream]), "iterations": srv.iteration_results()}
         for srv in servers]
+
+
+def _trace_options(trace):
+    """``trace`` (None, a path, or ``npusim.trace.TraceOptions``) as options or None."""
+    if trace is None:
+        return None
+    from npusim.trace import as_options
+
+    return as_options(trace)
+
+
+def _finish_trace(result: Result, prog, raw) -> None:
+    """Attach the trace Dataset to the result (``result.trace``) and write its file."""
+    if raw.trace is not None:
+        from npusim.trace import finish_trace
+
+        result.trace = finish_trace(result, prog, raw)

@@ -205,3 +205,18 @@ def test_long_log_is_fast():
     big[-6, 0] -= 1              # one read a cycle early is found (data bus and tCCD_S)
     bad = check_command_log(big, std, channels=1)
     assert len(bad) == 2 and all(b.startswith("#199994 ") and "violates" in b for b in bad)
+
+
+def test_log_starting_mid_run_with_initial_open_rows():
+    """A window of a log: the open rows at its start make its first accesses legal."""
+    std = load_standard(DDR4)
+    rows = [(100, 0, 0, 0, 0, 5, 0, "RD"), (104, 0, 0, 1, 2, 7, 0, "RD")]
+    assert len(check_command_log(log(*rows), std, channels=1)) == 2
+    start = np.full((1, 16), -1)
+    start[0, 0], start[0, 1 * 4 + 2] = 5, 7
+    assert check_command_log(log(*rows), std, channels=1, initial_open_rows=start) == []
+    start[0, 0] = 6
+    bad = check_command_log(log(*rows), std, channels=1, initial_open_rows=start)
+    assert bad == ["#0 cycle 100 ch0 rank0 bg0 bank0 RD row 5: open row is 6"]
+    with pytest.raises(NpusimError, match="initial_open_rows"):
+        check_command_log(log(*rows), std, channels=1, initial_open_rows=np.zeros((1, 4)))

@@ -3,8 +3,9 @@
 Kernels run without numba's bounds checks (and without its reference counting), so an
 out-of-range index would silently corrupt memory. This test recompiles them with
 ``NUMBA_BOUNDSCHECK=1`` in a separate process and cache, and runs every memory model,
-the trace replay, multi-request workloads under every scheduling policy and LLM
-serving (pauses that grow the program) through them: any stray index raises.
+the trace replay, multi-request workloads under every scheduling policy, LLM serving
+(pauses that grow the program) and traced runs (tiny trace rings, so they wrap and drain
+often) through them: any stray index raises.
 """
 
 import os
@@ -19,7 +20,10 @@ SCRIPT = textwrap.dedent("""
     from npusim.dram.replay import replay_requests
     from npusim.frontend import resolve_model_path
     from npusim.simulation import simulate_requests
+    from npusim.trace import TraceOptions, record
     from npusim.workload import Request
+
+    record.RING_BINS, record.LOG_ROWS, record.INTERVAL_ROWS = 1, 40, 40
 
     for preset, overrides in [("mobile", []), ("server", []),
                               ("gemmini_validation", []),
@@ -31,6 +35,8 @@ SCRIPT = textwrap.dedent("""
                                           "memory.controller.channel_hash=ipoly"])]:
         for skip in (True, False):
             npusim.simulate("tiny_cnn", preset, overrides=overrides, skip=skip)
+        for trace in (TraceOptions(None, window=(1000, 4000), bin_cycles=7), TraceOptions(None)):
+            npusim.simulate("tiny_cnn", preset, overrides=overrides, trace=trace)
     npusim.simulate("bert_base_layer", "server", dims={"batch": 1, "seq": 32})
     npusim.simulate("mobilenetv2", "server", dims={"batch": 1})  # depthwise on the vector unit
     mlp = str(resolve_model_path("mlp"))

@@ -25,6 +25,10 @@ Checks, each reported as one human-readable line:
   default on) at most one command per channel per cycle;
 * refresh (``check_refresh``, default off): no rank goes more than 9 x tREFI (8 postponed
   refreshes, JESD79-4) without a REF, counting from cycle 0 to the last command.
+
+A log that starts mid-run (a trace window) passes the banks' open rows at its start as
+``initial_open_rows`` ([channel, rank * bank groups * banks], -1 = closed); timing history
+from before the log is unknown, so only rules between logged commands are checked.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ def _as_rows(log) -> list[list[int]]:
 
 def check_command_log(log, standard: DramStandard, channels: int, *, ranks: int | None = None,
                       command_bus: bool = True, check_refresh: bool = False,
-                      max_violations: int = 1000) -> list[str]:
+                      max_violations: int = 1000, initial_open_rows=None) -> list[str]:
     """Violations of ``standard``'s rules and bank-state legality in ``log`` (empty = clean).
 
     ``channels`` is the number of npusim channels the log may address (HBM2 pseudo channels
@@ -87,6 +91,12 @@ def check_command_log(log, standard: DramStandard, channels: int, *, ranks: int 
     n_nodes = (channels, channels * R, channels * R * G, channels * R * G * B)
     hist: list[list[list[int]]] = [[[] for _ in range(n * NC)] for n in n_nodes]
     open_row = [-1] * n_nodes[_BK]
+    if initial_open_rows is not None:
+        initial = np.asarray(initial_open_rows, dtype=np.int64)
+        if initial.shape != (channels, R * G * B):
+            raise NpusimError(f"initial_open_rows must have shape (channels, ranks x bank "
+                              f"groups x banks) = {(channels, R * G * B)}; got {initial.shape}")
+        open_row = initial.reshape(-1).tolist()
     last_cycle = [-1] * channels
     last_ref = [0] * n_nodes[_RK]
     refi_limit = 9 * standard.timing["REFI"]

@@ -1,0 +1,162 @@
+"""Trace recording: the kernels' side of ``npusim.trace``.
+
+Only called when ``p.trace == 1``; an untraced run pays one integer test per hook.
+
+Two kinds of buffers, both preallocated and drained by Python between kernel calls (so
+trace size never bounds run length):
+
+- binned rings ``tr_dram``, ``tr_chan``, ``tr_noc``: counters per time bin of
+  ``p.trace_bin`` ticks, at slot ``bin % capacity``. Events land in the bin of the tick
+  they happen at. A bank's busy time is spread over the bins it spans, at most the longest
+  command duration ahead of now; queue occupancy is added up to the present when a channel
+  is stepped (or by ``trace_sync`` before a drain). Python drains only bins before the
+  present and stops the loop (``TR_STOP``) before a write could reach a slot not yet drained.
+- an interval log ``tr_iv``: (kind, core, start, end) rows of core activity, binned by
+  Python, so intervals far in the future (a long GEMM issued now) need no look-ahead.
+
+Bank busy (``TD_BUSY``, DRAM cycles): a bank is busy from the issue of a command to it
+until that command's work is done, ``tr_dur[cmd]`` cycles later (ACT: tRCD, RD: CL + BL,
+WR: CWL + BL, PRE: tRP, ...; see ``npusim.trace.record.command_durations``). Overlapping
+commands count once; PREA and REF make every bank of their rank busy.
+"""
+
+from .jit import kernel
+from .state import *  # noqa: F403  (field indices of the state tables)
+
+# DRAM command indices, as in kernels/dram.py (which imports this module)
+ACT, PRE, PREA, RD, WR, RDA, WRA, REF = range(8)
+
+
+@kernel
+def _slot(st, p, tick):
+    return (tick // p.trace_bin) % st.tr_dram.shape[1]
+
+
+@kernel
+def _next_bin_cycle(p, d):
+    """First DRAM cycle of the bin after the one DRAM cycle d (by its start tick) is in."""
+    b = d * p.mem_period // p.trace_bin
+    return -(-((b + 1) * p.trace_bin) // p.mem_period)
+
+
+@kernel
+def trace_must_stop(st, p, t):
+    """Whether the loop must return before tick t so Python can drain the buffers."""
+    return (t >= st.tr_ctl[TR_STOP]
+            or st.tr_ctl[TR_IV_N] + 4 * p.n_cores + 4 > st.tr_iv.shape[1]
+            or st.glob[G_LOG_N] + p.n_channels + 1 > st.cmd_log.shape[1])
+
+
+@kernel
+def trace_interval(st, p, kind, core, start, end):
+    """Append one core activity interval [start, end) (ticks)."""
+    n = st.tr_ctl[TR_IV_N]
+    st.tr_iv[IV_KIND, n] = kind
+    st.tr_iv[IV_CORE, n] = core
+    st.tr_iv[IV_START, n] = start
+    st.tr_iv[IV_END, n] = end
+    st.tr_ctl[TR_IV_N] = n + 1
+
+
+@kernel
+def trace_dma_issue(st, p, c, d, t):
+    """DMA d of core c gets an instruction at tick t: it turns busy if it was empty."""
+    if st.dq_ctl[D_COUNT, c, d] == 0:
+        st.tr_core[d, c] = t
+
+
+@kernel
+def trace_dma_response(st, p, c, d, t):
+    """After a response: DMA d of core c falls idle once its queue is empty."""
+    if st.dq_ctl[D_COUNT, c, d] == 0 and st.tr_core[d, c] >= 0:
+        trace_interval(st, p, d, c, st.tr_core[d, c], t)
+        st.tr_core[d, c] = -1
+
+
+@kernel
+def trace_in_log_window(p, cyc):
+    """Whether a DRAM command at cycle ``cyc`` goes into the command log."""
+    tick = cyc * p.mem_period
+    return p.trace_log_from <= tick < p.trace_log_to
+
+
+@kernel
+def _bank_busy(st, p, ch, nb, start, end):
+    """Bank nb of channel ch is busy over DRAM cycles [start, end)."""
+    d = max(start, st.tr_bank[ch, nb])
+    if end <= d:
+        return
+    st.tr_bank[ch, nb] = end
+    while d < end:
+        nxt = min(end, _next_bin_cycle(p, d))
+        st.tr_dram[TD_BUSY, _slot(st, p, d * p.mem_period), ch, nb] += nxt - d
+        d = nxt
+
+
+@kernel
+def trace_dram_command(st, p, ch, rank, nb, cmd, cyc):
+    """Counters and bank busy time of a DRAM command issued at DRAM cycle ``cyc``."""
+    s = _slot(st, p, cyc * p.mem_period)
+    if cmd == ACT:
+        st.tr_dram[TD_ACTS, s, ch, nb] += 1
+    elif cmd == PRE:
+        st.tr_dram[TD_PRES, s, ch, nb] += 1
+    elif cmd == PREA:
+        st.tr_chan[TH_PREA, s, ch] += 1
+    elif cmd == REF:
+        st.tr_chan[TH_REF, s, ch] += 1
+    end = cyc + st.tr_dur[cmd]
+    if cmd == PREA or cmd == REF:
+        n = p.d_bankgroups * p.d_banks
+        for i in range(rank * n, (rank + 1) * n):
+            _bank_busy(st, p, ch, i, cyc, end)
+    else:
+        _bank_busy(st, p, ch, nb, cyc, end)
+
+
+@kernel
+def trace_request_class(st, p, ch, nb, cls, cyc):
+    """A request's first command at ``cyc`` decided it: row hit, miss or conflict."""
+    st.tr_dram[TD_HITS + cls, _slot(st, p, cyc * p.mem_period), ch, nb] += 1
+
+
+@kernel
+def trace_request_done(st, p, ch, nb, d, cyc):
+    """A read (d = 0) or write issued its last burst at ``cyc``."""
+    st.tr_dram[TD_READS + d, _slot(st, p, cyc * p.mem_period), ch, nb] += 1
+
+
+@kernel
+def trace_queues(st, p, ch, cyc):
+    """Add channel ch's queue occupancy from where it was last added up to ``cyc``.
+
+    The queue counts change only while the channel is stepped, so they held constant
+    since the last call."""
+    d = st.tr_dch[ch]
+    if cyc <= d:
+        return
+    rq = st.dch[DC_RQ_COUNT, ch]
+    wq = st.dch[DC_WQ_COUNT, ch]
+    st.tr_dch[ch] = cyc
+    if rq + wq == 0:
+        return
+    while d < cyc:
+        nxt = min(cyc, _next_bin_cycle(p, d))
+        s = _slot(st, p, d * p.mem_period)
+        st.tr_chan[TH_READ_QUEUE, s, ch] += rq * (nxt - d)
+        st.tr_chan[TH_WRITE_QUEUE, s, ch] += wq * (nxt - d)
+        d = nxt
+
+
+@kernel
+def trace_flits(st, p, net, c, ch, flits, t):
+    """The crossbar granted a packet of ``flits`` on the link between core c and channel ch."""
+    st.tr_noc[net, _slot(st, p, t), c, ch] += flits
+
+
+@kernel
+def trace_sync(st, p, t):
+    """Bring the queue occupancy of every DRAM channel up to tick t (before a drain)."""
+    cyc = -(-t // p.mem_period)
+    for ch in range(st.tr_dch.shape[0]):
+        trace_queues(st, p, ch, cyc)

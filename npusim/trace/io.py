@@ -1,0 +1,80 @@
+"""Writing a trace to HDF5 atomically, and checking where it will go before a run.
+
+The file is netCDF4-flavoured HDF5 (xarray's h5netcdf engine): ``xarray.open_dataset`` and
+plain ``h5py`` both read it. Every variable is gzip-compressed and chunked along time.
+It is written to ``<path>.tmp-<pid>`` in the same folder and renamed over ``path`` only
+when complete, so a failed or interrupted run never leaves a file that looks finished
+(a killed one may leave the temp file, clearly named as such).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import xarray as xr
+
+from npusim.errors import NpusimError
+
+COMPRESSION_LEVEL = 4
+CHUNK_ELEMENTS = 1 << 18  # about 1 MiB of int32 per chunk
+
+
+def check_trace_path(path: str | Path) -> Path:
+    """Fail before simulating if the trace could never be written there."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise NpusimError(f"--trace {path}: is a directory; give a file name")
+    if not parent.is_dir():
+        raise NpusimError(f"--trace {path}: directory '{parent}' does not exist")
+    if not os.access(parent, os.W_OK):
+        raise NpusimError(f"--trace {path}: directory '{parent}' is not writable")
+    return path
+
+
+def _encoding(ds: xr.Dataset) -> dict:
+    enc = {}
+    for name, var in {**ds.data_vars, **ds.coords}.items():
+        if var.dtype.kind not in "iuf" or var.ndim == 0 or 0 in var.shape:
+            continue
+        rest = 1
+        for n in var.shape[1:]:
+            rest *= n
+        chunks = (max(1, min(var.shape[0], CHUNK_ELEMENTS // max(rest, 1))),) + var.shape[1:]
+        enc[name] = {"zlib": True, "complevel": COMPRESSION_LEVEL, "chunksizes": chunks}
+    return enc
+
+
+def write_trace(ds: xr.Dataset, path: str | Path) -> Path:
+    """Write ``ds`` to ``path`` via a temp file and ``os.replace``; no partial file on
+    failure (an existing ``path`` is left as it was)."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        ds.to_netcdf(tmp, engine="h5netcdf", encoding=_encoding(ds))
+        os.replace(tmp, path)
+    except BaseException as err:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(err, OSError):
+            raise NpusimError(f"cannot write --trace {path}: {err.strerror or err}") from None
+        raise
+    return path
+
+
+def open_trace(path: str | Path) -> xr.Dataset:
+    """Open a trace written by npusim (loaded into memory, the file closed)."""
+    path = Path(path)
+    if not path.is_file():
+        raise NpusimError(f"trace file not found: '{path}'")
+    try:
+        with xr.open_dataset(path, engine="h5netcdf") as ds:
+            if "npusim_version" not in ds.attrs:
+                raise NpusimError(f"'{path}' is not an npusim trace (no npusim_version "
+                                  f"attribute)")
+            return ds.load()
+    except (OSError, ValueError) as err:
+        raise NpusimError(f"cannot read trace '{path}': {err}") from None
