@@ -317,3 +317,21 @@ def test_the_walkthrough_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if "image/png" in o.get("data", {})]
     assert len(images) == 3
+
+
+def test_a_serving_run_with_pauses_is_traced_whole():
+    """LLM serving pauses after every iteration to add the next: the trace still holds
+    every command and busy cycle, and the LLM server's stream ends with its last token."""
+    from npusim.simulation import simulate_requests
+    from npusim.workload import Request
+
+    reqs = [Request("gpt2", prompt=8, generate=3, llm={"layers": 1, "vocab": 512}),
+            Request("mlp", arrival_cycle=2000, name="m")]
+    r = simulate_requests(reqs, "mobile", trace=TraceOptions(None, bin_cycles=512))
+    ds = r.trace
+    assert int(ds.reads.sum()) == r.memory["reads"] > 0
+    assert int(ds.writes.sum()) == r.memory["writes"] > 0
+    assert [int(v) for v in ds.core_active_cycles.sum("time")] == \
+        [c["busy_cycles"] for c in r.cores]
+    assert int(ds.request_end_cycle[0]) == r.requests[0]["token_cycles"][-1]
+    assert ds.layer_end_cycle.values.tolist() == [l["end_cycle"] for l in r.layers]
