@@ -32,15 +32,22 @@ def interference(batches, *, layers=12, tokens=32, prompt=128, cnn="resnet50",
                  cnn_copies=None, config="server", overrides=(), llm=None):
     """Per ResNet batch (0 = GPT-2 alone): the GPT-2 request's latency numbers.
 
-    ``cnn_copies(batch)``: how many CNN requests to queue (default 8 // batch, so every
-    batch size runs the same number of images); ``llm``: more GPT-2 overrides."""
+    ``cnn_copies(batch)``: how many CNN requests to queue back to back (default: enough to
+    keep cores 1-3 busy for as long as GPT-2 runs alone, from a solo run of each batch);
+    ``llm``: more GPT-2 overrides."""
     rows = []
+    solo_gpt2 = None
     for batch in [0, *batches]:
         gpt = Request("gpt2", prompt=prompt, generate=tokens, partition=0, name="gpt2",
                       llm={"layers": layers, **(llm or {})})
         reqs = [gpt]
+        if batch and cnn_copies is None:
+            solo = simulate_requests([Request(cnn, dims={"batch": batch}, partition=1)],
+                                     config, overrides=[PARTITIONS, "scheduler.policy=spatial",
+                                                        *overrides]).total_cycles
+            copies = -(-solo_gpt2 // solo) + 1
         if batch:
-            copies = cnn_copies(batch) if cnn_copies else max(1, 8 // batch)
+            copies = cnn_copies(batch) if cnn_copies else copies
             reqs += [Request(cnn, dims={"batch": batch}, partition=1, name=f"{cnn}#{k}")
                      for k in range(copies)]
         t0 = time.perf_counter()
@@ -48,6 +55,8 @@ def interference(batches, *, layers=12, tokens=32, prompt=128, cnn="resnet50",
                                                          *overrides])
         wall = time.perf_counter() - t0
         g = res.requests[0]
+        if not batch:
+            solo_gpt2 = g["finish_cycle"]
         cnn_done = max((r["finish_cycle"] for r in res.requests[1:]), default=0)
         rows.append({
             "cnn_batch": batch, "cnn_copies": len(reqs) - 1,
