@@ -587,6 +587,13 @@ def models() -> None:
     console.print(table)
     console.print(f"[dim]MACs as lowered on the default preset ({escape(cfg.name)}); run one "
                   f"with `npusim simulate NAME`[/]")
+    from npusim.serving.spec import bundled_llms, load_llm
+
+    console.print()
+    for name in bundled_llms():
+        console.print(f"[cyan]{escape(name)}[/]  {escape(load_llm(name).describe())}")
+    console.print("[dim]language models for LLM requests in a request file (npusim simulate "
+                  "--requests FILE): model = NAME, prompt = N, generate = N[/]")
 
 
 @app.command()

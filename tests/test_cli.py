@@ -381,3 +381,34 @@ def test_help_is_fast_and_imports_nothing_heavy():
     assert "HEAVY []" in out.stderr
     assert "simulate" in out.stdout and "models" in out.stdout and "configs" in out.stdout
     assert elapsed < 2.0  # typically ~0.15 s; generous for loaded CI machines
+
+
+def test_simulate_requests_file_prints_llm_latencies_and_writes_json(tmp_path):
+    f = tmp_path / "reqs.toml"
+    f.write_text('[[request]]\nmodel = "gpt2"\nprompt = 8\ngenerate = 3\npartition = 0\n'
+                 'llm = { layers = 1, vocab = 256 }\n\n'
+                 '[[request]]\nmodel = "mlp"\narrival_us = 1\npartition = 1\nname = "m"\n')
+    out = tmp_path / "r.json"
+    res = run("simulate", "--requests", str(f), "--config", "mobile",
+              "--set", "scheduler.policy=spatial", "--json", str(out))
+    assert res.exit_code == 0, res.output
+    assert "TTFT" in res.stdout and "partition utilization" in res.stdout
+    data = json.loads(out.read_text())
+    llm, mlp = data["requests"]
+    assert len(llm["token_cycles"]) == 3 and llm["tbt_cycles"] == [
+        b - a for a, b in zip(llm["token_cycles"], llm["token_cycles"][1:])]
+    assert mlp["arrival_cycle"] == 1000 and mlp["start_cycle"] >= 1000
+    assert [p["cores"] for p in data["partitions"]] == [[0, 1], [2, 3]]
+    assert len(data["llm_servers"][0]["iterations"]) == 3
+
+
+def test_simulate_requests_file_errors_are_one_line(tmp_path):
+    f = tmp_path / "reqs.toml"
+    f.write_text('[[request]]\nmodel = "gpt2"\nprompt = 8\ngenerate = 3\npartition = 3\n')
+    res = run("simulate", "--requests", str(f))
+    assert res.exit_code == 2
+    assert "asks for partition 3, but the cores form 1 partition(s)" in res.output
+    res = run("simulate", "--requests", str(tmp_path / "missing.toml"))
+    assert res.exit_code == 2 and "request file not found" in res.output
+    res = run("simulate", "tiny_cnn", "--requests", str(f))
+    assert res.exit_code == 2 and "exactly one" in res.output
