@@ -238,9 +238,10 @@ def _retire(st, p, ch, k, write):
     """Remove request k from its queue, keeping arrival order."""
     base = p.d_rq if write else 0
     n = st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch]
-    for i in range(k, base + n - 1):
-        for f in range(N_DREQ_FIELDS):
-            st.dreq[f, ch, i] = st.dreq[f, ch, i + 1]
+    for f in range(N_DREQ_FIELDS):  # field by field: each a contiguous run
+        row = st.dreq[f, ch]
+        for i in range(k, base + n - 1):
+            row[i] = row[i + 1]
     st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch] = n - 1
 
 
