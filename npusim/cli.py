@@ -523,7 +523,8 @@ def simulate(
         return
     from rich.console import Console
 
-    console = Console(highlight=False)
+    # piped output is not cut to 80 columns: the per-request table is wide
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     render_summary(result, wall_seconds=wall, overrides=overrides, dims=dims, console=console)
     if json_out is not None:
         console.print(f"[dim]result written to {_escape(str(json_out))}[/]")
