@@ -2,7 +2,7 @@
 per headline statistic, written atomically as HDF5 (``.h5``/``.nc``) or Zarr (``.zarr``).
 
 Points not (yet) run or failed hold NaN; ``status`` says which (``ok``, ``failed``,
-``pending``) and ``error`` why. Numbers are float64 so that NaN can mark them; cycle counts
+``pending``) and ``error`` why. Strings are variable-length (object) arrays. Numbers are float64 so that NaN can mark them; cycle counts
 stay exact (below 2**53).
 """
 
@@ -75,9 +75,9 @@ def build_dataset(sweep: Sweep, points: list[Point], records: dict[str, dict[str
     data: dict[str, Any] = {}
     for name, (units, description) in STATS.items():
         data[name] = (dims, numbers[name], {"units": units, "description": description})
-    data["status"] = (dims, status.astype(str), {"description": "ok, failed or pending"})
-    data["error"] = (dims, error.astype(str), {"description": "why the point failed"})
-    data["point_hash"] = (dims, hashes.astype(str),
+    data["status"] = (dims, status, {"description": "ok, failed or pending"})
+    data["error"] = (dims, error, {"description": "why the point failed"})
+    data["point_hash"] = (dims, hashes,
                           {"description": "sha256 of config, workload and npusim version"})
     coords: dict[str, Any] = {}
     for axis in sweep.axes:
@@ -88,6 +88,7 @@ def build_dataset(sweep: Sweep, points: list[Point], records: dict[str, dict[str
     attrs = {
         "title": f"npusim sweep {sweep.name}",
         "sweep_name": sweep.name,
+        "description": sweep.description,
         "sweep_file": str(sweep.path) if sweep.path else "",
         "sweep": json.dumps(sweep.raw, default=str),
         "base_config": sweep.base_config,
@@ -102,8 +103,9 @@ def build_dataset(sweep: Sweep, points: list[Point], records: dict[str, dict[str
 
 
 def _coord(values: list[Any]) -> np.ndarray:
+    """Strings as variable-length objects: HDF5 and Zarr both store those without fuss."""
     if all(isinstance(v, str) for v in values):
-        return np.array(values, dtype=str)
+        return np.array(values, dtype=object)
     return np.array(values)
 
 
@@ -117,7 +119,7 @@ def write_dataset(ds: xr.Dataset, out: str | Path) -> None:
     try:
         if zarr:
             shutil.rmtree(tmp)
-            ds.to_zarr(tmp, mode="w")
+            ds.to_zarr(tmp, mode="w", consolidated=False)
             _replace_dir(tmp, out)
         else:
             ds.to_netcdf(tmp, engine="h5netcdf")
@@ -144,6 +146,6 @@ def open_sweep(path: str | Path) -> xr.Dataset:
     if not path.exists():
         raise NpusimError(f"sweep result {path} not found")
     if path.suffix.lower() == ZARR_SUFFIX:
-        with xr.open_zarr(path) as ds:
+        with xr.open_zarr(path, consolidated=False) as ds:
             return ds.load()
     return xr.load_dataset(path, engine="h5netcdf")

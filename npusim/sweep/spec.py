@@ -108,6 +108,7 @@ class Sweep:
     workload: Workload
     axes: list[Axis]
     raw: dict[str, Any]
+    description: str = ""
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -204,7 +205,10 @@ def sweep_from_dict(raw: dict[str, Any], *, base_dir: Path = Path("."),
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise NpusimError(f"name = {name!r}: expected a non-empty string")
-    return Sweep(name, path, config, base_set, workload, axes, raw)
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise NpusimError(f"description = {description!r}: expected a string")
+    return Sweep(name, path, config, base_set, workload, axes, raw, description)
 
 
 def check_points(sweep: Sweep, points: list[Point]) -> None:
