@@ -198,10 +198,8 @@ def test_a_point_past_its_timeout_is_recorded_as_failed(tmp_path):
     ds = run_sweep(sweep, tmp_path / "t.h5", workers=1, timeout=1e-9)
     assert (ds.status.values == "failed").all()
     assert all(e.startswith("timeout: stopped after") for e in ds.error.values)
-    ds = run_sweep(sweep, tmp_path / "t.h5", workers=1, timeout=600, retry_failed=True)
-    assert (ds.status.values == "ok").all()
-    expected = npusim.simulate("tiny_cnn", "mobile", overrides=["num_cores=2"])
-    assert int(ds.total_cycles.sel(num_cores=2)) == expected.total_cycles
+    assert np.isnan(ds.total_cycles.values).all()
+    assert len(read_journal(journal_path(tmp_path / "t.h5"))) == 2
 
 
 def test_requests_workload(tmp_path):
@@ -246,12 +244,12 @@ def _wait_for_records(journal: Path, proc: subprocess.Popen, k: int) -> None:
         time.sleep(0.05)
 
 
-SEQS = [8, 16, 24, 32, 40, 48]
+SEQS = [8, 16, 24, 32, 40, 48, 56]
 
 
 @pytest.fixture
 def slow_sweep(tmp_path):
-    """Six points of about half a second each."""
+    """Seven points of about half a second each."""
     return write(tmp_path / "seq.toml", f"""
         [workload]
         model = "bert_ffn"
@@ -260,61 +258,53 @@ def slow_sweep(tmp_path):
     """)
 
 
-def _check_complete(out: Path, n_runs: int) -> None:
-    """Every point recorded exactly once over all runs, with the numbers of a direct run."""
-    records = read_journal(journal_path(out))
-    assert sorted(r["setting"][0]["dim.seq"] for r in records) == SEQS
-    assert len({r["hash"] for r in records}) == len(SEQS)
-    assert len({r["run"] for r in records}) == n_runs
-    ds = open_sweep(out)
-    assert (ds.status.values == "ok").all()
-    for seq in SEQS[::3]:
-        expected = npusim.simulate("bert_ffn", "mobile", dims={"seq": seq})
-        assert int(ds.total_cycles.sel(seq=seq)) == expected.total_cycles
-
-
-def test_kill_9_and_rerun_runs_every_point_exactly_once(tmp_path, slow_sweep):
+def test_killed_and_interrupted_sweeps_resume_running_every_point_exactly_once(
+        tmp_path, slow_sweep):
+    """kill -9 part-way, then Ctrl-C part-way, then run to the end: the journal holds every
+    point exactly once, and each run ran only points no earlier run had finished."""
     out = tmp_path / "seq.h5"
+    journal = journal_path(out)
     proc = _sweep_process(slow_sweep, out)
     try:
-        _wait_for_records(journal_path(out), proc, 2)
+        _wait_for_records(journal, proc, 2)
         os.killpg(proc.pid, signal.SIGKILL)  # the client and its worker processes
         proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    first = len(read_journal(journal_path(out)))
-    assert 2 <= first < len(SEQS)
+    first = len(read_journal(journal))
+    assert 2 <= first < len(SEQS) - 1
     assert not out.exists()  # never a half-written result
 
     proc = _sweep_process(slow_sweep, out)
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0, stderr
-    assert f"running {len(SEQS) - first} of {len(SEQS)} points" in stderr
-    _check_complete(out, n_runs=2)
-
-
-def test_ctrl_c_leaves_a_consistent_resumable_result(tmp_path, slow_sweep):
-    out = tmp_path / "seq.h5"
-    proc = _sweep_process(slow_sweep, out)
     try:
-        _wait_for_records(journal_path(out), proc, 2)
+        _wait_for_records(journal, proc, first + 1)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
         _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, stderr
+    assert f"running {len(SEQS) - first} of {len(SEQS)} points" in stderr
     assert "run the same command again to resume" in stderr
-    partial = open_sweep(out)
-    done = int((partial.status.values == "ok").sum())
-    assert done == len(read_journal(journal_path(out))) >= 2
-    assert int((partial.status.values == "pending").sum()) == len(SEQS) - done
+    partial = open_sweep(out)  # consistent: exactly the journaled points, the rest pending
+    second = len(read_journal(journal))
+    assert int((partial.status.values == "ok").sum()) == second > first
+    assert int((partial.status.values == "pending").sum()) == len(SEQS) - second
     assert np.isnan(partial.total_cycles.where(partial.status == "pending")).all()
 
     res = sweep_cli(str(slow_sweep), "--out", str(out), "--workers", "1")
     assert res.exit_code == 0, res.output
-    _check_complete(out, n_runs=2)
+    assert f"ran {len(SEQS) - second} " in res.output
+    records = read_journal(journal)
+    assert sorted(r["setting"][0]["dim.seq"] for r in records) == SEQS
+    assert len({r["hash"] for r in records}) == len(records) == len(SEQS)
+    assert len({r["run"] for r in records}) == 3
+    ds = open_sweep(out)
+    assert (ds.status.values == "ok").all()
+    for seq in SEQS[::3]:
+        expected = npusim.simulate("bert_ffn", "mobile", dims={"seq": seq})
+        assert int(ds.total_cycles.sel(seq=seq)) == expected.total_cycles
 
 
 def test_journal_cuts_a_torn_last_line_and_allows_one_writer(tmp_path):

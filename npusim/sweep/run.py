@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -73,7 +74,7 @@ def run_sweep(sweep: str | Path | Sweep, out: str | Path, *, workers: int | None
                          reused=sum(p.error is None for p in points) - sum(map(len, todo.values())),
                          total=len(points))
         except KeyboardInterrupt:  # what finished is in the dataset, the rest is pending
-            write_dataset(build_dataset(sweep, points, records), out)
+            write_dataset(build_dataset(sweep, points, journal.records()), out)
             raise
         ds = build_dataset(sweep, points, records)
         write_dataset(ds, out)
@@ -99,6 +100,8 @@ def _execute(todo: dict[str, list[Point]], journal: Journal, records: dict, work
             for fut in as_completed(futures):
                 pts = futures.pop(fut)
                 record = _record_of(fut, pts[0].hash)
+                if record is None:
+                    continue
                 record.update(run=run_id, finished=time.time(),
                               setting=[p.setting for p in pts])
                 journal.append(record)
@@ -110,10 +113,15 @@ def _execute(todo: dict[str, list[Point]], journal: Journal, records: dict, work
                 client.cancel(list(futures))
 
 
-def _record_of(fut, point_hash: str) -> dict[str, Any]:
-    """The worker's record, or a failed one when the task itself failed (worker died)."""
+def _record_of(fut, point_hash: str) -> dict[str, Any] | None:
+    """The worker's record; a failed one when the task itself failed (the worker died);
+    None when it was cancelled or interrupted: that point has not finished."""
+    from concurrent.futures import CancelledError
+
     try:
         return fut.result()
+    except (CancelledError, KeyboardInterrupt):
+        return None
     except Exception as err:  # noqa: BLE001 - e.g. KilledWorker: this point failed, not the sweep
         return {"hash": point_hash, "status": "failed", "wall_seconds": None,
                 "error": f"{type(err).__name__}: {err}".strip()}
@@ -138,7 +146,23 @@ def _client(workers: int | None, scheduler: str | None, n_tasks: int):
             yield client, f"{scheduler} ({n} worker{'s' if n != 1 else ''})"
         return
     n = min(workers or os.cpu_count() or 1, n_tasks)
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                      dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
-            Client(cluster) as client:
+    with _sigint_ignored():  # Ctrl-C stops the client, which stops the workers cleanly
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=logging.ERROR)
+    with cluster, Client(cluster) as client:
         yield client, f"{n} local worker{'s' if n != 1 else ''}"
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Worker processes started in here inherit SIGINT ignored: a terminal's Ctrl-C reaches
+    the whole process group, and a worker dying of it would fail the point it was running."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -48,7 +48,7 @@ class Journal:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         try:
-            self._file = open(self.path, "a+b")
+            self._file = open(self.path, "a+b", buffering=0)
         except OSError as err:
             raise NpusimError(f"cannot open the sweep journal {self.path}: "
                               f"{err.strerror or err}") from None
@@ -74,11 +74,14 @@ class Journal:
         return {r["hash"]: r for r in read_journal(self.path)}
 
     def append(self, record: dict[str, Any]) -> None:
+        """One unbuffered write of the whole line (appended: O_APPEND), then fsync."""
         line = json.dumps(record, separators=(",", ":"), default=str).encode() + b"\n"
-        self._file.seek(0, os.SEEK_END)
-        self._file.write(line)
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        fd = self._file.fileno()
+        written = os.write(fd, line)
+        if written != len(line):  # a full disk: cut the torn line rather than keep it
+            self._cut_torn_tail()
+            raise NpusimError(f"cannot write the sweep journal {self.path}: disk full?")
+        os.fsync(fd)
 
     def close(self) -> None:
         self._file.close()  # releases the lock
