@@ -644,6 +644,8 @@ class SweepReporter:
         self.failed += record["status"] != "ok"
         if self.bar is not None:
             self.bar.update(self.task, completed=self.done, failed=self.failed)
+            if self.done == self.to_run:
+                self.close()  # the cluster's shutdown is not the sweep's progress
         elif not self.quiet:
             where = " ".join(f"{k}={v}" for k, v in record["setting"][0].items())
             outcome = (f"{record['stats']['total_cycles']:,} cycles"
@@ -655,6 +657,7 @@ class SweepReporter:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+            self.bar = None
 
 
 MAX_FAILED_SHOWN = 5
