@@ -25,6 +25,7 @@ the sweep naming it; a combination that is invalid only together becomes a faile
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -42,7 +43,6 @@ from npusim.errors import NpusimError
 TOP_KEYS = ("name", "description", "base", "workload", "axes", "zip")
 BASE_KEYS = ("config", "set")
 WORKLOAD_KEYS = ("model", "requests", "dims", "optimize", "mapping", "unsupported")
-WORKLOAD_AXES = ("model", "requests")
 ZIP_LABELS = "labels"
 
 
@@ -127,11 +127,12 @@ class Sweep:
 
     def _point(self, index, setting, cache) -> Point:
         overrides = dict(self.base_set)
-        wl = Workload(**{**self.workload.__dict__, "dims": dict(self.workload.dims)})
+        wl = dataclasses.replace(self.workload, dims=dict(self.workload.dims))
         for key, value in setting.items():
-            if key in WORKLOAD_AXES:
-                setattr(wl, "model" if key == "model" else "requests", value)
-                setattr(wl, "requests" if key == "model" else "model", None)
+            if key == "model":
+                wl.model, wl.requests = value, None
+            elif key == "requests":
+                wl.model, wl.requests = None, value
             elif key.startswith("dim."):
                 wl.dims[key[4:]] = value
             else:
@@ -198,6 +199,7 @@ def sweep_from_dict(raw: dict[str, Any], *, base_dir: Path = Path("."),
     axes = []
     for key, values in _flatten(_table(raw, "axes"), "axes").items():
         values = _axis_values(key, values, base_dir, f"axes.{key}")
+        key = _axis_key(key)
         axes.append(Axis(_dim_name(key), [key], [values], list(values)))
     for group, table in _table(raw, "zip").items():
         axes.append(_zip_axis(group, table, base_dir))
@@ -317,8 +319,7 @@ def _check_dim(where: str, value: Any) -> None:
 def _axis_values(key: str, values: Any, base_dir: Path, where: str) -> list[Any]:
     if not isinstance(values, list) or not values:
         raise NpusimError(f"{where} = {values!r}: expected a non-empty list of values")
-    if key == "batch":
-        key = "dim.batch"
+    key = _axis_key(key)
     if key.startswith("dim."):
         if not key[4:]:
             raise NpusimError(f"{where}: name the dimension, e.g. dim.seq")
@@ -348,6 +349,10 @@ def _string(where: str, v: Any) -> str:
     return v
 
 
+def _axis_key(key: str) -> str:
+    return "dim.batch" if key == "batch" else key
+
+
 def _dim_name(key: str) -> str:
     """The dataset dimension of a grid axis: the key, a symbolic dim by its bare name."""
     return key[4:] if key.startswith("dim.") else key
@@ -361,8 +366,8 @@ def _zip_axis(group: str, table: Any, base_dir: Path) -> Axis:
     members = _flatten({k: v for k, v in table.items() if k != ZIP_LABELS}, where)
     if not members:
         raise NpusimError(f"{where}: give at least one axis")
-    keys = list(members)
-    values = [_axis_values(k, members[k], base_dir, f"{where}.{k}") for k in keys]
+    values = [_axis_values(k, v, base_dir, f"{where}.{k}") for k, v in members.items()]
+    keys = [_axis_key(k) for k in members]
     lengths = {k: len(v) for k, v in zip(keys, values)}
     if len(set(lengths.values())) > 1:
         raise NpusimError(f"{where}: zipped axes must have the same length, got "
@@ -378,9 +383,7 @@ def _zip_axis(group: str, table: Any, base_dir: Path) -> Axis:
 def _check_axis_names(axes: list[Axis], workload: Workload) -> None:
     seen: dict[str, str] = {}
     for axis in axes:
-        for i, key in enumerate(axis.keys):
-            if key == "batch":
-                axis.keys[i] = key = "dim.batch"
+        for key in axis.keys:
             if key in seen:
                 raise NpusimError(f"axis key {key} appears twice ({seen[key]} and {axis.name})")
             seen[key] = axis.name
