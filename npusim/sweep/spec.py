@@ -171,14 +171,17 @@ def load_sweep(path: str | Path) -> Sweep:
     except OSError as err:
         raise NpusimError(f"cannot read sweep file {path}: {err.strerror or err}") from None
     try:
-        return sweep_from_dict(raw, base_dir=path.parent, default_name=path.stem, path=path)
+        return sweep_from_dict(raw, base_dir=path.resolve().parent, default_name=path.stem,
+                               path=path)
     except NpusimError as err:
         raise NpusimError(f"{path}: {err}") from None
 
 
 def sweep_from_dict(raw: dict[str, Any], *, base_dir: Path = Path("."),
                     default_name: str = "sweep", path: Path | None = None) -> Sweep:
-    """Build a sweep from the TOML-shaped dict; relative file names are from ``base_dir``."""
+    """Build a sweep from the TOML-shaped dict; relative file names are from ``base_dir``
+    (made absolute, so workers started elsewhere find them too)."""
+    base_dir = base_dir.resolve()
     _only(raw, TOP_KEYS, "at the top level")
     base = _table(raw, "base")
     _only(base, BASE_KEYS, "in [base]")
@@ -197,10 +200,10 @@ def sweep_from_dict(raw: dict[str, Any], *, base_dir: Path = Path("."),
 
     workload = _workload(_table(raw, "workload"), base_dir)
     axes = []
-    for key, values in _flatten(_table(raw, "axes"), "axes").items():
-        values = _axis_values(key, values, base_dir, f"axes.{key}")
-        key = _axis_key(key)
-        axes.append(Axis(_dim_name(key), [key], [values], list(values)))
+    for key, written in _flatten(_table(raw, "axes"), "axes").items():
+        values = _axis_values(key, written, base_dir, f"axes.{key}")
+        key = _axis_key(key)  # coordinates keep file names as written, not resolved
+        axes.append(Axis(_dim_name(key), [key], [values], list(written)))
     for group, table in _table(raw, "zip").items():
         axes.append(_zip_axis(group, table, base_dir))
     _check_axis_names(axes, workload)
