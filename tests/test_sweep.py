@@ -20,6 +20,7 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 import npusim
+import npusim.kernels  # noqa: F401 - sets NUMBA_CACHE_DIR, the cache workers must share
 from npusim.cli import app
 from npusim.config import load_config
 from npusim.errors import NpusimError
@@ -129,7 +130,10 @@ def test_grid_equals_individual_simulate_runs(tmp_path, batched_model):
                 util = np.mean([c["systolic_utilization"] for c in single["cores"]])
                 assert float(point.systolic_utilization) == pytest.approx(util, rel=1e-12)
                 assert float(point.wall_seconds) > 0
-    # more cores and more bandwidth never make this workload slower
+    # every worker loaded the kernels from this process's on-disk cache
+    records = read_journal(journal_path(out))
+    assert {r["kernel_cache"] for r in records} == {os.environ["NUMBA_CACHE_DIR"]}
+    # more cores never make this workload slower
     assert (ds.total_cycles.sel(num_cores=2) <= ds.total_cycles.sel(num_cores=1)).all()
 
     # a finished sweep re-run runs nothing and rewrites the same numbers, here as Zarr
@@ -373,8 +377,9 @@ def test_distributed_cluster_equals_local(tmp_path, batched_model):
     for name in ("total_cycles", "bytes_moved", "macs", "systolic_utilization", "latency_s"):
         np.testing.assert_array_equal(remote[name].values, local[name].values)
     np.testing.assert_array_equal(remote.point_hash.values, local.point_hash.values)
-    workers = {r["worker"] for r in read_journal(journal_path(out))}
-    assert len(workers) == 2  # both cluster workers took points
+    records = read_journal(journal_path(out))
+    assert len({r["worker"] for r in records}) == 2  # both cluster workers took points
+    assert {r["kernel_cache"] for r in records} == {os.environ["NUMBA_CACHE_DIR"]}
     expected = npusim.simulate(batched_model, "mobile", overrides=["memory.type=ideal",
                                "core.systolic.width=16"], dims={"batch": 8})
     assert int(remote.total_cycles.sel({"batch": 8, "core.systolic.width": 16})) == \

@@ -43,6 +43,9 @@ def execute_point(task: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     record: dict[str, Any] = {"hash": task["hash"], "worker": _where()}
     try:
+        import npusim.kernels  # noqa: F401 - sets NUMBA_CACHE_DIR unless inherited
+
+        record["kernel_cache"] = os.environ.get("NUMBA_CACHE_DIR")
         if npusim.__version__ != task["version"]:
             raise NpusimError(f"the worker runs npusim {npusim.__version__}, the sweep "
                               f"{task['version']}; install the same version on every worker")
