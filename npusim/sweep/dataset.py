@@ -2,8 +2,8 @@
 per headline statistic, written atomically as HDF5 (``.h5``/``.nc``) or Zarr (``.zarr``).
 
 Points not (yet) run or failed hold NaN; ``status`` says which (``ok``, ``failed``,
-``pending``) and ``error`` why. Strings are variable-length (object) arrays. Numbers are float64 so that NaN can mark them; cycle counts
-stay exact (below 2**53).
+``pending``) and ``error`` why. Numbers are float64 so that NaN can mark them (cycle counts
+stay exact below 2**53); strings are variable-length (object) arrays.
 """
 
 from __future__ import annotations

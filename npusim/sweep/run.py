@@ -68,11 +68,12 @@ def run_sweep(sweep: str | Path | Sweep, out: str | Path, *, workers: int | None
             rec = records.get(p.hash) if p.error is None else None
             if p.error is None and (rec is None or (retry_failed and rec["status"] != "ok")):
                 todo.setdefault(p.hash, []).append(p)
+        valid = sum(p.error is None for p in points)
+        reused = valid - sum(len(pts) for pts in todo.values())
         try:
             if todo:
                 _execute(todo, journal, records, workers, scheduler, timeout, reporter,
-                         reused=sum(p.error is None for p in points) - sum(map(len, todo.values())),
-                         total=len(points))
+                         reused=reused, total=len(points))
         except KeyboardInterrupt:  # what finished is in the dataset, the rest is pending
             write_dataset(build_dataset(sweep, points, journal.records()), out)
             raise
