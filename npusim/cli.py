@@ -671,7 +671,7 @@ def sweep(
         show_default=False)],
     out: Annotated[Path, typer.Option(
         "--out", "-o", metavar="OUT.h5|OUT.zarr",
-        help="Result dataset (written atomically); its journal OUT.points.jsonl records "
+        help="Result dataset (written atomically); the journal OUT.h5.points.jsonl records "
              "each finished point, so re-running resumes.", show_default=False)],
     workers: Annotated[Optional[int], typer.Option(
         "--workers", "-w", metavar="N",
