@@ -105,6 +105,10 @@ def main() -> int:
     summary = (f"speedup {report['speedup']:.2f}x: 2 workers took {100 * ratio:.0f}% of the "
                f"1-worker time (target < {100 * TARGET_RATIO:.0f}%: {verdict}); results "
                f"{'identical' if identical else 'DIFFER'} between the runs")
+    busy = max(r["load_average_before"] for r in runs)
+    if busy >= 0.5:
+        summary += (f". Other processes shared the {report['cpus']} CPUs (load average up to "
+                    f"{busy:.1f} before a run), so the workers did not have them to themselves")
     print("\n".join(lines))
     print(summary)
     args.out.parent.mkdir(parents=True, exist_ok=True)
