@@ -1,4 +1,4 @@
-"""The ``npusim`` command line: simulate a model, list bundled models and presets.
+"""The ``npusim`` command line: simulate a model, sweep a grid, list models and presets.
 
 Start-up must stay fast (``npusim --help`` well under a second), so this module imports
 only typer and the tiny ``npusim.errors``; numba, onnx, numpy and the simulator are imported
@@ -708,6 +708,136 @@ def trace_plot(
     check_output_dir(out, "--out")
     ds = open_trace(path)
     print(f"figure written to {plot_trace(ds, out)}")
+
+
+class SweepReporter:
+    """Progress of a sweep: a rich bar (points done, failed, time left) on a terminal, one
+    line per finished point otherwise, nothing with --quiet."""
+
+    def __init__(self, quiet: bool, console=None):
+        self.quiet = quiet
+        self.tty = _stderr_is_tty()
+        self.console = console
+        self.bar = None
+        self.task = None
+        self.done = self.failed = self.to_run = 0
+        self.where = ""
+
+    def start(self, to_run: int, total: int, reused: int, where: str) -> None:
+        self.to_run, self.where = to_run, where
+        if self.quiet:
+            return
+        _print_err(f"running {to_run} of {total} points on {where}"
+                   + (f" ({reused} already recorded)" if reused else ""))
+        if not self.tty:
+            return
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        self.bar = Progress(
+            TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
+            TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
+            TextColumn("left"), TimeRemainingColumn(),
+            console=self.console or Console(stderr=True),
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("sweep", total=to_run, failed=0)
+
+    def point_done(self, record: dict) -> None:
+        self.done += 1
+        self.failed += record["status"] != "ok"
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.done, failed=self.failed)
+            if self.done == self.to_run:
+                self.close()  # the cluster's shutdown is not the sweep's progress
+        elif not self.quiet:
+            where = " ".join(f"{k}={v}" for k, v in record["setting"][0].items())
+            outcome = (f"{record['stats']['total_cycles']:,} cycles"
+                       if record["status"] == "ok" else f"failed: {record['error']}")
+            wall = record.get("wall_seconds")
+            took = f" ({wall:.1f} s)" if wall is not None else ""
+            _print_err(f"[{self.done}/{self.to_run}] {where or 'point'}: {outcome}{took}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+MAX_FAILED_SHOWN = 5
+
+
+@app.command()
+@_cli_errors
+def sweep(
+    sweep_file: Annotated[Path, typer.Argument(
+        metavar="SWEEP.toml", help="Sweep file: base config, workload and axes.",
+        show_default=False)],
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", metavar="OUT.h5|OUT.zarr",
+        help="Result dataset (written atomically); the journal OUT.h5.points.jsonl records "
+             "each finished point, so re-running resumes.", show_default=False)],
+    workers: Annotated[Optional[int], typer.Option(
+        "--workers", "-w", metavar="N",
+        help="Local worker processes. Default: one per CPU.")] = None,
+    scheduler: Annotated[Optional[str], typer.Option(
+        "--scheduler", metavar="tcp://HOST:PORT",
+        help="Run on an existing dask.distributed cluster instead of a local one.")] = None,
+    timeout: Annotated[Optional[float], typer.Option(
+        "--timeout", metavar="SECONDS",
+        help="Stop a point after this long and record it as failed.")] = None,
+    retry_failed: Annotated[bool, typer.Option(
+        "--retry-failed", help="Run points recorded as failed again.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Check the sweep and count its points; run nothing.")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="No progress and no summary; errors only.")] = False,
+) -> None:
+    """Run a grid of configs and workloads (SWEEP.toml) into one labelled dataset."""
+    from npusim.sweep.dataset import check_out_path
+    from npusim.sweep.spec import check_points, load_sweep
+    from npusim.sweep.store import journal_path, read_journal
+
+    spec = load_sweep(sweep_file)
+    check_out_path(out)
+    if dry_run:
+        points = spec.points()
+        check_points(spec, points)
+        recorded = {r["hash"] for r in read_journal(journal_path(out))}
+        shape = " x ".join(f"{len(a)} {a.name}" for a in spec.axes) or "1"
+        invalid = sum(p.error is not None for p in points)
+        done = sum(p.error is None and p.hash in recorded for p in points)
+        print(f"sweep {spec.name}: {len(points)} points ({shape}); {done} recorded, "
+              f"{invalid} invalid combinations, {len(points) - done - invalid} to run")
+        return
+
+    from npusim.sweep.run import run_sweep
+
+    reporter = SweepReporter(quiet)
+    t0 = time.perf_counter()
+    try:
+        ds = run_sweep(spec, out, workers=workers, scheduler=scheduler, timeout=timeout,
+                       retry_failed=retry_failed, reporter=reporter)
+    except KeyboardInterrupt:
+        reporter.close()
+        _print_err(f"interrupted: {reporter.done} point(s) finished in this run are recorded "
+                   f"in {journal_path(out)}; run the same command again to resume")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        reporter.close()
+    if quiet:
+        return
+    status = ds["status"].values.ravel()
+    failed = [(s, e) for s, e in zip(status, ds["error"].values.ravel()) if s == "failed"]
+    print(f"sweep {spec.name}: {status.size} points, {int((status == 'ok').sum())} ok, "
+          f"{len(failed)} failed; ran {reporter.done} in {time.perf_counter() - t0:.1f} s"
+          + (f" on {reporter.where}" if reporter.where else ""))
+    for _, err in failed[:MAX_FAILED_SHOWN]:
+        print(f"  failed: {err}")
+    if len(failed) > MAX_FAILED_SHOWN:
+        print(f"  ... and {len(failed) - MAX_FAILED_SHOWN} more (see the dataset's 'error')")
+    print(f"written {out}")
 
 
 def main() -> None:
