@@ -231,6 +231,37 @@ def test_requests_workload(tmp_path):
         assert float(point.throughput_inf_s) == pytest.approx(2 / expected.seconds, rel=1e-12)
 
 
+def test_request_file_with_an_llm_swept_over_policies(tmp_path):
+    """A TOML request file (an LLM beside a CNN) as the workload, the scheduler policy as
+    the axis: each point equals npusim.simulate_requests of the same file."""
+    from npusim.workload import read_requests
+
+    reqs = write(tmp_path / "reqs.toml", """
+        [[request]]
+        model = "gpt2"
+        prompt = 4
+        generate = 2
+        llm = { layers = 1, vocab = 256 }
+
+        [[request]]
+        model = "mlp"
+        arrival_cycles = 100
+    """)
+    sweep = write(tmp_path / "pol.toml", """
+        [base]
+        config = "mobile"
+        [workload]
+        requests = "reqs.toml"
+        [axes]
+        "scheduler.policy" = ["fifo", "spatial"]
+    """)
+    ds = run_sweep(sweep, tmp_path / "pol.h5", workers=1)
+    for policy in ("fifo", "spatial"):
+        cfg = load_config("mobile", [f"scheduler.policy={policy}"])
+        expected = simulate_requests(read_requests(reqs, cfg.core_freq_mhz), cfg)
+        assert int(ds.sel({"scheduler.policy": policy}).total_cycles) == expected.total_cycles
+
+
 # --------------------------------------------------------------------------- kills
 
 

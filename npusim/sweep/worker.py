@@ -109,7 +109,7 @@ def headline_stats(result, workload) -> dict[str, float]:
     if result.requests:
         freq_hz = result.config.core_freq_mhz * 1e6
         latency = sum(r["latency_cycles"] for r in result.requests) / len(result.requests) / freq_hz
-        inferences = sum(r["dims"].get("batch", 1) for r in result.requests)
+        inferences = sum(r.get("dims", {}).get("batch", 1) for r in result.requests)  # LLM: 1
     else:
         latency = seconds
         inferences = workload.dims.get("batch", 1)
