@@ -116,12 +116,13 @@ def _execute(todo: dict[str, list[Point]], journal: Journal, records: dict, work
 
 def _record_of(fut, point_hash: str) -> dict[str, Any] | None:
     """The worker's record; a failed one when the task itself failed (the worker died);
-    None when it was cancelled or interrupted: that point has not finished."""
+    None when it was cancelled: that point has not finished. (A Ctrl-C while waiting here
+    must reach run_sweep, so KeyboardInterrupt is not caught.)"""
     from concurrent.futures import CancelledError
 
     try:
         return fut.result()
-    except (CancelledError, KeyboardInterrupt):
+    except CancelledError:
         return None
     except Exception as err:  # noqa: BLE001 - e.g. KilledWorker: this point failed, not the sweep
         return {"hash": point_hash, "status": "failed", "wall_seconds": None,
