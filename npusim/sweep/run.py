@@ -148,7 +148,11 @@ def _client(workers: int | None, scheduler: str | None, n_tasks: int):
             yield client, f"{scheduler} ({n} worker{'s' if n != 1 else ''})"
         return
     n = min(workers or os.cpu_count() or 1, n_tasks)
-    with _sigint_ignored():  # Ctrl-C stops the client, which stops the workers cleanly
+    import dask
+
+    # A point that kills its worker process is tried on one more worker, then recorded as
+    # failed (dask's default would take down four workers first).
+    with _sigint_ignored(), dask.config.set({"distributed.scheduler.allowed-failures": 1}):
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                dashboard_address=None, silence_logs=logging.ERROR)
     with cluster, Client(cluster) as client:

@@ -9,7 +9,7 @@ and writes results/benchmarks/sweep.{json,md}. The target: 2 workers take under 
 1-worker time. The machine's load average is recorded around each run, since other work on
 the same cores slows the 2-worker run most.
 
-    python tests/benchmarks/bench_sweep.py [--quick] [--out FILE]
+    python tests/benchmarks/bench_sweep.py [--quick] [--out FILE] [--render JSON]
 
 ``--quick`` runs an 8-point corner of the grid (1 and 2 cores, batch 1) instead and writes
 results/benchmarks/sweep_quick.{json,md}.
@@ -63,17 +63,11 @@ def run(sweep: Path, out: Path, workers: int) -> dict:
             "total_cycles": ds.total_cycles.values.ravel().tolist()}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="8 points instead of 64")
-    ap.add_argument("--out", type=Path, default=None,
-                    help=f"default {DEFAULT_OUT.relative_to(REPO)} (--quick: sweep_quick.json)")
-    args = ap.parse_args()
-    if args.out is None:
-        args.out = DEFAULT_OUT.with_name("sweep_quick.json") if args.quick else DEFAULT_OUT
+def measure(quick: bool) -> dict:
+    """Both runs, and what they mean."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        sweep = quick_sweep(folder) if args.quick else SWEEP
+        sweep = quick_sweep(folder) if quick else SWEEP
         grid = tomllib.loads(sweep.read_text())
         subprocess.run([sys.executable, "-m", "npusim", "simulate", "tiny_cnn", "--quiet"],
                        check=True, capture_output=True, cwd=REPO)  # kernels in the disk cache
@@ -84,46 +78,66 @@ def main() -> int:
             print(f"  {runs[-1]['points']} points in {runs[-1]['wall_seconds']:.1f} s",
                   flush=True)
     one, two = runs
-    identical = one["total_cycles"] == two["total_cycles"]
+    identical = one.pop("total_cycles") == two.pop("total_cycles")
     ratio = two["wall_seconds"] / one["wall_seconds"]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=REPO).stdout.strip()
-    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit,
-              "python": platform.python_version(), "machine": platform.platform(),
-              "cpus": os.cpu_count(), "sweep": grid, "runs": runs,
-              "speedup": one["wall_seconds"] / two["wall_seconds"],
-              "two_over_one": ratio, "target_two_over_one": TARGET_RATIO,
-              "met": ratio < TARGET_RATIO, "identical_results": identical}
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit,
+            "python": platform.python_version(), "machine": platform.platform(),
+            "cpus": os.cpu_count(),
+            "sweep_file": "quick corner" if quick else str(SWEEP.relative_to(REPO)),
+            "sweep": grid, "runs": runs,
+            "speedup": one["wall_seconds"] / two["wall_seconds"],
+            "two_over_one": ratio, "target_two_over_one": TARGET_RATIO,
+            "met": ratio < TARGET_RATIO, "identical_results": identical}
+
+
+def write_report(report: dict, out: Path) -> None:
+    """``out`` (JSON) and its Markdown table beside it."""
     lines = ["| workers | points | wall s | sum of point s | sum of compile s | "
              "load avg before / after |", "|---|---|---|---|---|---|"]
-    for r in runs:
+    for r in report["runs"]:
         lines.append(f"| {r['workers']} | {r['points_ok']}/{r['points']} | "
                      f"{r['wall_seconds']:.1f} | {r['point_seconds_sum']:.1f} | "
                      f"{r['compile_seconds_sum']:.2f} | {r['load_average_before']:.2f} / "
                      f"{r['load_average_after']:.2f} |")
-    verdict = "met" if report["met"] else "missed"
-    summary = (f"speedup {report['speedup']:.2f}x: 2 workers took {100 * ratio:.0f}% of the "
-               f"1-worker time (target < {100 * TARGET_RATIO:.0f}%: {verdict}); results "
-               f"{'identical' if identical else 'DIFFER'} between the runs")
-    busy = max(r["load_average_before"] for r in runs)
-    if busy >= 0.5:
-        summary += (f". Other processes shared the {report['cpus']} CPUs (load average up to "
-                    f"{busy:.1f} before a run), so the workers did not have them to themselves")
+    ratio = report["two_over_one"]
+    summary = (f"Speedup {report['speedup']:.2f}x: 2 workers took {100 * ratio:.0f}% of the "
+               f"1-worker time (target < {100 * TARGET_RATIO:.0f}%: "
+               f"{'met' if report['met'] else 'missed'}); results "
+               f"{'identical' if report['identical_results'] else 'DIFFER'} between the runs.")
+    baseline = report["runs"][0]["load_average_before"]
+    if baseline >= 0.5:
+        summary += (f" Other processes were already running when the benchmark started "
+                    f"(load average {baseline:.2f}), so the workers shared the CPUs with them.")
     print("\n".join(lines))
     print(summary)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    for r in report["runs"]:
-        r.pop("total_cycles")  # kept in memory for the comparison only
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    args.out.with_suffix(".md").write_text(
-        f"# Sweep benchmark\n\n{report['date']}, commit {commit}, Python {report['python']}, "
-        f"{report['machine']}, {report['cpus']} CPUs\n\n"
-        f"`npusim sweep {sweep.relative_to(REPO) if sweep.is_relative_to(REPO) else sweep.name}"
-        f" --workers N` (whole command, fresh output):\n\n" + "\n".join(lines) + "\n\n"
-        + summary + ".\n\n'sum of point s' is the wall time of every point added up (what "
-        "one worker must do); 'sum of compile s' what the points spent loading kernels "
-        "(from the disk cache, once per worker process).\n")
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    out.with_suffix(".md").write_text(
+        f"# Sweep benchmark\n\n{report['date']}, commit {report['commit']}, Python "
+        f"{report['python']}, {report['machine']}, {report['cpus']} CPUs\n\n"
+        f"`npusim sweep {report['sweep_file']} --workers N` (whole command, fresh output):\n\n"
+        + "\n".join(lines) + "\n\n" + summary + "\n\n'sum of point s' is the wall time of "
+        "every point added up (what one worker must do); 'sum of compile s' what the points "
+        "spent loading kernels (from the disk cache, once per worker process). The load "
+        "average (1 minute) before the 2-worker run still counts the 1-worker run that just "
+        "ended; the one before the first run is the machine's own load.\n")
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="8 points instead of 64")
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"default {DEFAULT_OUT.relative_to(REPO)} (--quick: sweep_quick.json)")
+    ap.add_argument("--render", type=Path, metavar="JSON",
+                    help="rewrite the report from a JSON this script wrote; run nothing")
+    args = ap.parse_args()
+    if args.out is None:
+        args.out = DEFAULT_OUT.with_name("sweep_quick.json") if args.quick else DEFAULT_OUT
+    report = json.loads(args.render.read_text()) if args.render else measure(args.quick)
+    write_report(report, args.out)
     return 0
 
 
