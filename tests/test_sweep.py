@@ -265,9 +265,16 @@ def test_request_file_with_an_llm_swept_over_policies(tmp_path):
 # --------------------------------------------------------------------------- kills
 
 
+def _default_sigint() -> None:
+    # a shell runs background jobs with SIGINT ignored, and children inherit that: give the
+    # sweep the disposition an interactive terminal would, so Ctrl-C raises in it
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _sweep_process(sweep: Path, out: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "npusim", "sweep", str(sweep), "--out",
                              str(out), "--workers", "1"], cwd=REPO, start_new_session=True,
+                            preexec_fn=_default_sigint,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
