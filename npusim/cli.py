@@ -268,49 +268,21 @@ def check_output_dir(path: Path, option: str = "--json") -> None:
         raise NpusimError(f"{option} {path}: directory '{parent}' is not writable")
 
 
-def _new_file_mode(path: Path) -> int:
-    """The mode an existing target has, else what open() would give under the umask."""
-    try:
-        return path.stat().st_mode & 0o7777
-    except OSError:
-        mask = os.umask(0)
-        os.umask(mask)
-        return 0o666 & ~mask
-
-
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON via a temp file in the same folder and ``os.replace``.
-
-    On any failure neither the target nor the temp file is left behind (an existing target
-    is left untouched)."""
+    """Write ``data`` as JSON, atomically (:func:`npusim.atomic.atomic_file`)."""
     import json
-    import tempfile
 
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
+    from npusim.atomic import atomic_file
+
     try:
         text = json.dumps(data, indent=1, default=_json_default) + "\n"
     except (TypeError, ValueError) as err:
         raise RuntimeError(f"result is not JSON serialisable: {err}") from None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    except OSError as err:
-        raise NpusimError(f"cannot write --json {path}: {err.strerror or err}") from None
-    try:
-        os.chmod(tmp, _new_file_mode(path))  # mkstemp makes 0600; match a normal new file
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+    with atomic_file(path, "--json") as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as err:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(err, OSError):
-            raise NpusimError(f"cannot write --json {path}: {err.strerror or err}") from None
-        raise
 
 
 # --------------------------------------------------------------------------- summary

@@ -112,20 +112,21 @@ def _coord(values: list[Any]) -> np.ndarray:
 def write_dataset(ds: xr.Dataset, out: str | Path) -> None:
     """Write to a temp name beside ``out`` and rename, so ``out`` is never half written."""
     out = Path(out)
-    parent = out.parent if str(out.parent) else Path(".")
-    zarr = out.suffix.lower() == ZARR_SUFFIX
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)) if zarr \
-        else Path(tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)[1])
-    try:
-        if zarr:
-            shutil.rmtree(tmp)
-            ds.to_zarr(tmp, mode="w", consolidated=False)
-            _replace_dir(tmp, out)
-        else:
+    if out.suffix.lower() != ZARR_SUFFIX:
+        from npusim.atomic import atomic_file
+
+        with atomic_file(out, "sweep dataset") as tmp:
             ds.to_netcdf(tmp, engine="h5netcdf")
-            os.replace(tmp, out)
+        return
+    # a zarr store is a directory: the same idea, with a temp directory
+    parent = out.parent if str(out.parent) else Path(".")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+    try:
+        shutil.rmtree(tmp)
+        ds.to_zarr(tmp, mode="w", consolidated=False)
+        _replace_dir(tmp, out)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

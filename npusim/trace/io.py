@@ -2,7 +2,7 @@
 
 The file is netCDF4-flavoured HDF5 (xarray's h5netcdf engine): ``xarray.open_dataset`` and
 plain ``h5py`` both read it. Every variable is gzip-compressed and chunked along time.
-It is written to ``<path>.tmp-<pid>`` in the same folder and renamed over ``path`` only
+It is written to a temp file in the same folder (``npusim.atomic``) and renamed over ``path`` only
 when complete, so a failed or interrupted run never leaves a file that looks finished
 (a killed one may leave the temp file, clearly named as such).
 """
@@ -49,19 +49,11 @@ def _encoding(ds: xr.Dataset) -> dict:
 def write_trace(ds: xr.Dataset, path: str | Path) -> Path:
     """Write ``ds`` to ``path`` via a temp file and ``os.replace``; no partial file on
     failure (an existing ``path`` is left as it was)."""
+    from npusim.atomic import atomic_file
+
     path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_file(path, "--trace") as tmp:
         ds.to_netcdf(tmp, engine="h5netcdf", encoding=_encoding(ds))
-        os.replace(tmp, path)
-    except BaseException as err:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(err, OSError):
-            raise NpusimError(f"cannot write --trace {path}: {err.strerror or err}") from None
-        raise
     return path
 
 

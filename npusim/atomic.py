@@ -1,0 +1,50 @@
+"""Output files that appear whole or not at all.
+
+Every file npusim writes for the user (``--json``, ``--trace``, a sweep's dataset) goes
+through :func:`atomic_file`: it is written to a temp name beside the target and renamed over
+it only when complete, so an error, a Ctrl-C or a kill never leaves a half-written target (an
+existing one stays as it was). A temp file left by ``kill -9`` is recognisably one:
+``.<name>.<random>.tmp``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from npusim.errors import NpusimError
+
+
+def _new_file_mode(path: Path) -> int:
+    """The mode an existing target has, else what open() would give under the umask."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path, what: str):
+    """Yield a temp path to write; on success it replaces ``path``, on any failure it is
+    removed. An OSError becomes one NpusimError naming ``what`` (e.g. ``--json``)."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+        os.close(fd)
+        os.chmod(tmp, _new_file_mode(path))  # mkstemp makes 0600; match a normal new file
+    except OSError as err:
+        raise NpusimError(f"cannot write {what} {path}: {err.strerror or err}") from None
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(err, OSError):
+            raise NpusimError(f"cannot write {what} {path}: {err.strerror or err}") from None
+        raise
