@@ -17,6 +17,20 @@ from pathlib import Path
 from npusim.errors import NpusimError
 
 
+def check_writable(path: str | Path, option: str, directory_ok: bool = False) -> Path:
+    """Fail before any work if ``path`` could never be written (``option`` names it in the
+    message, e.g. ``--json``)."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir() and not directory_ok:
+        raise NpusimError(f"{option} {path}: is a directory; give a file name")
+    if not parent.is_dir():
+        raise NpusimError(f"{option} {path}: directory '{parent}' does not exist")
+    if not os.access(parent, os.W_OK):
+        raise NpusimError(f"{option} {path}: directory '{parent}' is not writable")
+    return path
+
+
 def _new_file_mode(path: Path) -> int:
     """The mode an existing target has, else what open() would give under the umask."""
     try:

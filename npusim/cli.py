@@ -259,13 +259,9 @@ def _json_default(obj: Any):
 
 def check_output_dir(path: Path, option: str = "--json") -> None:
     """Fail before simulating if the JSON file could never be written."""
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise NpusimError(f"{option} {path}: is a directory; give a file name")
-    if not parent.is_dir():
-        raise NpusimError(f"{option} {path}: directory '{parent}' does not exist")
-    if not os.access(parent, os.W_OK):
-        raise NpusimError(f"{option} {path}: directory '{parent}' is not writable")
+    from npusim.atomic import check_writable
+
+    check_writable(path, option)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -34,13 +34,9 @@ def check_out_path(out: str | Path) -> Path:
     suffix = out.suffix.lower()
     if suffix not in HDF5_SUFFIXES + (ZARR_SUFFIX,):
         raise NpusimError(f"--out {out}: give a .h5 (HDF5) or .zarr file name")
-    if suffix != ZARR_SUFFIX and out.is_dir():
-        raise NpusimError(f"--out {out}: is a directory; give a file name")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise NpusimError(f"--out {out}: directory '{parent}' does not exist")
-    if not os.access(parent, os.W_OK):
-        raise NpusimError(f"--out {out}: directory '{parent}' is not writable")
+    from npusim.atomic import check_writable
+
+    check_writable(out, "--out", directory_ok=suffix == ZARR_SUFFIX)
     if suffix == ZARR_SUFFIX:
         try:
             import zarr  # noqa: F401

@@ -9,7 +9,6 @@ when complete, so a failed or interrupted run never leaves a file that looks fin
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import xarray as xr
@@ -22,15 +21,9 @@ CHUNK_ELEMENTS = 1 << 18  # about 1 MiB of int32 per chunk
 
 def check_trace_path(path: str | Path) -> Path:
     """Fail before simulating if the trace could never be written there."""
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise NpusimError(f"--trace {path}: is a directory; give a file name")
-    if not parent.is_dir():
-        raise NpusimError(f"--trace {path}: directory '{parent}' does not exist")
-    if not os.access(parent, os.W_OK):
-        raise NpusimError(f"--trace {path}: directory '{parent}' is not writable")
-    return path
+    from npusim.atomic import check_writable
+
+    return check_writable(path, "--trace")
 
 
 def _encoding(ds: xr.Dataset) -> dict:
