@@ -135,6 +135,14 @@ class ProgramBuilder:
         self.release = 0  # core cycle before which root layers begun from now on wait
         self.next_free_address = 4096  # DRAM bump allocator shared by every model
 
+    PAGE = 4096  # allocations start on page boundaries in the flat DRAM address space
+
+    def allocate(self, nbytes: int) -> int:
+        """A DRAM base address for ``nbytes`` (weights, activations, KV caches)."""
+        addr = self.next_free_address
+        self.next_free_address += -(-max(nbytes, 1) // self.PAGE) * self.PAGE
+        return addr
+
     # templates --------------------------------------------------------------------
     def template(self, key: object, build) -> tuple[int, int]:
         """Rows of the template named ``key``, building them with ``build()`` once."""

@@ -11,7 +11,6 @@ from npusim.lowering.mapping import LoopCounts, Mapping, MappingTable
 from npusim.lowering.tiling import Budget
 from npusim.program import ProgramBuilder
 
-PAGE = 4096  # tensors start on page boundaries in the flat DRAM address space
 
 
 @dataclass
@@ -38,8 +37,7 @@ class LoweringContext:
         """DRAM base address of a tensor, allocated on first use."""
         if tensor not in self.address:
             nbytes = self.graph.tensor(tensor).numel * self.precision
-            self.address[tensor] = self.builder.next_free_address
-            self.builder.next_free_address += -(-max(nbytes, 1) // PAGE) * PAGE
+            self.address[tensor] = self.builder.allocate(nbytes)
         return self.address[tensor]
 
     def alias(self, tensor: str, same_as: str) -> None:

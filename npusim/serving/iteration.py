@@ -28,11 +28,12 @@ model and shared by every iteration and request. Sampling from the logits is not
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from math import prod
 
 from npusim.config import NpuConfig
 from npusim.frontend.graph import Graph, Node, TensorInfo
 from npusim.lowering import LOWERINGS
-from npusim.lowering.context import PAGE, LoweringContext
+from npusim.lowering.context import LoweringContext
 from npusim.program import LayerInfo, ProgramBuilder
 from npusim.serving.spec import LlmSpec
 
@@ -85,7 +86,7 @@ class ModelMemory:
 
     def allocate_weights(self, builder: ProgramBuilder, precision: int) -> None:
         for name, shape in self.weight_shapes().items():
-            self.weights[name] = _allocate(builder, _numel(shape) * precision)
+            self.weights[name] = builder.allocate(prod(shape) * precision)
 
     def allocate_kv(self, builder: ProgramBuilder, request: int, tokens: int,
                     precision: int) -> None:
@@ -93,21 +94,8 @@ class ModelMemory:
         s = self.spec
         for i in range(s.layers):
             for which in "kv":
-                self.kv[request, i, which] = _allocate(
-                    builder, s.kv_heads * tokens * s.head_dim * precision)
-
-
-def _numel(shape) -> int:
-    n = 1
-    for x in shape:
-        n *= x
-    return n
-
-
-def _allocate(builder: ProgramBuilder, nbytes: int) -> int:
-    addr = builder.next_free_address
-    builder.next_free_address += -(-max(nbytes, 1) // PAGE) * PAGE
-    return addr
+                self.kv[request, i, which] = builder.allocate(
+                    s.kv_heads * tokens * s.head_dim * precision)
 
 
 class _IterationGraph:
