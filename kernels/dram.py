@@ -124,7 +124,7 @@ def _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc):
                         _bump3(st.rdy_bank, ch, rbg * B + b, nxt, when)
 
 
-@kernel
+@kernel(inline=True)
 def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
     """Issue ``cmd`` now: bank state, timing bounds, statistics and the command log."""
     G = p.d_bankgroups
@@ -189,7 +189,7 @@ def _request_earliest(st, ch, k, cmd):
                st.rdy_bg[ch, st.dreq[E_RBG, ch, k], cmd], st.rdy_bank[ch, st.dreq[E_NB, ch, k], cmd])
 
 
-@kernel
+@kernel(inline=True)
 def _accept(st, mt, p, ch, t):
     """Move arrived requests from the channel's input ring into the controller queues."""
     qin = st.ch_in.shape[2]
@@ -260,7 +260,7 @@ def _respond(st, p, ch, k, done_cycle):
     st.glob[G_WAKE_NOC] = min(st.glob[G_WAKE_NOC], align_up(ready, p.noc_period))
 
 
-@kernel
+@kernel(inline=True)
 def _refresh(st, mt, p, ch, cyc):
     """Refresh duty: returns (issued a command, first cycle a refresh command is legal)."""
     nxt = isa.NEVER
@@ -327,7 +327,7 @@ def _candidate(st, p, ch, k, cyc, out_full):
     return cmd, max(_request_earliest(st, ch, k, cmd), cyc), is_col
 
 
-@kernel
+@kernel(inline=True)
 def _choose(st, p, ch, cyc):
     """FR-FCFS as of cycle ``cyc`` in the queue being served, remembered in DC_CAND_*: the
     first cycle >= cyc at which some request can issue, and the one chosen then (the oldest
@@ -369,7 +369,7 @@ def _weigh_newcomer(st, p, ch, k, cyc):
         st.dch[DC_CAND_HIT, ch] = is_col
 
 
-@kernel
+@kernel(inline=True)
 def _schedule(st, mt, p, ch, cyc, t):
     """Issue the FR-FCFS choice if it is legal now; returns (issued, next cycle worth a look)."""
     if st.dch[DC_CAND_OUT_FULL, ch] == 1 and st.chan[H_OUT_COUNT, ch] < st.ch_out.shape[2]:
@@ -421,7 +421,7 @@ def _schedule(st, mt, p, ch, cyc, t):
     return True, st.dch[DC_CAND_AT, ch]
 
 
-@kernel
+@kernel(inline=True)
 def dram_channel_step(st, mt, p, ch, t):
     """One DRAM clock of channel ch at tick t; sets the channel's next wake cycle."""
     cyc = t // p.mem_period
@@ -445,7 +445,7 @@ def dram_channel_step(st, mt, p, ch, t):
     st.dch[DC_WAKE, ch] = max(wake, cyc + 1)
 
 
-@kernel
+@kernel(inline=True)
 def dram_step(st, mt, p, t):
     """Every DRAM channel that is due at memory edge t; returns the domain's next wake."""
     cyc = t // p.mem_period

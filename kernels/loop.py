@@ -98,7 +98,7 @@ def _core_wake(st, prog, p, c, t, issue_wake):
     return wake
 
 
-@kernel
+@kernel(inline=True)
 def cores_step(st, prog, mt, p, t):
     """One core-clock edge for every core that is due (every core when not skipping)."""
     n = p.n_cores

@@ -113,7 +113,7 @@ def _grant_responses(st, p, t):
             break
 
 
-@kernel
+@kernel(inline=True)
 def noc_step(st, p, t):
     """Grant one packet per free destination port at NoC edge t; return the next wake."""
     _grant_requests(st, p, t)
