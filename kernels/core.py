@@ -22,6 +22,7 @@ Systolic array timing (weight stationary, ``h`` x ``w``):
 from .jit import kernel
 
 from . import isa
+from .ring import ring_next
 from .state import *  # noqa: F403  (field indices of the state tables)
 from .dma import dma_enqueue
 from .timebase import align_up
@@ -57,7 +58,7 @@ def _ex_queue_free_at(st, p, c):
 @kernel
 def _ex_queue_push(st, p, c, start):
     st.ex_ring[c, st.core[C_EX_POS, c]] = start
-    st.core[C_EX_POS, c] = (st.core[C_EX_POS, c] + 1) % p.ex_queue
+    st.core[C_EX_POS, c] = ring_next(st.core[C_EX_POS, c], p.ex_queue)
 
 
 @kernel

@@ -9,6 +9,7 @@ response (read data, or write acknowledgement) is back.
 from .jit import kernel
 
 from . import isa
+from .ring import ring_at, ring_next
 from .state import *  # noqa: F403  (field indices of the state tables)
 from .trace import trace_dma_response
 
@@ -17,7 +18,7 @@ from .trace import trace_dma_response
 def dma_enqueue(st, c, d, s, j, row, base):
     """Queue instruction ``j`` (program row ``row``) of the tile in slot s on DMA d."""
     q = st.dq.shape[3]
-    k = (st.dq_ctl[D_HEAD, c, d] + st.dq_ctl[D_COUNT, c, d]) % q
+    k = ring_at(st.dq_ctl[D_HEAD, c, d], st.dq_ctl[D_COUNT, c, d], q)
     st.dq[Q_SLOT, c, d, k] = s
     st.dq[Q_INST, c, d, k] = j
     st.dq[Q_ROW, c, d, k] = row
@@ -39,13 +40,13 @@ def dma_next_request(st, prog, p, c, d):
     q = st.dq.shape[3]
     # the send pointer walks the ring from the head; skip entries already fully sent
     while st.dq_ctl[D_SEND, c, d] < st.dq_ctl[D_COUNT, c, d]:
-        k = (st.dq_ctl[D_HEAD, c, d] + st.dq_ctl[D_SEND, c, d]) % q
+        k = ring_at(st.dq_ctl[D_HEAD, c, d], st.dq_ctl[D_SEND, c, d], q)
         if st.dq[Q_UNSENT, c, d, k] == 1:
             break
         st.dq_ctl[D_SEND, c, d] += 1
     if st.dq_ctl[D_SEND, c, d] >= st.dq_ctl[D_COUNT, c, d]:
         return -1, 0
-    k = (st.dq_ctl[D_HEAD, c, d] + st.dq_ctl[D_SEND, c, d]) % q
+    k = ring_at(st.dq_ctl[D_HEAD, c, d], st.dq_ctl[D_SEND, c, d], q)
     row = st.dq[Q_ROW, c, d, k]
     R = p.req_bytes
     run_start = (st.dq[Q_BASE, c, d, k] + st.dq[Q_O, c, d, k] * prog.inst[row, isa.I_OUTER_STRIDE]
@@ -71,7 +72,7 @@ def dma_has_request(st, c, d):
     """Whether DMA d of core c has a request ready to send."""
     q = st.dq.shape[3]
     for n in range(st.dq_ctl[D_SEND, c, d], st.dq_ctl[D_COUNT, c, d]):
-        if st.dq[Q_UNSENT, c, d, (st.dq_ctl[D_HEAD, c, d] + n) % q] == 1:
+        if st.dq[Q_UNSENT, c, d, ring_at(st.dq_ctl[D_HEAD, c, d], n, q)] == 1:
             return True
     return False
 
@@ -91,7 +92,7 @@ def dma_response(st, prog, p, c, d, k, t):
     # retire completed entries from the head, in order
     q = st.dq.shape[3]
     while st.dq_ctl[D_COUNT, c, d] > 0 and st.dq[Q_ROW, c, d, st.dq_ctl[D_HEAD, c, d]] == -1:
-        st.dq_ctl[D_HEAD, c, d] = (st.dq_ctl[D_HEAD, c, d] + 1) % q
+        st.dq_ctl[D_HEAD, c, d] = ring_next(st.dq_ctl[D_HEAD, c, d], q)
         st.dq_ctl[D_COUNT, c, d] -= 1
         st.dq_ctl[D_SEND, c, d] = max(0, st.dq_ctl[D_SEND, c, d] - 1)
     if p.trace == 1:

@@ -23,6 +23,7 @@ it alone. So a channel scans its queue about once per command, however often it 
 from . import isa
 from .addrmap import dram_decode
 from .jit import kernel
+from .ring import ring_at, ring_next
 from .state import *  # noqa: F403  (field indices of the state tables)
 from .timebase import align_up
 from .trace import (trace_dram_command, trace_in_log_window, trace_queues, trace_request_class,
@@ -87,11 +88,11 @@ def _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc):
             size = mt.rules[k, R_WINDOW]
             pos = st.win_ctl[0, ch, w, node]
             st.win[ch, w, node, pos] = cyc
-            st.win_ctl[0, ch, w, node] = (pos + 1) % size
+            st.win_ctl[0, ch, w, node] = ring_next(pos, size)
             st.win_ctl[1, ch, w, node] = min(size, st.win_ctl[1, ch, w, node] + 1)
             if st.win_ctl[1, ch, w, node] < size:
                 continue
-            when = st.win[ch, w, node, (pos + 1) % size] + mt.rules[k, R_LAT]
+            when = st.win[ch, w, node, ring_next(pos, size)] + mt.rules[k, R_LAT]
         sibling = mt.rules[k, R_SIBLING] == 1
         if level == LV_CHANNEL:
             _bump(st.rdy_chan, ch, nxt, when)
@@ -124,6 +125,67 @@ def _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc):
                         _bump3(st.rdy_bank, ch, rbg * B + b, nxt, when)
 
 
+@kernel
+def _count_hits(st, ch, nb):
+    """Recount, in both queues, the requests that target bank nb's open row (it changed)."""
+    open_row = st.dbank[B_OPEN_ROW, ch, nb]
+    for side in range(2):
+        hits = 0
+        if open_row >= 0:
+            k = st.dqb[QB_HEAD, ch, side, nb]
+            while k >= 0:
+                if st.dreq[E_ROW, ch, k] == open_row:
+                    hits += 1
+                k = st.dreq[E_NEXT, ch, k]
+        st.dqb[QB_HITS, ch, side, nb] = hits
+
+
+@kernel
+def _bank_append(st, ch, side, nb, k):
+    """Request slot k joins the youngest end of bank nb's list in queue ``side``."""
+    tail = st.dqb[QB_TAIL, ch, side, nb]
+    st.dreq[E_PREV, ch, k] = tail
+    st.dreq[E_NEXT, ch, k] = -1
+    if tail >= 0:
+        st.dreq[E_NEXT, ch, tail] = k
+    else:
+        st.dqb[QB_HEAD, ch, side, nb] = k
+    st.dqb[QB_TAIL, ch, side, nb] = k
+    if st.dreq[E_ROW, ch, k] == st.dbank[B_OPEN_ROW, ch, nb]:
+        st.dqb[QB_HITS, ch, side, nb] += 1
+    st.dqb[QB_COUNT, ch, side, nb] += 1
+    if st.dqb[QB_COUNT, ch, side, nb] == 1:  # the bank becomes active in this queue
+        i = st.dch[DC_ACTIVE_R + side, ch]
+        st.dact[ch, side, i] = nb
+        st.dqb[QB_POS, ch, side, nb] = i
+        st.dch[DC_ACTIVE_R + side, ch] = i + 1
+
+
+@kernel
+def _bank_unlink(st, ch, side, nb, k):
+    """Request slot k leaves bank nb's list in queue ``side``."""
+    prev = st.dreq[E_PREV, ch, k]
+    nxt = st.dreq[E_NEXT, ch, k]
+    if prev >= 0:
+        st.dreq[E_NEXT, ch, prev] = nxt
+    else:
+        st.dqb[QB_HEAD, ch, side, nb] = nxt
+    if nxt >= 0:
+        st.dreq[E_PREV, ch, nxt] = prev
+    else:
+        st.dqb[QB_TAIL, ch, side, nb] = prev
+    if st.dreq[E_ROW, ch, k] == st.dbank[B_OPEN_ROW, ch, nb]:
+        st.dqb[QB_HITS, ch, side, nb] -= 1
+    st.dqb[QB_COUNT, ch, side, nb] -= 1
+    if st.dqb[QB_COUNT, ch, side, nb] == 0:  # the last active bank takes its place
+        last = st.dch[DC_ACTIVE_R + side, ch] - 1
+        i = st.dqb[QB_POS, ch, side, nb]
+        moved = st.dact[ch, side, last]
+        st.dact[ch, side, i] = moved
+        st.dqb[QB_POS, ch, side, moved] = i
+        st.dch[DC_ACTIVE_R + side, ch] = last
+
+
 @kernel(inline=True)
 def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
     """Issue ``cmd`` now: bank state, timing bounds, statistics and the command log."""
@@ -132,14 +194,17 @@ def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
     nb = (rank * G + bg) * B + bank
     if cmd == ACT:
         st.dbank[B_OPEN_ROW, ch, nb] = row
+        _count_hits(st, ch, nb)
         st.dch[DC_ACTS, ch] += 1
     elif cmd == PRE or cmd == RDA or cmd == WRA:
         st.dbank[B_OPEN_ROW, ch, nb] = -1
+        _count_hits(st, ch, nb)
         if cmd == PRE:
             st.dch[DC_PRES, ch] += 1
     elif cmd == PREA:
         for i in range(rank * G * B, (rank + 1) * G * B):
             st.dbank[B_OPEN_ROW, ch, i] = -1
+            _count_hits(st, ch, i)
         st.dch[DC_PRES, ch] += 1
     elif cmd == REF:
         st.dch[DC_REFS, ch] += 1
@@ -201,7 +266,8 @@ def _accept(st, mt, p, ch, t):
         count = st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch]
         if count >= (p.d_wq if write else p.d_rq):
             break  # head-of-line: the queue it needs is full
-        k = (p.d_rq + count) if write else count
+        side = 1 if write else 0
+        k = st.dfree[ch, side, (p.d_wq if write else p.d_rq) - count - 1]
         addr = st.ch_in[P_ADDR, ch, h]
         rank, bg, bank, row, col = dram_decode(addr, p, mt)
         st.dreq[E_TIME, ch, k] = t
@@ -221,6 +287,9 @@ def _accept(st, mt, p, ch, t):
         st.dreq[E_COL, ch, k] = col
         st.dreq[E_BURSTS, ch, k] = p.d_bursts
         st.dreq[E_CLASS, ch, k] = -1
+        st.dreq[E_SEQ, ch, k] = st.dch[DC_SEQ, ch]
+        st.dch[DC_SEQ, ch] += 1
+        _bank_append(st, ch, side, st.dreq[E_NB, ch, k], k)
         st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch] = count + 1
         draining = st.dch[DC_DRAINING, ch]
         _update_drain(st, p, ch)
@@ -228,20 +297,18 @@ def _accept(st, mt, p, ch, t):
             st.dch[DC_CAND_VALID, ch] = 0
         elif write == (draining == 1):
             _weigh_newcomer(st, p, ch, k, t // p.mem_period)
-        st.chan[H_IN_HEAD, ch] = (h + 1) % qin
+        st.chan[H_IN_HEAD, ch] = ring_next(h, qin)
         st.chan[H_IN_COUNT, ch] -= 1
         st.glob[G_WAKE_NOC] = min(st.glob[G_WAKE_NOC], align_up(t, p.noc_period))
 
 
 @kernel
 def _retire(st, p, ch, k, write):
-    """Remove request k from its queue, keeping arrival order."""
-    base = p.d_rq if write else 0
+    """Remove request slot k from its queue and give the slot back."""
+    side = 1 if write else 0
+    _bank_unlink(st, ch, side, st.dreq[E_NB, ch, k], k)
     n = st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch]
-    for f in range(N_DREQ_FIELDS):  # field by field: each a contiguous run
-        row = st.dreq[f, ch]
-        for i in range(k, base + n - 1):
-            row[i] = row[i + 1]
+    st.dfree[ch, side, (p.d_wq if write else p.d_rq) - n] = k
     st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch] = n - 1
 
 
@@ -249,7 +316,7 @@ def _retire(st, p, ch, k, write):
 def _respond(st, p, ch, k, done_cycle):
     """Queue the response of request k (data or write acknowledgement) for the NoC."""
     qout = st.ch_out.shape[2]
-    o = (st.chan[H_OUT_HEAD, ch] + st.chan[H_OUT_COUNT, ch]) % qout
+    o = ring_at(st.chan[H_OUT_HEAD, ch], st.chan[H_OUT_COUNT, ch], qout)
     ready = done_cycle * p.mem_period
     st.ch_out[P_TIME, ch, o] = ready
     st.ch_out[P_CORE, ch, o] = st.dreq[E_CORE, ch, k]
@@ -331,19 +398,42 @@ def _candidate(st, p, ch, k, cyc, out_full):
 def _choose(st, p, ch, cyc):
     """FR-FCFS as of cycle ``cyc`` in the queue being served, remembered in DC_CAND_*: the
     first cycle >= cyc at which some request can issue, and the one chosen then (the oldest
-    row hit among those legal then, else the oldest of them)."""
-    write = st.dch[DC_DRAINING, ch] == 1
-    base = p.d_rq if write else 0
-    n = st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch]
+    row hit among those legal then, else the oldest of them; age is E_SEQ).
+
+    Requests of one bank that are all row hits, or all not, need the same command at the
+    same cycle, so only the oldest of each kind can win: the scan visits the banks with
+    requests and walks each bank's age-ordered list only until it has met both kinds. (Under
+    closed page, or with the response ring full, hits can differ in command or eligibility
+    by their bursts left, so there every hit is looked at.)"""
+    side = st.dch[DC_DRAINING, ch]
     out_full = st.chan[H_OUT_COUNT, ch] >= st.ch_out.shape[2]
+    every_hit = p.d_closed_page == 1 or out_full
     best = -1
     best_cmd = -1
     best_at = isa.NEVER
     best_hit = False
-    for k in range(base, base + n):
-        cmd, at, is_col = _candidate(st, p, ch, k, cyc, out_full)
-        if cmd >= 0 and (at < best_at or (at == best_at and is_col and not best_hit)):
-            best, best_cmd, best_at, best_hit = k, cmd, at, is_col
+    best_seq = 0
+    for i in range(st.dch[DC_ACTIVE_R + side, ch]):
+        nb = st.dact[ch, side, i]
+        hits = st.dqb[QB_HITS, ch, side, nb]
+        want_hit = hits > 0
+        want_other = hits < st.dqb[QB_COUNT, ch, side, nb]
+        open_row = st.dbank[B_OPEN_ROW, ch, nb]
+        k = st.dqb[QB_HEAD, ch, side, nb]
+        while k >= 0 and (want_hit or want_other):
+            hit = st.dreq[E_ROW, ch, k] == open_row
+            if (hit and want_hit) or (not hit and want_other):
+                if hit:
+                    want_hit = every_hit
+                else:
+                    want_other = False
+                cmd, at, is_col = _candidate(st, p, ch, k, cyc, out_full)
+                if cmd >= 0 and at <= best_at:
+                    seq = st.dreq[E_SEQ, ch, k]
+                    if (at < best_at or (is_col and not best_hit)
+                            or (is_col == best_hit and seq < best_seq)):
+                        best, best_cmd, best_at, best_hit, best_seq = k, cmd, at, is_col, seq
+            k = st.dreq[E_NEXT, ch, k]
     st.dch[DC_CAND_VALID, ch] = 1
     st.dch[DC_CAND_K, ch] = best
     st.dch[DC_CAND_CMD, ch] = best_cmd

@@ -10,6 +10,7 @@ which must give bit-identical results (a test checks it).
 from .jit import kernel
 
 from . import isa
+from .ring import ring_at, ring_next
 from .state import *  # noqa: F403  (field indices of the state tables)
 from .core import core_issue, load_tile, slot_finish_time
 from .dma import dma_has_request, dma_next_request, dma_response
@@ -33,7 +34,7 @@ def _core_receive(st, prog, p, c, t):
             st.core[C_READ_LAT_SUM, c] += t - st.arr[A_SENT, c, h]
             st.core[C_READ_LAT_N, c] += 1
         dma_response(st, prog, p, c, d, st.arr[A_ENTRY, c, h], t)
-        st.core[C_ARR_HEAD, c] = (h + 1) % q
+        st.core[C_ARR_HEAD, c] = ring_next(h, q)
         st.core[C_ARR_COUNT, c] -= 1
 
 
@@ -60,7 +61,7 @@ def _core_send(st, prog, mt, p, c, t):
             continue
         if p.mem_type == MEM_IDEAL:
             k, addr = dma_next_request(st, prog, p, c, d)
-            a = (st.core[C_ARR_HEAD, c] + st.core[C_ARR_COUNT, c]) % qarr
+            a = ring_at(st.core[C_ARR_HEAD, c], st.core[C_ARR_COUNT, c], qarr)
             st.arr[A_TIME, c, a] = t + p.core_period
             st.arr[A_DIR, c, a] = d
             st.arr[A_ENTRY, c, a] = k

@@ -10,6 +10,7 @@ full is not granted packets (back-pressure up to the cores' DMA engines).
 from .jit import kernel
 
 from . import isa
+from .ring import ring_at, ring_next
 from .state import *  # noqa: F403  (field indices of the state tables)
 from .memory import channel_of
 from .timebase import align_up
@@ -30,7 +31,7 @@ def noc_inject(st, mt, p, c, d, entry, addr, t):
     q = st.inj.shape[2]
     if st.core[C_INJ_COUNT, c] >= p.inj_queue:
         return False
-    k = (st.core[C_INJ_HEAD, c] + st.core[C_INJ_COUNT, c]) % q
+    k = ring_at(st.core[C_INJ_HEAD, c], st.core[C_INJ_COUNT, c], q)
     st.inj[N_ADDR, c, k] = addr
     st.inj[N_DIR, c, k] = d
     st.inj[N_ENTRY, c, k] = entry
@@ -48,8 +49,9 @@ def _grant_requests(st, p, t):
     for ch in range(p.n_channels):
         if st.chan[H_REQ_PORT_FREE, ch] > t or st.chan[H_IN_COUNT, ch] >= p.ch_queue:
             continue
+        c = st.chan[H_REQ_RR, ch] - 1
         for n in range(p.n_cores):
-            c = (st.chan[H_REQ_RR, ch] + n) % p.n_cores
+            c = ring_next(c, p.n_cores)
             if st.core[C_INJ_COUNT, c] == 0:
                 continue
             h = st.core[C_INJ_HEAD, c]
@@ -59,7 +61,7 @@ def _grant_requests(st, p, t):
             st.chan[H_REQ_PORT_FREE, ch] = t + flits * p.noc_period
             if p.trace == 1:
                 trace_flits(st, p, NOC_REQUEST, c, ch, flits, t)
-            k = (st.chan[H_IN_HEAD, ch] + st.chan[H_IN_COUNT, ch]) % qin
+            k = ring_at(st.chan[H_IN_HEAD, ch], st.chan[H_IN_COUNT, ch], qin)
             arrival = t + (p.noc_latency + flits - 1) * p.noc_period
             st.ch_in[P_TIME, ch, k] = arrival
             st.ch_in[P_CORE, ch, k] = c
@@ -70,9 +72,9 @@ def _grant_requests(st, p, t):
             # the channel controller looks at it when it arrives
             st.dch[DC_WAKE, ch] = min(st.dch[DC_WAKE, ch], -(-arrival // p.mem_period))
             st.chan[H_IN_COUNT, ch] += 1
-            st.core[C_INJ_HEAD, c] = (h + 1) % qinj
+            st.core[C_INJ_HEAD, c] = ring_next(h, qinj)
             st.core[C_INJ_COUNT, c] -= 1
-            st.chan[H_REQ_RR, ch] = (c + 1) % p.n_cores
+            st.chan[H_REQ_RR, ch] = ring_next(c, p.n_cores)
             st.glob[G_WAKE_MEM] = min(st.glob[G_WAKE_MEM], align_up(max(arrival, t + 1), p.mem_period))
             st.core[C_WAKE, c] = min(st.core[C_WAKE, c], align_up(t, p.core_period))
             break
@@ -85,8 +87,9 @@ def _grant_responses(st, p, t):
     for c in range(p.n_cores):
         if st.core[C_RESP_PORT_FREE, c] > t:
             continue
+        ch = st.core[C_RESP_RR, c] - 1
         for n in range(p.n_channels):
-            ch = (st.core[C_RESP_RR, c] + n) % p.n_channels
+            ch = ring_next(ch, p.n_channels)
             if st.chan[H_OUT_COUNT, ch] == 0:
                 continue
             h = st.chan[H_OUT_HEAD, ch]
@@ -97,15 +100,15 @@ def _grant_responses(st, p, t):
             if p.trace == 1:
                 trace_flits(st, p, NOC_RESPONSE, c, ch, flits, t)
             arrival = t + (p.noc_latency + flits - 1) * p.noc_period
-            k = (st.core[C_ARR_HEAD, c] + st.core[C_ARR_COUNT, c]) % qarr
+            k = ring_at(st.core[C_ARR_HEAD, c], st.core[C_ARR_COUNT, c], qarr)
             st.arr[A_TIME, c, k] = arrival
             st.arr[A_DIR, c, k] = st.ch_out[P_DIR, ch, h]
             st.arr[A_ENTRY, c, k] = st.ch_out[P_ENTRY, ch, h]
             st.arr[A_SENT, c, k] = st.ch_out[P_SENT, ch, h]
             st.core[C_ARR_COUNT, c] += 1
-            st.chan[H_OUT_HEAD, ch] = (h + 1) % qout
+            st.chan[H_OUT_HEAD, ch] = ring_next(h, qout)
             st.chan[H_OUT_COUNT, ch] -= 1
-            st.core[C_RESP_RR, c] = (ch + 1) % p.n_channels
+            st.core[C_RESP_RR, c] = ring_next(ch, p.n_channels)
             st.core[C_WAKE, c] = min(st.core[C_WAKE, c], align_up(arrival, p.core_period))
             # the channel may serve again now that its output ring has room
             st.glob[G_WAKE_MEM] = min(st.glob[G_WAKE_MEM], align_up(t + 1, p.mem_period))

@@ -66,9 +66,12 @@ STATE_TABLES = (
     "ch_out",  # [P_*, channel, k]    responses waiting for the NoC (ring)
     # cycle-level DRAM (memory type "dram"); times in DRAM cycles
     "dch",  # [DC_*, channel]         controller state and statistics
-    "dreq",  # [E_*, channel, k]      read queue (k < rq) then write queue, arrival order
+    "dreq",  # [E_*, channel, slot]   request slots: read queue (slot < rq), then write queue
     "dbank",  # [B_*, channel, bank]  open row and per-bank statistics
     "drank",  # [RK_*, channel, rank] refresh state
+    "dqb",  # [QB_*, channel, side, bank]  each bank's requests in a queue (side 0 read, 1 write)
+    "dact",  # [channel, side, i]     banks with requests in a queue (DC_ACTIVE_* of them)
+    "dfree",  # [channel, side, i]    free request slots of a queue (a stack)
     "rdy_chan",  # [channel, cmd]     earliest cycle of each command, per level node
     "rdy_rank",  # [channel, rank, cmd]
     "rdy_bg",  # [channel, rank*bg, cmd]
@@ -147,12 +150,19 @@ N_PACKET_FIELDS = 6
 (DC_WAKE, DC_RQ_COUNT, DC_WQ_COUNT, DC_DRAINING, DC_READS, DC_WRITES, DC_READ_BYTES,
  DC_WRITE_BYTES, DC_ACTS, DC_PRES, DC_REFS, DC_CMDS, DC_BUS_BUSY, DC_LAT_SUM,
  DC_LAT_N, DC_CAND_VALID, DC_CAND_K, DC_CAND_CMD, DC_CAND_AT, DC_CAND_HIT,
- DC_CAND_OUT_FULL) = range(21)
-N_DCH_FIELDS = 21
+ DC_CAND_OUT_FULL, DC_SEQ, DC_ACTIVE_R, DC_ACTIVE_W) = range(24)
+N_DCH_FIELDS = 24
 # dreq
+# (E_RBG/E_NB: flat bank-group and bank index; E_SEQ: arrival number, which orders the
+#  requests by age; E_NEXT/E_PREV: the next younger / older request of the same bank and
+#  queue, -1 at the ends)
 (E_TIME, E_CORE, E_DIR, E_ENTRY, E_SENT, E_RANK, E_BG, E_BANK, E_ROW, E_COL, E_BURSTS,
- E_CLASS, E_RBG, E_NB) = range(14)  # E_RBG/E_NB: flat bank-group and bank index
-N_DREQ_FIELDS = 14
+ E_CLASS, E_RBG, E_NB, E_SEQ, E_NEXT, E_PREV) = range(17)
+N_DREQ_FIELDS = 17
+# dqb (QB_HEAD/QB_TAIL: oldest / youngest request slot, -1 if none; QB_HITS: how many of
+#  them target the bank's open row; QB_POS: the bank's place in dact)
+QB_HEAD, QB_TAIL, QB_COUNT, QB_HITS, QB_POS = range(5)
+N_QB_FIELDS = 5
 # dbank (B_HITS, B_MISSES, B_CONFLICTS in class order; B_READS, B_WRITES in dir order)
 B_OPEN_ROW, B_HITS, B_MISSES, B_CONFLICTS, B_READS, B_WRITES = range(6)
 N_DBANK_FIELDS = 6

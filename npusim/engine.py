@@ -223,8 +223,16 @@ def _dram_state(cfg: NpuConfig, p: Params, mt: MemTables, log_commands: int) -> 
     dch = z(ks.N_DCH_FIELDS, n_ch)
     # an idle channel first wakes for its first refresh (or never, without refresh)
     dch[ks.DC_WAKE] = int(drank[ks.RK_NEXT_REF].min()) if dram and p.d_refresh else isa.NEVER
+    nb = R * G * B
+    dqb = z(ks.N_QB_FIELDS, ch, 2, nb)
+    dqb[[ks.QB_HEAD, ks.QB_TAIL]] = -1
+    # free slots, popped from the end: slot 0 (reads) and slot rq (writes) go first
+    dfree = z(ch, 2, max(p.d_rq, p.d_wq), fill=-1)
+    dfree[:, 0, :p.d_rq] = np.arange(p.d_rq)[::-1]
+    dfree[:, 1, :p.d_wq] = p.d_rq + np.arange(p.d_wq)[::-1]
     return dict(
         dch=dch, dreq=z(ks.N_DREQ_FIELDS, ch, p.d_rq + p.d_wq), dbank=dbank, drank=drank,
+        dqb=dqb, dact=z(ch, 2, nb), dfree=dfree,
         rdy_chan=z(ch, nc), rdy_rank=z(ch, R, nc), rdy_bg=z(ch, R * G, nc),
         rdy_bank=z(ch, R * G * B, nc), win=z(ch, n_win, R * G * B, max_window),
         win_ctl=z(2, ch, n_win, R * G * B), lat_hist=z(ch, kd.LAT_BINS),
