@@ -413,26 +413,41 @@ def _choose(st, p, ch, cyc):
     best_at = isa.NEVER
     best_hit = False
     best_seq = 0
+    col_cmd = WR if side == 1 else RD
+    col_auto = WRA if side == 1 else RDA  # closed page: a request's last burst
     for i in range(st.dch[DC_ACTIVE_R + side, ch]):
         nb = st.dact[ch, side, i]
+        k = st.dqb[QB_HEAD, ch, side, nb]
+        rank = st.dreq[E_RANK, ch, k]
+        if st.drank[RK_PENDING, ch, rank] == 1:
+            continue  # the rank waits for its refresh
+        rbg = st.dreq[E_RBG, ch, k]
         hits = st.dqb[QB_HITS, ch, side, nb]
         want_hit = hits > 0
         want_other = hits < st.dqb[QB_COUNT, ch, side, nb]
         open_row = st.dbank[B_OPEN_ROW, ch, nb]
-        k = st.dqb[QB_HEAD, ch, side, nb]
         while k >= 0 and (want_hit or want_other):
             hit = st.dreq[E_ROW, ch, k] == open_row
             if (hit and want_hit) or (not hit and want_other):
                 if hit:
                     want_hit = every_hit
+                    cmd = col_cmd
+                    if every_hit and st.dreq[E_BURSTS, ch, k] == 1:
+                        if out_full:
+                            k = st.dreq[E_NEXT, ch, k]
+                            continue  # its response would find the ring full
+                        if p.d_closed_page == 1:
+                            cmd = col_auto
                 else:
                     want_other = False
-                cmd, at, is_col = _candidate(st, p, ch, k, cyc, out_full)
-                if cmd >= 0 and at <= best_at:
+                    cmd = ACT if open_row < 0 else PRE
+                at = max(st.rdy_chan[ch, cmd], st.rdy_rank[ch, rank, cmd], st.rdy_bg[ch, rbg, cmd],
+                         st.rdy_bank[ch, nb, cmd], cyc)
+                if at <= best_at:
                     seq = st.dreq[E_SEQ, ch, k]
-                    if (at < best_at or (is_col and not best_hit)
-                            or (is_col == best_hit and seq < best_seq)):
-                        best, best_cmd, best_at, best_hit, best_seq = k, cmd, at, is_col, seq
+                    if (at < best_at or (hit and not best_hit)
+                            or (hit == best_hit and seq < best_seq)):
+                        best, best_cmd, best_at, best_hit, best_seq = k, cmd, at, hit, seq
             k = st.dreq[E_NEXT, ch, k]
     st.dch[DC_CAND_VALID, ch] = 1
     st.dch[DC_CAND_K, ch] = best
