@@ -335,6 +335,7 @@ def _refresh(st, mt, p, ch, cyc):
         if st.drank[RK_PENDING, ch, r] == 0:
             if cyc >= st.drank[RK_NEXT_REF, ch, r]:
                 st.drank[RK_PENDING, ch, r] = 1
+                st.dch[DC_REF_PENDING, ch] += 1
                 st.dch[DC_CAND_VALID, ch] = 0  # its requests wait for the refresh
             else:
                 nxt = min(nxt, st.drank[RK_NEXT_REF, ch, r])
@@ -353,6 +354,7 @@ def _refresh(st, mt, p, ch, cyc):
             st.dch[DC_CAND_VALID, ch] = 0  # banks closed, timing bounds moved
             if cmd == REF:
                 st.drank[RK_PENDING, ch, r] = 0
+                st.dch[DC_REF_PENDING, ch] -= 1
                 st.drank[RK_NEXT_REF, ch, r] += p.d_refi
             return True, cyc + 1
         nxt = min(nxt, e)
@@ -419,7 +421,7 @@ def _choose(st, p, ch, cyc):
         nb = st.dact[ch, side, i]
         k = st.dqb[QB_HEAD, ch, side, nb]
         rank = st.dreq[E_RANK, ch, k]
-        if st.drank[RK_PENDING, ch, rank] == 1:
+        if st.dch[DC_REF_PENDING, ch] > 0 and st.drank[RK_PENDING, ch, rank] == 1:
             continue  # the rank waits for its refresh
         rbg = st.dreq[E_RBG, ch, k]
         hits = st.dqb[QB_HITS, ch, side, nb]
