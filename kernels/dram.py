@@ -126,18 +126,22 @@ def _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc):
 
 
 @kernel
-def _count_hits(st, ch, nb):
-    """Recount, in both queues, the requests that target bank nb's open row (it changed)."""
+def _oldest_after(st, ch, k, open_row, hit):
+    """The first request from slot k on (in its bank's list) that is a row hit (``hit``) or
+    is not, -1 if none."""
+    while k >= 0 and (st.dreq[E_ROW, ch, k] == open_row) != hit:
+        k = st.dreq[E_NEXT, ch, k]
+    return k
+
+
+@kernel
+def _bank_row_changed(st, ch, nb):
+    """Bank nb opened or closed a row: find, in both queues, its oldest hit and non-hit."""
     open_row = st.dbank[B_OPEN_ROW, ch, nb]
     for side in range(2):
-        hits = 0
-        if open_row >= 0:
-            k = st.dqb[QB_HEAD, ch, side, nb]
-            while k >= 0:
-                if st.dreq[E_ROW, ch, k] == open_row:
-                    hits += 1
-                k = st.dreq[E_NEXT, ch, k]
-        st.dqb[QB_HITS, ch, side, nb] = hits
+        head = st.dqb[QB_HEAD, ch, side, nb]
+        st.dqb[QB_OLDEST_HIT, ch, side, nb] = _oldest_after(st, ch, head, open_row, True)
+        st.dqb[QB_OLDEST_OTHER, ch, side, nb] = _oldest_after(st, ch, head, open_row, False)
 
 
 @kernel
@@ -151,8 +155,9 @@ def _bank_append(st, ch, side, nb, k):
     else:
         st.dqb[QB_HEAD, ch, side, nb] = k
     st.dqb[QB_TAIL, ch, side, nb] = k
-    if st.dreq[E_ROW, ch, k] == st.dbank[B_OPEN_ROW, ch, nb]:
-        st.dqb[QB_HITS, ch, side, nb] += 1
+    kind = QB_OLDEST_HIT if st.dreq[E_ROW, ch, k] == st.dbank[B_OPEN_ROW, ch, nb] else QB_OLDEST_OTHER
+    if st.dqb[kind, ch, side, nb] < 0:
+        st.dqb[kind, ch, side, nb] = k
     st.dqb[QB_COUNT, ch, side, nb] += 1
     if st.dqb[QB_COUNT, ch, side, nb] == 1:  # the bank becomes active in this queue
         i = st.dch[DC_ACTIVE_R + side, ch]
@@ -174,8 +179,12 @@ def _bank_unlink(st, ch, side, nb, k):
         st.dreq[E_PREV, ch, nxt] = prev
     else:
         st.dqb[QB_TAIL, ch, side, nb] = prev
-    if st.dreq[E_ROW, ch, k] == st.dbank[B_OPEN_ROW, ch, nb]:
-        st.dqb[QB_HITS, ch, side, nb] -= 1
+    # the next oldest of its kind is younger than k
+    open_row = st.dbank[B_OPEN_ROW, ch, nb]
+    if st.dqb[QB_OLDEST_HIT, ch, side, nb] == k:
+        st.dqb[QB_OLDEST_HIT, ch, side, nb] = _oldest_after(st, ch, nxt, open_row, True)
+    elif st.dqb[QB_OLDEST_OTHER, ch, side, nb] == k:
+        st.dqb[QB_OLDEST_OTHER, ch, side, nb] = _oldest_after(st, ch, nxt, open_row, False)
     st.dqb[QB_COUNT, ch, side, nb] -= 1
     if st.dqb[QB_COUNT, ch, side, nb] == 0:  # the last active bank takes its place
         last = st.dch[DC_ACTIVE_R + side, ch] - 1
@@ -194,17 +203,17 @@ def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
     nb = (rank * G + bg) * B + bank
     if cmd == ACT:
         st.dbank[B_OPEN_ROW, ch, nb] = row
-        _count_hits(st, ch, nb)
+        _bank_row_changed(st, ch, nb)
         st.dch[DC_ACTS, ch] += 1
     elif cmd == PRE or cmd == RDA or cmd == WRA:
         st.dbank[B_OPEN_ROW, ch, nb] = -1
-        _count_hits(st, ch, nb)
+        _bank_row_changed(st, ch, nb)
         if cmd == PRE:
             st.dch[DC_PRES, ch] += 1
     elif cmd == PREA:
         for i in range(rank * G * B, (rank + 1) * G * B):
             st.dbank[B_OPEN_ROW, ch, i] = -1
-            _count_hits(st, ch, i)
+            _bank_row_changed(st, ch, i)
         st.dch[DC_PRES, ch] += 1
     elif cmd == REF:
         st.dch[DC_REFS, ch] += 1
@@ -404,9 +413,9 @@ def _choose(st, p, ch, cyc):
 
     Requests of one bank that are all row hits, or all not, need the same command at the
     same cycle, so only the oldest of each kind can win: the scan visits the banks with
-    requests and walks each bank's age-ordered list only until it has met both kinds. (Under
-    closed page, or with the response ring full, hits can differ in command or eligibility
-    by their bursts left, so there every hit is looked at.)"""
+    requests and looks at each one's oldest hit and oldest non-hit, which the bank keeps
+    (QB_OLDEST_*). (Under closed page, or with the response ring full, hits can differ in
+    command or eligibility by their bursts left, so there every hit is looked at.)"""
     side = st.dch[DC_DRAINING, ch]
     out_full = st.chan[H_OUT_COUNT, ch] >= st.ch_out.shape[2]
     every_hit = p.d_closed_page == 1 or out_full
@@ -419,38 +428,42 @@ def _choose(st, p, ch, cyc):
     col_auto = WRA if side == 1 else RDA  # closed page: a request's last burst
     for i in range(st.dch[DC_ACTIVE_R + side, ch]):
         nb = st.dact[ch, side, i]
-        k = st.dqb[QB_HEAD, ch, side, nb]
+        kh = st.dqb[QB_OLDEST_HIT, ch, side, nb]
+        ko = st.dqb[QB_OLDEST_OTHER, ch, side, nb]
+        k = kh if kh >= 0 else ko
         rank = st.dreq[E_RANK, ch, k]
         if st.dch[DC_REF_PENDING, ch] > 0 and st.drank[RK_PENDING, ch, rank] == 1:
             continue  # the rank waits for its refresh
         rbg = st.dreq[E_RBG, ch, k]
-        hits = st.dqb[QB_HITS, ch, side, nb]
-        want_hit = hits > 0
-        want_other = hits < st.dqb[QB_COUNT, ch, side, nb]
         open_row = st.dbank[B_OPEN_ROW, ch, nb]
-        while k >= 0 and (want_hit or want_other):
-            hit = st.dreq[E_ROW, ch, k] == open_row
-            if (hit and want_hit) or (not hit and want_other):
-                if hit:
-                    want_hit = every_hit
-                    cmd = col_cmd
-                    if every_hit and st.dreq[E_BURSTS, ch, k] == 1:
-                        if out_full:
-                            k = st.dreq[E_NEXT, ch, k]
-                            continue  # its response would find the ring full
-                        if p.d_closed_page == 1:
-                            cmd = col_auto
-                else:
-                    want_other = False
-                    cmd = ACT if open_row < 0 else PRE
-                at = max(st.rdy_chan[ch, cmd], st.rdy_rank[ch, rank, cmd], st.rdy_bg[ch, rbg, cmd],
-                         st.rdy_bank[ch, nb, cmd], cyc)
-                if at <= best_at:
-                    seq = st.dreq[E_SEQ, ch, k]
-                    if (at < best_at or (hit and not best_hit)
-                            or (hit == best_hit and seq < best_seq)):
-                        best, best_cmd, best_at, best_hit, best_seq = k, cmd, at, hit, seq
-            k = st.dreq[E_NEXT, ch, k]
+        # the oldest non-hit, then the oldest hit (every hit in the slow case)
+        hit = ko < 0
+        k = kh if hit else ko
+        while k >= 0:
+            if not hit:
+                cmd = ACT if open_row < 0 else PRE
+            else:
+                cmd = col_cmd
+                if every_hit and st.dreq[E_BURSTS, ch, k] == 1:
+                    if out_full:
+                        k = _oldest_after(st, ch, st.dreq[E_NEXT, ch, k], open_row, True)
+                        continue  # its response would find the ring full
+                    if p.d_closed_page == 1:
+                        cmd = col_auto
+            at = max(st.rdy_chan[ch, cmd], st.rdy_rank[ch, rank, cmd], st.rdy_bg[ch, rbg, cmd],
+                     st.rdy_bank[ch, nb, cmd], cyc)
+            if at <= best_at:
+                seq = st.dreq[E_SEQ, ch, k]
+                if (at < best_at or (hit and not best_hit)
+                        or (hit == best_hit and seq < best_seq)):
+                    best, best_cmd, best_at, best_hit, best_seq = k, cmd, at, hit, seq
+            if not hit:
+                k = kh
+                hit = True
+            elif every_hit:
+                k = _oldest_after(st, ch, st.dreq[E_NEXT, ch, k], open_row, True)
+            else:
+                k = -1
     st.dch[DC_CAND_VALID, ch] = 1
     st.dch[DC_CAND_K, ch] = best
     st.dch[DC_CAND_CMD, ch] = best_cmd

@@ -161,10 +161,11 @@ N_DCH_FIELDS = 25
 (E_TIME, E_CORE, E_DIR, E_ENTRY, E_SENT, E_RANK, E_BG, E_BANK, E_ROW, E_COL, E_BURSTS,
  E_CLASS, E_RBG, E_NB, E_SEQ, E_NEXT, E_PREV) = range(17)
 N_DREQ_FIELDS = 17
-# dqb (QB_HEAD/QB_TAIL: oldest / youngest request slot, -1 if none; QB_HITS: how many of
-#  them target the bank's open row; QB_POS: the bank's place in dact)
-QB_HEAD, QB_TAIL, QB_COUNT, QB_HITS, QB_POS = range(5)
-N_QB_FIELDS = 5
+# dqb (QB_HEAD/QB_TAIL: oldest / youngest request slot, -1 if none; QB_POS: the bank's
+#  place in dact; QB_OLDEST_HIT/QB_OLDEST_OTHER: the oldest request that targets the bank's
+#  open row / that does not, -1 if none)
+QB_HEAD, QB_TAIL, QB_COUNT, QB_POS, QB_OLDEST_HIT, QB_OLDEST_OTHER = range(6)
+N_QB_FIELDS = 6
 # dbank (B_HITS, B_MISSES, B_CONFLICTS in class order; B_READS, B_WRITES in dir order)
 B_OPEN_ROW, B_HITS, B_MISSES, B_CONFLICTS, B_READS, B_WRITES = range(6)
 N_DBANK_FIELDS = 6

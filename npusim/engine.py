@@ -225,7 +225,7 @@ def _dram_state(cfg: NpuConfig, p: Params, mt: MemTables, log_commands: int) -> 
     dch[ks.DC_WAKE] = int(drank[ks.RK_NEXT_REF].min()) if dram and p.d_refresh else isa.NEVER
     nb = R * G * B
     dqb = z(ks.N_QB_FIELDS, ch, 2, nb)
-    dqb[[ks.QB_HEAD, ks.QB_TAIL]] = -1
+    dqb[[ks.QB_HEAD, ks.QB_TAIL, ks.QB_OLDEST_HIT, ks.QB_OLDEST_OTHER]] = -1
     # free slots, popped from the end: slot 0 (reads) and slot rq (writes) go first
     dfree = z(ch, 2, max(p.d_rq, p.d_wq), fill=-1)
     dfree[:, 0, :p.d_rq] = np.arange(p.d_rq)[::-1]
