@@ -13,11 +13,17 @@ row hit, else the oldest request with any legal next command. Open page by defau
 closed page uses auto-precharge reads and writes. One command per channel per cycle.
 
 A channel with nothing legal to issue reports the first cycle at which something becomes
-legal (``DC_WAKE``), so the main loop skips straight there. One scan of the queue finds
-both that cycle and the request FR-FCFS will pick then; the choice is kept (``DC_CAND_*``)
-until something it depends on changes (a command issues, the drain mode flips, a refresh
-falls due, the response ring frees up), and a request arriving meanwhile is weighed against
-it alone. So a channel scans its queue about once per command, however often it is woken.
+legal (``DC_WAKE``), so the main loop skips straight there. One scan finds both that cycle
+and the request FR-FCFS will pick then; the choice is kept (``DC_CAND_*``) until something
+it depends on changes (a command issues, the drain mode flips, a refresh falls due, the
+response ring frees up), and a request arriving meanwhile is weighed against it alone. So
+a channel scans about once per command, however often it is woken.
+
+The scan is over banks, not requests. A queue is a set of request slots (``dreq``) with an
+arrival number for age; each bank keeps its requests of each queue in an age-ordered list
+with the oldest row hit and the oldest non-hit at hand (``dqb``), and the banks with
+requests are listed (``dact``). All row hits of a bank need the same command at the same
+cycle, and so do all its non-hits, so only those two can be the bank's pick.
 """
 
 from . import isa
