@@ -15,7 +15,7 @@ import xarray as xr
 
 from npusim.errors import NpusimError
 
-COMPRESSION_LEVEL = 4
+COMPRESSION_LEVEL = 1  # zlib: level 4 wrote 20% slower for a 20% smaller file (ResNet-50 trace)
 CHUNK_ELEMENTS = 1 << 18  # about 1 MiB of int32 per chunk
 
 

@@ -124,6 +124,9 @@ class _Bins:
         if len(block) == 0:
             return
         self._fit((first + len(block)) * self.base - 1)
+        if self.factor == 1:
+            self.arrays[name][first:first + len(block)] += block
+            return
         idx = (first + np.arange(len(block))) // self.factor
         bins, starts = np.unique(idx, return_index=True)  # runs of kernel bins per bin here
         self.arrays[name][bins] += np.add.reduceat(block, starts, axis=0)
@@ -254,12 +257,17 @@ class TraceRecorder:
         if upto > self.drained:
             # the loop may have skipped far past the stop tick, but it wrote only below
             # the ring's end: later bins are empty
-            slots = np.arange(self.drained, min(upto, self.drained + self.ring)) % self.ring
-            for name, table in (("dram", st.tr_dram), ("chan", st.tr_chan), ("noc", st.tr_noc)):
-                block = np.moveaxis(table[:, slots], 1, 0)  # [bin, field, ...]
-                self.bins.ensure(name, block.shape[1:])
-                self.bins.add_kernel_bins(name, self.drained, block)
-                table[:, slots] = 0
+            last = min(upto, self.drained + self.ring)
+            first = self.drained
+            while first < last:  # the ring's slots in at most two runs, as views
+                s0 = first % self.ring
+                s1 = min(s0 + last - first, self.ring)
+                for name, table in (("dram", st.tr_dram), ("chan", st.tr_chan), ("noc", st.tr_noc)):
+                    block = np.moveaxis(table[:, s0:s1], 1, 0)  # [bin, field, ...]
+                    self.bins.ensure(name, block.shape[1:])
+                    self.bins.add_kernel_bins(name, first, block)
+                    table[:, s0:s1] = 0
+                first += s1 - s0
             self.drained = upto
         n = int(st.tr_ctl[ks.TR_IV_N])
         if n:
