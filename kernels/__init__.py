@@ -15,8 +15,8 @@ from pathlib import Path
 def _kernel_cache_dir() -> str:
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for src in sorted(here.glob("*.py")):
-        digest.update(src.name.encode())
+    for src in sorted(here.rglob("*.py")):  # policies/ too
+        digest.update(str(src.relative_to(here)).encode())
         digest.update(src.read_bytes())
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     return str(base / "npusim" / f"kernels-{digest.hexdigest()[:16]}")

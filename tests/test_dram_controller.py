@@ -118,3 +118,109 @@ def test_ipoly_spreads_a_power_of_two_stride_over_all_channels():
     used_hash = sum(1 for c in s_hash["channels"] if c["reads"])
     assert used_plain == 1 and used_hash == 16
     assert s_hash["dram_cycles"] < s_plain["dram_cycles"] / 4
+
+
+def _fr_fcfs_by_definition(st, p, ch, cyc):
+    """FR-FCFS from its definition, over every request of the queue being served (slots not
+    on the free stack): the first cycle some request's next command is legal, and among the
+    requests legal then the oldest row hit, else the oldest. (request, command, cycle)."""
+    from npusim.kernels import dram as kd
+
+    side = int(st.dch[ks.DC_DRAINING, ch])
+    cap, base = (p.d_wq, p.d_rq) if side else (p.d_rq, 0)
+    n = int(st.dch[ks.DC_WQ_COUNT if side else ks.DC_RQ_COUNT, ch])
+    free = set(st.dfree[ch, side, :cap - n].tolist())
+    out_full = st.chan[ks.H_OUT_COUNT, ch] >= st.ch_out.shape[2]
+    best = (None, -1, -1, -1)
+    for k in range(base, base + cap):
+        if k in free:
+            continue
+        rank, rbg, nb = (int(st.dreq[f, ch, k]) for f in (ks.E_RANK, ks.E_RBG, ks.E_NB))
+        if st.drank[ks.RK_PENDING, ch, rank]:
+            continue
+        open_row, bursts = st.dbank[ks.B_OPEN_ROW, ch, nb], st.dreq[ks.E_BURSTS, ch, k]
+        hit = st.dreq[ks.E_ROW, ch, k] == open_row
+        if hit and out_full and bursts == 1:
+            continue  # its response would not fit
+        if hit:
+            last = p.d_closed_page == 1 and bursts == 1
+            cmd = (kd.WRA if last else kd.WR) if side else (kd.RDA if last else kd.RD)
+        else:
+            cmd = kd.ACT if open_row < 0 else kd.PRE
+        at = max(st.rdy_chan[ch, cmd], st.rdy_rank[ch, rank, cmd], st.rdy_bg[ch, rbg, cmd],
+                 st.rdy_bank[ch, nb, cmd], cyc)
+        key = (at, not hit, st.dreq[ks.E_SEQ, ch, k])
+        if best[0] is None or key < best[0]:
+            best = (key, k, cmd, at)
+    return best[1:]
+
+
+@pytest.mark.parametrize("page", ["open", "closed"])
+def test_fr_fcfs_choice_matches_its_definition(page):
+    """The controller finds its choice through per-bank lists; after random arrivals,
+    departures, row changes, bursts served, drain flips, a full response ring and refresh
+    waits, it must equal FR-FCFS computed from scratch over every queued request."""
+    from dram_helpers import bare_state
+    from npusim.kernels import dram as kd
+    from npusim.kernels.addrmap import dram_decode
+
+    cfg = dram_config("DDR4-2400R_8Gb_x8", f"memory.controller.page_policy={page}",
+                      "memory.controller.read_queue=12", "memory.controller.write_queue=12")
+    st, mt, p = bare_state(cfg)
+    rng = np.random.default_rng(11)
+    # addresses in two rows of two banks: many requests per bank, many row hits
+    pool = [a for a in range(0, 1 << 20, 64)
+            if dram_decode(a, p, mt)[:4] in {(0, 0, b, r) for b in (0, 1) for r in (0, 1)}]
+    assert len(pool) > 100
+    cyc, checked, kinds = 0, 0, set()
+    for _ in range(1500):
+        cyc += int(rng.integers(0, 8))
+        action = int(rng.integers(0, 10))
+        if action < 4:  # a request arrives
+            h = (st.chan[ks.H_IN_HEAD, 0] + st.chan[ks.H_IN_COUNT, 0]) % st.ch_in.shape[2]
+            write = int(rng.random() < 0.4)
+            fields = {ks.P_TIME: 0, ks.P_CORE: 0, ks.P_DIR: write, ks.P_ENTRY: 0, ks.P_SENT: 0,
+                      ks.P_ADDR: pool[int(rng.integers(0, len(pool)))]}
+            for f, v in fields.items():
+                st.ch_in[f, 0, h] = v
+            st.chan[ks.H_IN_COUNT, 0] += 1
+            kd._accept(st, mt, p, 0, cyc * p.mem_period)
+            st.chan[ks.H_IN_COUNT, 0] = 0  # a request a full queue refused is dropped
+            st.chan[ks.H_IN_HEAD, 0] = 0
+        elif action < 6:  # a queued request leaves
+            side = int(rng.integers(0, 2))
+            n = int(st.dch[ks.DC_WQ_COUNT if side else ks.DC_RQ_COUNT, 0])
+            cap = p.d_wq if side else p.d_rq
+            if n:
+                free = set(st.dfree[0, side, :cap - n].tolist())
+                used = [k for k in range(cap) if k + (p.d_rq if side else 0) not in free]
+                k = used[int(rng.integers(0, len(used)))] + (p.d_rq if side else 0)
+                kd._retire(st, p, 0, k, side == 1)
+        elif action < 8:  # a bank opens or closes a row (timing bounds move too)
+            rank, bg, bank = 0, 0, int(rng.integers(0, 2))
+            nb = bg * p.d_banks + bank
+            cmd = kd.PRE if st.dbank[ks.B_OPEN_ROW, 0, nb] >= 0 else kd.ACT
+            row = int(rng.integers(0, 2))
+            kd.dram_issue(st, mt, p, 0, rank, bg, bank, row, 0, cmd, cyc, 0, 0)
+        elif action == 8:  # bursts served, drain mode, response ring
+            k = int(rng.integers(0, p.d_rq + p.d_wq))
+            st.dreq[ks.E_BURSTS, 0, k] = int(rng.integers(1, 4))
+            st.dch[ks.DC_DRAINING, 0] = int(rng.random() < 0.3)
+            st.chan[ks.H_OUT_COUNT, 0] = st.ch_out.shape[2] if rng.random() < 0.3 else 0
+        else:  # the rank waits for a refresh, or not
+            pending = int(rng.random() < 0.2)
+            st.drank[ks.RK_PENDING, 0, 0] = pending
+            st.dch[ks.DC_REF_PENDING, 0] = pending
+        kd._choose(st, p, 0, cyc)
+        got = (int(st.dch[ks.DC_CAND_K, 0]), int(st.dch[ks.DC_CAND_CMD, 0]),
+               int(st.dch[ks.DC_CAND_AT, 0]))
+        want = _fr_fcfs_by_definition(st, p, 0, cyc)
+        if want[0] >= 0:
+            assert got == tuple(int(x) for x in want)
+            checked += 1
+            kinds.add(want[1])
+        else:
+            assert got[0] == -1
+    # the walk met every kind of choice many times
+    assert checked > 500
+    assert {kd.ACT, kd.PRE} <= kinds and (kinds & {kd.RD, kd.RDA}) and (kinds & {kd.WR, kd.WRA})
