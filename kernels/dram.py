@@ -47,19 +47,32 @@ CLASS_HIT, CLASS_MISS, CLASS_CONFLICT = range(3)
 LAT_BINS = 4096  # read latency histogram: one bin per DRAM cycle, last bin = overflow
 
 
+@kernel(inline=True)
+def _bank_earliest(st, ch, rank, rbg, nb, cmd):
+    """First cycle at which ``cmd`` may issue to bank nb (rank ``rank``, bank group ``rbg``)."""
+    return max(st.rdy_chan[ch, cmd], st.rdy_rank[ch, rank, cmd], st.rdy_bg[ch, rbg, cmd],
+               st.rdy_bank[ch, nb, cmd])
+
+
+@kernel
+def _rank_earliest(st, p, ch, rank, cmd):
+    """First cycle at which the rank-wide ``cmd`` (PREA, REF) may issue to ``rank``."""
+    e = max(st.rdy_chan[ch, cmd], st.rdy_rank[ch, rank, cmd])
+    for g in range(p.d_bankgroups):
+        rbg = rank * p.d_bankgroups + g
+        e = max(e, st.rdy_bg[ch, rbg, cmd])
+        for b in range(p.d_banks):
+            e = max(e, st.rdy_bank[ch, rbg * p.d_banks + b, cmd])
+    return e
+
+
 @kernel
 def _earliest(st, p, ch, rank, bg, bank, cmd):
     """First cycle at which ``cmd`` may issue to this bank (rank-wide for PREA/REF)."""
-    e = max(st.rdy_chan[ch, cmd], st.rdy_rank[ch, rank, cmd])
     if cmd == PREA or cmd == REF:
-        for g in range(p.d_bankgroups):
-            rbg = rank * p.d_bankgroups + g
-            e = max(e, st.rdy_bg[ch, rbg, cmd])
-            for b in range(p.d_banks):
-                e = max(e, st.rdy_bank[ch, rbg * p.d_banks + b, cmd])
-        return e
+        return _rank_earliest(st, p, ch, rank, cmd)
     rbg = rank * p.d_bankgroups + bg
-    return max(e, st.rdy_bg[ch, rbg, cmd], st.rdy_bank[ch, rbg * p.d_banks + bank, cmd])
+    return _bank_earliest(st, ch, rank, rbg, rbg * p.d_banks + bank, cmd)
 
 
 @kernel
@@ -164,8 +177,7 @@ def _bank_append(st, ch, side, nb, k):
     kind = QB_OLDEST_HIT if st.dreq[E_ROW, ch, k] == st.dbank[B_OPEN_ROW, ch, nb] else QB_OLDEST_OTHER
     if st.dqb[kind, ch, side, nb] < 0:
         st.dqb[kind, ch, side, nb] = k
-    st.dqb[QB_COUNT, ch, side, nb] += 1
-    if st.dqb[QB_COUNT, ch, side, nb] == 1:  # the bank becomes active in this queue
+    if tail < 0:  # the bank becomes active in this queue
         i = st.dch[DC_ACTIVE_R + side, ch]
         st.dact[ch, side, i] = nb
         st.dqb[QB_POS, ch, side, nb] = i
@@ -191,8 +203,7 @@ def _bank_unlink(st, ch, side, nb, k):
         st.dqb[QB_OLDEST_HIT, ch, side, nb] = _oldest_after(st, ch, nxt, open_row, True)
     elif st.dqb[QB_OLDEST_OTHER, ch, side, nb] == k:
         st.dqb[QB_OLDEST_OTHER, ch, side, nb] = _oldest_after(st, ch, nxt, open_row, False)
-    st.dqb[QB_COUNT, ch, side, nb] -= 1
-    if st.dqb[QB_COUNT, ch, side, nb] == 0:  # the last active bank takes its place
+    if prev < 0 and nxt < 0:  # the bank's last request: the last active bank takes its place
         last = st.dch[DC_ACTIVE_R + side, ch] - 1
         i = st.dqb[QB_POS, ch, side, nb]
         moved = st.dact[ch, side, last]
@@ -248,25 +259,18 @@ def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
         st.glob[G_LOG_LOST] += 1
 
 
-@kernel
-def _next_command(st, p, ch, k):
-    """The command request k needs next, given its bank's open row."""
-    open_row = st.dbank[B_OPEN_ROW, ch, st.dreq[E_NB, ch, k]]
-    if open_row == st.dreq[E_ROW, ch, k]:
-        write = st.dreq[E_DIR, ch, k] == 1
-        if p.d_closed_page == 1 and st.dreq[E_BURSTS, ch, k] == 1:
+@kernel(inline=True)
+def _command_for(p, write, hit, open_row, bursts, out_full):
+    """The command a request needs next: on a row hit a column command (with auto-precharge
+    on its last burst under closed page), else ACT to a closed bank or PRE. -1 when it may
+    not go now: its last burst's response would find the response ring full."""
+    if hit:
+        if (out_full or p.d_closed_page == 1) and bursts == 1:
+            if out_full:
+                return -1
             return WRA if write else RDA
         return WR if write else RD
-    if open_row < 0:
-        return ACT
-    return PRE
-
-
-@kernel
-def _request_earliest(st, ch, k, cmd):
-    """First cycle request k's next command ``cmd`` (not PREA/REF) may issue."""
-    return max(st.rdy_chan[ch, cmd], st.rdy_rank[ch, st.dreq[E_RANK, ch, k], cmd],
-               st.rdy_bg[ch, st.dreq[E_RBG, ch, k], cmd], st.rdy_bank[ch, st.dreq[E_NB, ch, k], cmd])
+    return ACT if open_row < 0 else PRE
 
 
 @kernel(inline=True)
@@ -350,7 +354,6 @@ def _refresh(st, mt, p, ch, cyc):
         if st.drank[RK_PENDING, ch, r] == 0:
             if cyc >= st.drank[RK_NEXT_REF, ch, r]:
                 st.drank[RK_PENDING, ch, r] = 1
-                st.dch[DC_REF_PENDING, ch] += 1
                 st.dch[DC_CAND_VALID, ch] = 0  # its requests wait for the refresh
             else:
                 nxt = min(nxt, st.drank[RK_NEXT_REF, ch, r])
@@ -369,7 +372,6 @@ def _refresh(st, mt, p, ch, cyc):
             st.dch[DC_CAND_VALID, ch] = 0  # banks closed, timing bounds moved
             if cmd == REF:
                 st.drank[RK_PENDING, ch, r] = 0
-                st.dch[DC_REF_PENDING, ch] -= 1
                 st.drank[RK_NEXT_REF, ch, r] += p.d_refi
             return True, cyc + 1
         nxt = min(nxt, e)
@@ -402,13 +404,17 @@ def _candidate(st, p, ch, k, cyc, out_full):
     """(command, first legal cycle >= cyc, is a column command) of request k, or command -1
     when it cannot be chosen now (its rank is refreshing, or its last burst's response
     would find the response ring full)."""
-    if st.drank[RK_PENDING, ch, st.dreq[E_RANK, ch, k]] == 1:
+    rank = st.dreq[E_RANK, ch, k]
+    nb = st.dreq[E_NB, ch, k]
+    if st.drank[RK_PENDING, ch, rank] == 1:
         return -1, isa.NEVER, False
-    cmd = _next_command(st, p, ch, k)
-    is_col = cmd == RD or cmd == WR or cmd == RDA or cmd == WRA
-    if is_col and out_full and st.dreq[E_BURSTS, ch, k] == 1:
+    open_row = st.dbank[B_OPEN_ROW, ch, nb]
+    hit = st.dreq[E_ROW, ch, k] == open_row
+    cmd = _command_for(p, st.dreq[E_DIR, ch, k] == 1, hit, open_row, st.dreq[E_BURSTS, ch, k],
+                       out_full)
+    if cmd < 0:
         return -1, isa.NEVER, False
-    return cmd, max(_request_earliest(st, ch, k, cmd), cyc), is_col
+    return cmd, max(_bank_earliest(st, ch, rank, st.dreq[E_RBG, ch, k], nb, cmd), cyc), hit
 
 
 @kernel(inline=True)
@@ -430,15 +436,13 @@ def _choose(st, p, ch, cyc):
     best_at = isa.NEVER
     best_hit = False
     best_seq = 0
-    col_cmd = WR if side == 1 else RD
-    col_auto = WRA if side == 1 else RDA  # closed page: a request's last burst
     for i in range(st.dch[DC_ACTIVE_R + side, ch]):
         nb = st.dact[ch, side, i]
         kh = st.dqb[QB_OLDEST_HIT, ch, side, nb]
         ko = st.dqb[QB_OLDEST_OTHER, ch, side, nb]
         k = kh if kh >= 0 else ko
         rank = st.dreq[E_RANK, ch, k]
-        if st.dch[DC_REF_PENDING, ch] > 0 and st.drank[RK_PENDING, ch, rank] == 1:
+        if st.drank[RK_PENDING, ch, rank] == 1:
             continue  # the rank waits for its refresh
         rbg = st.dreq[E_RBG, ch, k]
         open_row = st.dbank[B_OPEN_ROW, ch, nb]
@@ -446,23 +450,14 @@ def _choose(st, p, ch, cyc):
         hit = ko < 0
         k = kh if hit else ko
         while k >= 0:
-            if not hit:
-                cmd = ACT if open_row < 0 else PRE
-            else:
-                cmd = col_cmd
-                if every_hit and st.dreq[E_BURSTS, ch, k] == 1:
-                    if out_full:
-                        k = _oldest_after(st, ch, st.dreq[E_NEXT, ch, k], open_row, True)
-                        continue  # its response would find the ring full
-                    if p.d_closed_page == 1:
-                        cmd = col_auto
-            at = max(st.rdy_chan[ch, cmd], st.rdy_rank[ch, rank, cmd], st.rdy_bg[ch, rbg, cmd],
-                     st.rdy_bank[ch, nb, cmd], cyc)
-            if at <= best_at:
-                seq = st.dreq[E_SEQ, ch, k]
-                if (at < best_at or (hit and not best_hit)
-                        or (hit == best_hit and seq < best_seq)):
-                    best, best_cmd, best_at, best_hit, best_seq = k, cmd, at, hit, seq
+            cmd = _command_for(p, side == 1, hit, open_row, st.dreq[E_BURSTS, ch, k], out_full)
+            if cmd >= 0:
+                at = max(_bank_earliest(st, ch, rank, rbg, nb, cmd), cyc)
+                if at <= best_at:
+                    seq = st.dreq[E_SEQ, ch, k]
+                    if (at < best_at or (hit and not best_hit)
+                            or (hit == best_hit and seq < best_seq)):
+                        best, best_cmd, best_at, best_hit, best_seq = k, cmd, at, hit, seq
             if not hit:
                 k = kh
                 hit = True

@@ -147,13 +147,12 @@ N_PACKET_FIELDS = 6
 # (DC_CAND_*: the controller's next choice, kept between visits while nothing it depends
 #  on changes: request, command, the cycle it becomes legal, whether it is a row hit, and
 #  whether the response ring was full when it was chosen; DC_CAND_VALID 0 = look again;
-#  DC_ACTIVE_*: how many banks have requests in each queue (dact); DC_REF_PENDING: how many
-#  ranks wait for a refresh)
+#  DC_ACTIVE_*: how many banks have requests in each queue (dact))
 (DC_WAKE, DC_RQ_COUNT, DC_WQ_COUNT, DC_DRAINING, DC_READS, DC_WRITES, DC_READ_BYTES,
  DC_WRITE_BYTES, DC_ACTS, DC_PRES, DC_REFS, DC_CMDS, DC_BUS_BUSY, DC_LAT_SUM,
  DC_LAT_N, DC_CAND_VALID, DC_CAND_K, DC_CAND_CMD, DC_CAND_AT, DC_CAND_HIT,
- DC_CAND_OUT_FULL, DC_SEQ, DC_ACTIVE_R, DC_ACTIVE_W, DC_REF_PENDING) = range(25)
-N_DCH_FIELDS = 25
+ DC_CAND_OUT_FULL, DC_SEQ, DC_ACTIVE_R, DC_ACTIVE_W) = range(24)
+N_DCH_FIELDS = 24
 # dreq
 # (E_RBG/E_NB: flat bank-group and bank index; E_SEQ: arrival number, which orders the
 #  requests by age; E_NEXT/E_PREV: the next younger / older request of the same bank and
@@ -164,8 +163,8 @@ N_DREQ_FIELDS = 17
 # dqb (QB_HEAD/QB_TAIL: oldest / youngest request slot, -1 if none; QB_POS: the bank's
 #  place in dact; QB_OLDEST_HIT/QB_OLDEST_OTHER: the oldest request that targets the bank's
 #  open row / that does not, -1 if none)
-QB_HEAD, QB_TAIL, QB_COUNT, QB_POS, QB_OLDEST_HIT, QB_OLDEST_OTHER = range(6)
-N_QB_FIELDS = 6
+QB_HEAD, QB_TAIL, QB_POS, QB_OLDEST_HIT, QB_OLDEST_OTHER = range(5)
+N_QB_FIELDS = 5
 # dbank (B_HITS, B_MISSES, B_CONFLICTS in class order; B_READS, B_WRITES in dir order)
 B_OPEN_ROW, B_HITS, B_MISSES, B_CONFLICTS, B_READS, B_WRITES = range(6)
 N_DBANK_FIELDS = 6

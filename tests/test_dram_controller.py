@@ -210,7 +210,6 @@ def test_fr_fcfs_choice_matches_its_definition(page):
         else:  # the rank waits for a refresh, or not
             pending = int(rng.random() < 0.2)
             st.drank[ks.RK_PENDING, 0, 0] = pending
-            st.dch[ks.DC_REF_PENDING, 0] = pending
         kd._choose(st, p, 0, cyc)
         got = (int(st.dch[ks.DC_CAND_K, 0]), int(st.dch[ks.DC_CAND_CMD, 0]),
                int(st.dch[ks.DC_CAND_AT, 0]))

@@ -123,22 +123,20 @@ def test_gqa_moves_less_kv_data_than_mha_and_is_faster_when_memory_bound():
     assert gqa_cycles < mha_cycles
 
 
-def test_request_files_name_their_problems(tmp_path):
+@pytest.mark.parametrize("text, message", [
+    ('model = "gpt2"\nprompt = 8\ngenerate = 2\nbatch = 2\n',
+     "an LLM request takes prompt and generate, not batch"),
+    ('model = "mlp"\narrival_us = 1\narrival_cycles = 5\n',
+     "give arrival_us or arrival_cycles, not both"),
+    ('model = "gpt2"\nprompt = 1000\ngenerate = 100\n',
+     "generate 100 exceeds the 1024 positions of gpt2"),
+    ('model = "mlp"\nprompt = 4\n', "prompt is only for LLM requests"),
+    ('modell = "mlp"\n', r"unknown key\(s\) \['modell'\]"),
+])
+def test_request_files_name_their_problems(tmp_path, text, message):
     f = tmp_path / "r.toml"
-    f.write_text('[[request]]\nmodel = "gpt2"\nprompt = 8\ngenerate = 2\nbatch = 2\n')
-    with pytest.raises(NpusimError, match="an LLM request takes prompt and generate, not batch"):
-        read_requests(f, 1000)
-    f.write_text('[[request]]\nmodel = "mlp"\narrival_us = 1\narrival_cycles = 5\n')
-    with pytest.raises(NpusimError, match="give arrival_us or arrival_cycles, not both"):
-        read_requests(f, 1000)
-    f.write_text('[[request]]\nmodel = "gpt2"\nprompt = 1000\ngenerate = 100\n')
-    with pytest.raises(NpusimError, match="generate 100 exceeds the 1024 positions of gpt2"):
-        read_requests(f, 1000)
-    f.write_text('[[request]]\nmodel = "mlp"\nprompt = 4\n')
-    with pytest.raises(NpusimError, match="prompt is only for LLM requests"):
-        read_requests(f, 1000)
-    f.write_text('[[request]]\nmodell = "mlp"\n')
-    with pytest.raises(NpusimError, match=r"unknown key\(s\) \['modell'\]"):
+    f.write_text("[[request]]\n" + text)
+    with pytest.raises(NpusimError, match=message):
         read_requests(f, 1000)
 
 
