@@ -1,10 +1,14 @@
 """Cycle-level DRAM: one generic controller per channel, every standard from tables.
 
-The standard (``npusim.dram``) arrives as timing rules ``mt.rules`` (prev command, next
-command, level, latency, window, sibling), grouped by prev command. Issuing a command
-pushes forward the earliest cycle of each ``next`` command at the nodes the rule targets;
-a command is legal when the current cycle has reached the latest of those bounds at the
-channel, rank, bank-group and bank holding its target. Bank state is the open row.
+The standard (``npusim.dram``) arrives as timing rules (prev command, next command, level,
+latency, window, sibling). Issuing a command pushes forward the earliest cycle of each
+``next`` command at the nodes the rules reach; a command is legal when the current cycle
+has reached those bounds. Bounds are kept per bank group (``rdy_group``, which takes in
+the channel and rank rules too) and per bank (``rdy_bank``), so the engine compiles the
+rules into dense delays by relation to the command's target (``mt.delay_group``: same
+group, another group of the rank, another rank; ``mt.delay_bank``: same bank, another bank
+of the group) and issuing is a vector max per bank group; only windowed rules (tFAW) are
+walked one by one. Bank state is the open row.
 
 The controller of each channel keeps a read and a write queue, drains writes between a
 high and a low watermark, refreshes every rank every tREFI (all-bank refresh, preceded by
@@ -23,13 +27,18 @@ The scan is over banks, not requests. A queue is a set of request slots (``dreq`
 arrival number for age; each bank keeps its requests of each queue in an age-ordered list
 with the oldest row hit and the oldest non-hit at hand (``dqb``), and the banks with
 requests are listed (``dact``). All row hits of a bank need the same command at the same
-cycle, and so do all its non-hits, so only those two can be the bank's pick.
+cycle, and so do all its non-hits, so only those two can be the bank's pick. Each bank
+keeps its picks' own timing bound and age at hand (``dpick``, refreshed whenever a pick, the
+open row or the bank's bounds change), so with open page the scan is a few branch-free
+minima over contiguous per-bank arrays, which the compiler turns into vector code instead
+of a visit per bank with data-dependent branches.
 """
 
 from . import isa
 from .addrmap import dram_decode
 from .jit import kernel
-from .ring import ring_at, ring_next
+from .memory import response_queued
+from .ring import ring_at, ring_next, unsigned
 from .state import *  # noqa: F403  (field indices of the state tables)
 from .timebase import align_up
 from .trace import (trace_dram_command, trace_in_log_window, trace_queues, trace_request_class,
@@ -40,29 +49,32 @@ ACT, PRE, PREA, RD, WR, RDA, WRA, REF = range(8)
 N_COMMANDS = 8
 # levels
 LV_CHANNEL, LV_RANK, LV_BANKGROUP, LV_BANK = range(4)
-# rule table columns
-R_PREV, R_NEXT, R_LEVEL, R_LAT, R_WINDOW, R_SIBLING, R_WSLOT = range(7)
+# how a bank group / bank stands to the one a command went to (rows of mt.delay_*)
+REL_SAME_GROUP, REL_SAME_RANK, REL_OTHER_RANK = range(3)
+REL_SAME_BANK, REL_OTHER_BANK = range(2)
+NO_DELAY = -(1 << 40)  # no rule: a bound this far back never binds
+# windowed rule columns (mt.windows)
+W_NEXT, W_LEVEL, W_LAT, W_SIZE, W_SIBLING = range(5)
+N_WINDOW_FIELDS = 5
 # request classes
 CLASS_HIT, CLASS_MISS, CLASS_CONFLICT = range(3)
 LAT_BINS = 4096  # read latency histogram: one bin per DRAM cycle, last bin = overflow
 
 
 @kernel(inline=True)
-def _bank_earliest(st, ch, rank, rbg, nb, cmd):
-    """First cycle at which ``cmd`` may issue to bank nb (rank ``rank``, bank group ``rbg``)."""
-    return max(st.rdy_chan[ch, cmd], st.rdy_rank[ch, rank, cmd], st.rdy_bg[ch, rbg, cmd],
-               st.rdy_bank[ch, nb, cmd])
+def _bank_earliest(st, ch, rbg, nb, cmd):
+    """First cycle at which ``cmd`` may issue to bank nb of bank group rbg."""
+    return max(st.rdy_group[ch, rbg, cmd], st.rdy_bank[ch, nb, cmd])
 
 
 @kernel
 def _rank_earliest(st, p, ch, rank, cmd):
     """First cycle at which the rank-wide ``cmd`` (PREA, REF) may issue to ``rank``."""
-    e = max(st.rdy_chan[ch, cmd], st.rdy_rank[ch, rank, cmd])
-    for g in range(p.d_bankgroups):
-        rbg = rank * p.d_bankgroups + g
-        e = max(e, st.rdy_bg[ch, rbg, cmd])
-        for b in range(p.d_banks):
-            e = max(e, st.rdy_bank[ch, rbg * p.d_banks + b, cmd])
+    e = 0
+    for rbg in range(rank * p.d_bankgroups, (rank + 1) * p.d_bankgroups):
+        e = max(e, st.rdy_group[ch, rbg, cmd])
+        for nb in range(rbg * p.d_banks, (rbg + 1) * p.d_banks):
+            e = max(e, st.rdy_bank[ch, nb, cmd])
     return e
 
 
@@ -72,76 +84,87 @@ def _earliest(st, p, ch, rank, bg, bank, cmd):
     if cmd == PREA or cmd == REF:
         return _rank_earliest(st, p, ch, rank, cmd)
     rbg = rank * p.d_bankgroups + bg
-    return _bank_earliest(st, ch, rank, rbg, rbg * p.d_banks + bank, cmd)
+    return _bank_earliest(st, ch, rbg, rbg * p.d_banks + bank, cmd)
+
+
+@kernel(inline=True)
+def _delay_row(bounds, row, delays, cmd, rel, cyc):
+    """bounds[row, :] = max(bounds[row, :], cyc + delays[cmd, rel, :]): all next commands
+    at once (a vector max)."""
+    for nxt in range(bounds.shape[1]):
+        bounds[row, nxt] = max(bounds[row, nxt], cyc + delays[cmd, rel, nxt])
 
 
 @kernel
-def _bump(arr, i, cmd, when):
-    if arr[i, cmd] < when:
-        arr[i, cmd] = when
+def _bump_level(st, p, ch, rank, bg, bank, level, sibling, nxt, when):
+    """Raise the bound on ``nxt`` to ``when`` at the nodes a rule at ``level`` reaches
+    (``sibling``: the other nodes under the same parent; rank-wide commands: the rank)."""
+    G = p.d_bankgroups
+    B = p.d_banks
+    if level == LV_CHANNEL or (level == LV_RANK and sibling):
+        for rbg in range(p.d_ranks * G):
+            if level == LV_CHANNEL or rbg // G != rank:
+                st.rdy_group[ch, rbg, nxt] = max(st.rdy_group[ch, rbg, nxt], when)
+    elif level == LV_RANK or (level == LV_BANKGROUP and bg < 0):
+        for rbg in range(rank * G, (rank + 1) * G):
+            st.rdy_group[ch, rbg, nxt] = max(st.rdy_group[ch, rbg, nxt], when)
+    elif level == LV_BANKGROUP:
+        for g in range(G):
+            if (g == bg) != sibling:
+                st.rdy_group[ch, rank * G + g, nxt] = max(st.rdy_group[ch, rank * G + g, nxt],
+                                                          when)
+    elif bg < 0:
+        for nb in range(rank * G * B, (rank + 1) * G * B):
+            st.rdy_bank[ch, nb, nxt] = max(st.rdy_bank[ch, nb, nxt], when)
+    else:
+        for b in range(B):
+            if (b == bank) != sibling:
+                nb = (rank * G + bg) * B + b
+                st.rdy_bank[ch, nb, nxt] = max(st.rdy_bank[ch, nb, nxt], when)
 
 
-@kernel
-def _bump3(arr, ch, i, cmd, when):
-    if arr[ch, i, cmd] < when:
-        arr[ch, i, cmd] = when
-
-
-@kernel
+@kernel(inline=True)
 def _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc):
-    """Timing consequences of ``cmd`` issued at ``cyc``."""
+    """Timing consequences of ``cmd`` issued at ``cyc``: every bank group's bounds move by
+    its row of delays (mt.delay_group), the bank's by mt.delay_bank, then the windowed
+    rules. Returns whether bank-level bounds of other banks moved (rank-wide commands,
+    sibling rules)."""
     G = p.d_bankgroups
     B = p.d_banks
     rank_wide = cmd == PREA or cmd == REF
     rbg = rank * G + bg
-    for k in range(mt.rule_start[cmd], mt.rule_start[cmd + 1]):
-        nxt = mt.rules[k, R_NEXT]
-        level = mt.rules[k, R_LEVEL]
-        when = cyc + mt.rules[k, R_LAT]
-        w = mt.rules[k, R_WSLOT]
-        if w >= 0:
-            # window rule: measured from the window-th most recent command at the node
-            node = rank if level == LV_RANK else (rbg if level == LV_BANKGROUP else 0)
-            if level == LV_BANK:
-                node = rbg * B + bank
-            size = mt.rules[k, R_WINDOW]
-            pos = st.win_ctl[0, ch, w, node]
-            st.win[ch, w, node, pos] = cyc
-            st.win_ctl[0, ch, w, node] = ring_next(pos, size)
-            st.win_ctl[1, ch, w, node] = min(size, st.win_ctl[1, ch, w, node] + 1)
-            if st.win_ctl[1, ch, w, node] < size:
-                continue
-            when = st.win[ch, w, node, ring_next(pos, size)] + mt.rules[k, R_LAT]
-        sibling = mt.rules[k, R_SIBLING] == 1
-        if level == LV_CHANNEL:
-            _bump(st.rdy_chan, ch, nxt, when)
-        elif level == LV_RANK:
-            if not sibling:
-                _bump3(st.rdy_rank, ch, rank, nxt, when)
-            else:
-                for r in range(p.d_ranks):
-                    if r != rank:
-                        _bump3(st.rdy_rank, ch, r, nxt, when)
-        elif level == LV_BANKGROUP:
-            if rank_wide:
-                for g in range(G):
-                    _bump3(st.rdy_bg, ch, rank * G + g, nxt, when)
-            elif not sibling:
-                _bump3(st.rdy_bg, ch, rbg, nxt, when)
-            else:
-                for g in range(G):
-                    if g != bg:
-                        _bump3(st.rdy_bg, ch, rank * G + g, nxt, when)
-        else:
-            if rank_wide:
-                for i in range(rank * G * B, (rank + 1) * G * B):
-                    _bump3(st.rdy_bank, ch, i, nxt, when)
-            elif not sibling:
-                _bump3(st.rdy_bank, ch, rbg * B + bank, nxt, when)
-            else:
-                for b in range(B):
-                    if b != bank:
-                        _bump3(st.rdy_bank, ch, rbg * B + b, nxt, when)
+    for g in range(p.d_ranks * G):
+        rel = REL_OTHER_RANK if g // G != rank else (
+            REL_SAME_GROUP if rank_wide or g == rbg else REL_SAME_RANK)
+        _delay_row(st.rdy_group[ch], g, mt.delay_group, cmd, rel, cyc)
+    others = rank_wide
+    if rank_wide:
+        for nb in range(rank * G * B, (rank + 1) * G * B):
+            _delay_row(st.rdy_bank[ch], nb, mt.delay_bank, cmd, REL_SAME_BANK, cyc)
+    else:
+        _delay_row(st.rdy_bank[ch], rbg * B + bank, mt.delay_bank, cmd, REL_SAME_BANK, cyc)
+        for nxt in range(N_COMMANDS):
+            others = others or mt.delay_bank[cmd, REL_OTHER_BANK, nxt] > NO_DELAY
+        if others:  # sibling rules
+            for nb in range(rbg * B, (rbg + 1) * B):
+                if nb != rbg * B + bank:
+                    _delay_row(st.rdy_bank[ch], nb, mt.delay_bank, cmd, REL_OTHER_BANK, cyc)
+    for w in range(mt.window_start[cmd], mt.window_start[cmd + 1]):
+        # measured from the window-th most recent command at the node
+        level = mt.windows[w, W_LEVEL]
+        node = rank if level == LV_RANK else (rbg if level == LV_BANKGROUP else 0)
+        if level == LV_BANK:
+            node = rbg * B + bank
+        size = mt.windows[w, W_SIZE]
+        pos = st.win_ctl[0, ch, w, node]
+        st.win[ch, w, node, pos] = cyc
+        st.win_ctl[0, ch, w, node] = ring_next(pos, size)
+        st.win_ctl[1, ch, w, node] = min(size, st.win_ctl[1, ch, w, node] + 1)
+        if st.win_ctl[1, ch, w, node] == size:
+            when = st.win[ch, w, node, ring_next(pos, size)] + mt.windows[w, W_LAT]
+            _bump_level(st, p, ch, rank, -1 if rank_wide else bg, bank, level,
+                        mt.windows[w, W_SIBLING] == 1, mt.windows[w, W_NEXT], when)
+    return others
 
 
 @kernel
@@ -151,6 +174,23 @@ def _oldest_after(st, ch, k, open_row, hit):
     while k >= 0 and (st.dreq[E_ROW, ch, k] == open_row) != hit:
         k = st.dreq[E_NEXT, ch, k]
     return k
+
+
+@kernel
+def _bank_pick(st, ch, side, nb):
+    """Bank nb's own bound on the commands its oldest hit and oldest non-hit in queue
+    ``side`` need next (open page; isa.NEVER where there is none). Called whenever one of
+    them, the open row or the bank's timing bounds change."""
+    hit_cmd = WR if side == 1 else RD
+    other_cmd = ACT if st.dbank[B_OPEN_ROW, ch, nb] < 0 else PRE
+    kh = st.dqb[QB_OLDEST_HIT, ch, side, nb]
+    ko = st.dqb[QB_OLDEST_OTHER, ch, side, nb]
+    st.dpick[PK_AT_HIT, ch, side, nb] = st.rdy_bank[ch, nb, hit_cmd] if kh >= 0 else isa.NEVER
+    st.dpick[PK_AGE_HIT, ch, side, nb] = (
+        (st.dreq[E_SEQ, ch, kh] << PK_BANK_BITS) | nb if kh >= 0 else isa.NEVER)
+    st.dpick[PK_AT_OTHER, ch, side, nb] = st.rdy_bank[ch, nb, other_cmd] if ko >= 0 else isa.NEVER
+    st.dpick[PK_AGE_OTHER, ch, side, nb] = (
+        (st.dreq[E_SEQ, ch, ko] << PK_BANK_BITS) | nb if ko >= 0 else isa.NEVER)
 
 
 @kernel
@@ -177,6 +217,7 @@ def _bank_append(st, ch, side, nb, k):
     kind = QB_OLDEST_HIT if st.dreq[E_ROW, ch, k] == st.dbank[B_OPEN_ROW, ch, nb] else QB_OLDEST_OTHER
     if st.dqb[kind, ch, side, nb] < 0:
         st.dqb[kind, ch, side, nb] = k
+        _bank_pick(st, ch, side, nb)
     if tail < 0:  # the bank becomes active in this queue
         i = st.dch[DC_ACTIVE_R + side, ch]
         st.dact[ch, side, i] = nb
@@ -201,8 +242,10 @@ def _bank_unlink(st, ch, side, nb, k):
     open_row = st.dbank[B_OPEN_ROW, ch, nb]
     if st.dqb[QB_OLDEST_HIT, ch, side, nb] == k:
         st.dqb[QB_OLDEST_HIT, ch, side, nb] = _oldest_after(st, ch, nxt, open_row, True)
+        _bank_pick(st, ch, side, nb)
     elif st.dqb[QB_OLDEST_OTHER, ch, side, nb] == k:
         st.dqb[QB_OLDEST_OTHER, ch, side, nb] = _oldest_after(st, ch, nxt, open_row, False)
+        _bank_pick(st, ch, side, nb)
     if prev < 0 and nxt < 0:  # the bank's last request: the last active bank takes its place
         last = st.dch[DC_ACTIVE_R + side, ch] - 1
         i = st.dqb[QB_POS, ch, side, nb]
@@ -236,7 +279,14 @@ def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
         st.dch[DC_REFS, ch] += 1
     if cmd == RD or cmd == RDA or cmd == WR or cmd == WRA:
         st.dch[DC_BUS_BUSY, ch] += p.d_bl
-    _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc)
+    # the picks of every bank whose row or bounds moved
+    if _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc) or cmd == PREA or cmd == REF:
+        for i in range(rank * G * B, (rank + 1) * G * B):
+            for side in range(2):
+                _bank_pick(st, ch, side, i)
+    else:
+        for side in range(2):
+            _bank_pick(st, ch, side, nb)
     st.dch[DC_CMDS, ch] += 1
     if p.trace == 1:
         trace_dram_command(st, p, ch, rank, nb, cmd, cyc)
@@ -294,9 +344,6 @@ def _accept(st, mt, p, ch, t):
         st.dreq[E_DIR, ch, k] = st.ch_in[P_DIR, ch, h]
         st.dreq[E_ENTRY, ch, k] = st.ch_in[P_ENTRY, ch, h]
         st.dreq[E_SENT, ch, k] = st.ch_in[P_SENT, ch, h]
-        rank = rank % p.d_ranks
-        bg = bg % p.d_bankgroups
-        bank = bank % p.d_banks
         st.dreq[E_RANK, ch, k] = rank
         st.dreq[E_BG, ch, k] = bg
         st.dreq[E_BANK, ch, k] = bank
@@ -343,6 +390,7 @@ def _respond(st, p, ch, k, done_cycle):
     st.ch_out[P_ENTRY, ch, o] = st.dreq[E_ENTRY, ch, k]
     st.ch_out[P_SENT, ch, o] = st.dreq[E_SENT, ch, k]
     st.chan[H_OUT_COUNT, ch] += 1
+    response_queued(st, ch)
     st.glob[G_WAKE_NOC] = min(st.glob[G_WAKE_NOC], align_up(ready, p.noc_period))
 
 
@@ -414,23 +462,64 @@ def _candidate(st, p, ch, k, cyc, out_full):
                        out_full)
     if cmd < 0:
         return -1, isa.NEVER, False
-    return cmd, max(_bank_earliest(st, ch, rank, st.dreq[E_RBG, ch, k], nb, cmd), cyc), hit
+    return cmd, max(_bank_earliest(st, ch, st.dreq[E_RBG, ch, k], nb, cmd), cyc), hit
 
 
 @kernel(inline=True)
-def _choose(st, p, ch, cyc):
-    """FR-FCFS as of cycle ``cyc`` in the queue being served, remembered in DC_CAND_*: the
-    first cycle >= cyc at which some request can issue, and the one chosen then (the oldest
-    row hit among those legal then, else the oldest of them; age is E_SEQ).
+def _choose_by_picks(st, p, ch, cyc, side):
+    """FR-FCFS over each bank's oldest hit and oldest non-hit (open page, room for
+    responses). A pick is legal at the later of its bank's own bound (``dpick``) and its
+    bank group's (``rdy_group``, spread over the banks in ``dgroup`` first), so the scan is
+    three minima over the banks, without branches: the first cycle any pick is legal,
+    whether a row hit is legal then, and the oldest pick of that kind legal then (its age
+    key names its bank)."""
+    col = WR if side == 1 else RD
+    G = p.d_bankgroups
+    B = p.d_banks
+    # each bank's group bound on the commands a pick may need (isa.NEVER while its rank
+    # waits for a refresh), spread over the banks so the minima below run over them flat
+    for r in range(p.d_ranks):
+        waits = st.drank[RK_PENDING, ch, r] == 1
+        for g in range(r * G, (r + 1) * G):
+            g_col = isa.NEVER if waits else st.rdy_group[ch, g, col]
+            g_act = isa.NEVER if waits else st.rdy_group[ch, g, ACT]
+            g_pre = isa.NEVER if waits else st.rdy_group[ch, g, PRE]
+            for nb in range(unsigned(g * B), unsigned((g + 1) * B)):
+                st.dgroup[GB_COLUMN, ch, nb] = g_col
+                st.dgroup[GB_OTHER, ch, nb] = g_act if st.dbank[B_OPEN_ROW, ch, nb] < 0 else g_pre
+    n_banks = st.dpick.shape[3]
+    first_hit = isa.NEVER
+    first_other = isa.NEVER
+    for nb in range(n_banks):
+        first_hit = min(first_hit, max(st.dpick[PK_AT_HIT, ch, side, nb],
+                                       st.dgroup[GB_COLUMN, ch, nb]))
+        first_other = min(first_other, max(st.dpick[PK_AT_OTHER, ch, side, nb],
+                                           st.dgroup[GB_OTHER, ch, nb]))
+    at = max(min(first_hit, first_other), cyc)
+    if at >= isa.NEVER:
+        return -1, -1, isa.NEVER, False
+    hit = first_hit <= at
+    oldest = isa.NEVER
+    if hit:
+        for nb in range(n_banks):
+            legal = max(st.dpick[PK_AT_HIT, ch, side, nb], st.dgroup[GB_COLUMN, ch, nb]) <= at
+            oldest = min(oldest, st.dpick[PK_AGE_HIT, ch, side, nb] if legal else isa.NEVER)
+    else:
+        for nb in range(n_banks):
+            legal = max(st.dpick[PK_AT_OTHER, ch, side, nb], st.dgroup[GB_OTHER, ch, nb]) <= at
+            oldest = min(oldest, st.dpick[PK_AGE_OTHER, ch, side, nb] if legal else isa.NEVER)
+    nb = oldest & ((1 << PK_BANK_BITS) - 1)
+    if hit:
+        return st.dqb[QB_OLDEST_HIT, ch, side, nb], col, at, True
+    cmd = ACT if st.dbank[B_OPEN_ROW, ch, nb] < 0 else PRE
+    return st.dqb[QB_OLDEST_OTHER, ch, side, nb], cmd, at, False
 
-    Requests of one bank that are all row hits, or all not, need the same command at the
-    same cycle, so only the oldest of each kind can win: the scan visits the banks with
-    requests and looks at each one's oldest hit and oldest non-hit, which the bank keeps
-    (QB_OLDEST_*). (Under closed page, or with the response ring full, hits can differ in
-    command or eligibility by their bursts left, so there every hit is looked at.)"""
-    side = st.dch[DC_DRAINING, ch]
-    out_full = st.chan[H_OUT_COUNT, ch] >= st.ch_out.shape[2]
-    every_hit = p.d_closed_page == 1 or out_full
+
+@kernel(inline=True)
+def _choose_by_walk(st, p, ch, cyc, side, out_full):
+    """FR-FCFS when row hits of one bank can differ by their bursts left (closed page's
+    auto-precharge on the last burst; a full response ring holds last bursts back): each
+    bank's oldest non-hit and every one of its hits."""
     best = -1
     best_cmd = -1
     best_at = isa.NEVER
@@ -446,13 +535,13 @@ def _choose(st, p, ch, cyc):
             continue  # the rank waits for its refresh
         rbg = st.dreq[E_RBG, ch, k]
         open_row = st.dbank[B_OPEN_ROW, ch, nb]
-        # the oldest non-hit, then the oldest hit (every hit in the slow case)
+        # the oldest non-hit, then every hit
         hit = ko < 0
         k = kh if hit else ko
         while k >= 0:
             cmd = _command_for(p, side == 1, hit, open_row, st.dreq[E_BURSTS, ch, k], out_full)
             if cmd >= 0:
-                at = max(_bank_earliest(st, ch, rank, rbg, nb, cmd), cyc)
+                at = max(_bank_earliest(st, ch, rbg, nb, cmd), cyc)
                 if at <= best_at:
                     seq = st.dreq[E_SEQ, ch, k]
                     if (at < best_at or (hit and not best_hit)
@@ -461,10 +550,28 @@ def _choose(st, p, ch, cyc):
             if not hit:
                 k = kh
                 hit = True
-            elif every_hit:
-                k = _oldest_after(st, ch, st.dreq[E_NEXT, ch, k], open_row, True)
             else:
-                k = -1
+                k = _oldest_after(st, ch, st.dreq[E_NEXT, ch, k], open_row, True)
+    return best, best_cmd, best_at, best_hit
+
+
+@kernel(inline=True)
+def _choose(st, p, ch, cyc):
+    """FR-FCFS as of cycle ``cyc`` in the queue being served, remembered in DC_CAND_*: the
+    first cycle >= cyc at which some request can issue, and the one chosen then (the oldest
+    row hit among those legal then, else the oldest of them; age is E_SEQ).
+
+    Requests of one bank that are all row hits, or all not, need the same command at the
+    same cycle, so only the oldest of each kind can win, and the bank keeps both at hand
+    (QB_OLDEST_*) with its own bound on their commands (PK_AT_*). Under closed page, or
+    with the response ring full, hits can differ in command or eligibility by their bursts
+    left, and every hit is looked at."""
+    side = st.dch[DC_DRAINING, ch]
+    out_full = st.chan[H_OUT_COUNT, ch] >= st.ch_out.shape[2]
+    if p.d_closed_page == 1 or out_full:
+        best, best_cmd, best_at, best_hit = _choose_by_walk(st, p, ch, cyc, side, out_full)
+    else:
+        best, best_cmd, best_at, best_hit = _choose_by_picks(st, p, ch, cyc, side)
     st.dch[DC_CAND_VALID, ch] = 1
     st.dch[DC_CAND_K, ch] = best
     st.dch[DC_CAND_CMD, ch] = best_cmd

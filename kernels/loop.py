@@ -176,12 +176,15 @@ def run(st, prog, mt, p, max_iterations):
             return 0
         iterations += 1
         st.glob[G_STEPS] += 1
-        if t % p.mem_period == 0 and p.mem_type != MEM_IDEAL and (p.skip == 0 or st.glob[G_WAKE_MEM] <= t):
+        # (the wake test first: the modulo is an integer division)
+        if (p.mem_type != MEM_IDEAL and (p.skip == 0 or st.glob[G_WAKE_MEM] <= t)
+                and t % p.mem_period == 0):
             if p.mem_type == MEM_DRAM:
                 st.glob[G_WAKE_MEM] = dram_step(st, mt, p, t)
             else:
                 st.glob[G_WAKE_MEM] = simple_memory_step(st, p, t)
-        if t % p.noc_period == 0 and p.mem_type != MEM_IDEAL and (p.skip == 0 or st.glob[G_WAKE_NOC] <= t):
+        if (p.mem_type != MEM_IDEAL and (p.skip == 0 or st.glob[G_WAKE_NOC] <= t)
+                and t % p.noc_period == 0):
             st.glob[G_WAKE_NOC] = noc_step(st, p, t)
         if t % p.core_period == 0:
             cores_step(st, prog, mt, p, t)

@@ -10,6 +10,7 @@ The cycle-level DRAM (``dram.py``) uses the same rings: requests in, responses o
 from . import isa
 from .addrmap import dram_channel
 from .jit import kernel
+from .ring import ring_next
 from .state import *  # noqa: F403  (field indices of the state tables)
 from .timebase import align_up
 
@@ -36,6 +37,25 @@ def _refill(st, p, ch, t):
 
 
 @kernel
+def response_queued(st, ch):
+    """Channel ch has just added a response to its ring (it keeps C_RESP_HEADS)."""
+    if st.chan[H_OUT_COUNT, ch] == 1:
+        st.core[C_RESP_HEADS, st.ch_out[P_CORE, ch, st.chan[H_OUT_HEAD, ch]]] += 1
+
+
+@kernel
+def response_taken(st, ch):
+    """The response at the head of channel ch's ring leaves it."""
+    h = st.chan[H_OUT_HEAD, ch]
+    st.core[C_RESP_HEADS, st.ch_out[P_CORE, ch, h]] -= 1
+    h = ring_next(h, st.ch_out.shape[2])
+    st.chan[H_OUT_HEAD, ch] = h
+    st.chan[H_OUT_COUNT, ch] -= 1
+    if st.chan[H_OUT_COUNT, ch] > 0:
+        st.core[C_RESP_HEADS, st.ch_out[P_CORE, ch, h]] += 1
+
+
+@kernel
 def simple_memory_step(st, p, t):
     """Serve what each channel's bandwidth allows at memory edge t; return the next wake."""
     qin = st.ch_in.shape[2]
@@ -55,6 +75,7 @@ def simple_memory_step(st, p, t):
             st.ch_out[P_ENTRY, ch, k] = st.ch_in[P_ENTRY, ch, h]
             st.ch_out[P_SENT, ch, k] = st.ch_in[P_SENT, ch, h]
             st.chan[H_OUT_COUNT, ch] += 1
+            response_queued(st, ch)
             st.chan[H_IN_HEAD, ch] = (h + 1) % qin
             st.chan[H_IN_COUNT, ch] -= 1
             d = st.ch_in[P_DIR, ch, h]

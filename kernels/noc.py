@@ -12,7 +12,7 @@ from .jit import kernel
 from . import isa
 from .ring import ring_at, ring_next
 from .state import *  # noqa: F403  (field indices of the state tables)
-from .memory import channel_of
+from .memory import channel_of, response_taken
 from .timebase import align_up
 from .trace import trace_flits
 
@@ -32,11 +32,14 @@ def noc_inject(st, mt, p, c, d, entry, addr, t):
     if st.core[C_INJ_COUNT, c] >= p.inj_queue:
         return False
     k = ring_at(st.core[C_INJ_HEAD, c], st.core[C_INJ_COUNT, c], q)
+    ch = channel_of(addr, p, mt)
     st.inj[N_ADDR, c, k] = addr
     st.inj[N_DIR, c, k] = d
     st.inj[N_ENTRY, c, k] = entry
     st.inj[N_TIME, c, k] = t
-    st.inj[N_CHAN, c, k] = channel_of(addr, p, mt)
+    st.inj[N_CHAN, c, k] = ch
+    if st.core[C_INJ_COUNT, c] == 0:
+        st.chan[H_INJ_HEADS, ch] += 1
     st.core[C_INJ_COUNT, c] += 1
     st.glob[G_WAKE_NOC] = min(st.glob[G_WAKE_NOC], align_up(t + 1, p.noc_period))
     return True
@@ -47,7 +50,8 @@ def _grant_requests(st, p, t):
     qin = st.ch_in.shape[2]
     qinj = st.inj.shape[2]
     for ch in range(p.n_channels):
-        if st.chan[H_REQ_PORT_FREE, ch] > t or st.chan[H_IN_COUNT, ch] >= p.ch_queue:
+        if (st.chan[H_INJ_HEADS, ch] == 0 or st.chan[H_REQ_PORT_FREE, ch] > t
+                or st.chan[H_IN_COUNT, ch] >= p.ch_queue):
             continue
         c = st.chan[H_REQ_RR, ch] - 1
         for n in range(p.n_cores):
@@ -74,6 +78,9 @@ def _grant_requests(st, p, t):
             st.chan[H_IN_COUNT, ch] += 1
             st.core[C_INJ_HEAD, c] = ring_next(h, qinj)
             st.core[C_INJ_COUNT, c] -= 1
+            st.chan[H_INJ_HEADS, ch] -= 1
+            if st.core[C_INJ_COUNT, c] > 0:
+                st.chan[H_INJ_HEADS, st.inj[N_CHAN, c, ring_next(h, qinj)]] += 1
             st.chan[H_REQ_RR, ch] = ring_next(c, p.n_cores)
             st.glob[G_WAKE_MEM] = min(st.glob[G_WAKE_MEM], align_up(max(arrival, t + 1), p.mem_period))
             st.core[C_WAKE, c] = min(st.core[C_WAKE, c], align_up(t, p.core_period))
@@ -85,15 +92,21 @@ def _grant_responses(st, p, t):
     qout = st.ch_out.shape[2]
     qarr = st.arr.shape[2]
     for c in range(p.n_cores):
-        if st.core[C_RESP_PORT_FREE, c] > t:
+        if st.core[C_RESP_HEADS, c] == 0 or st.core[C_RESP_PORT_FREE, c] > t:
             continue
         ch = st.core[C_RESP_RR, c] - 1
+        waiting = st.core[C_RESP_HEADS, c]  # channels with a response for c at their head
         for n in range(p.n_channels):
+            if waiting == 0:
+                break  # none of them is ready yet
             ch = ring_next(ch, p.n_channels)
             if st.chan[H_OUT_COUNT, ch] == 0:
                 continue
             h = st.chan[H_OUT_HEAD, ch]
-            if st.ch_out[P_CORE, ch, h] != c or st.ch_out[P_TIME, ch, h] > t:
+            if st.ch_out[P_CORE, ch, h] != c:
+                continue
+            if st.ch_out[P_TIME, ch, h] > t:
+                waiting -= 1
                 continue
             flits = packet_flits(p, st.ch_out[P_DIR, ch, h] == 0)
             st.core[C_RESP_PORT_FREE, c] = t + flits * p.noc_period
@@ -106,8 +119,7 @@ def _grant_responses(st, p, t):
             st.arr[A_ENTRY, c, k] = st.ch_out[P_ENTRY, ch, h]
             st.arr[A_SENT, c, k] = st.ch_out[P_SENT, ch, h]
             st.core[C_ARR_COUNT, c] += 1
-            st.chan[H_OUT_HEAD, ch] = ring_next(h, qout)
-            st.chan[H_OUT_COUNT, ch] -= 1
+            response_taken(st, ch)
             st.core[C_RESP_RR, c] = ring_next(ch, p.n_channels)
             st.core[C_WAKE, c] = min(st.core[C_WAKE, c], align_up(arrival, p.core_period))
             # the channel may serve again now that its output ring has room

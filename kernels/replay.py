@@ -9,7 +9,7 @@ a request completes at its response's ready cycle.
 from . import isa
 from .dram import _accept, dram_channel_step
 from .jit import kernel
-from .memory import channel_of
+from .memory import channel_of, response_taken
 from .state import *  # noqa: F403  (field indices of the state tables)
 
 
@@ -59,8 +59,7 @@ def replay(st, mt, p, addrs, writes, cursor, max_iterations):
             while st.chan[H_OUT_COUNT, ch] > 0:
                 h = st.chan[H_OUT_HEAD, ch]
                 st.glob[G_END] = max(st.glob[G_END], st.ch_out[P_TIME, ch, h] // p.mem_period)
-                st.chan[H_OUT_HEAD, ch] = (h + 1) % qout
-                st.chan[H_OUT_COUNT, ch] -= 1
+                response_taken(st, ch)
                 cursor[1] += 1
         # a request that was waiting may have been accepted: the rest follow now, and the
         # channels they reach look at them from the next cycle

@@ -43,9 +43,12 @@ ProgramArrays = namedtuple("ProgramArrays", ("inst", "tile", "group", "layer", "
 R_RANK, R_PART = range(2)  # arrival order (0 = first), partition
 N_REQ_FIELDS = 2
 
-# Memory-system tables (read-only): DRAM timing rules grouped by prev command
-# (rules[rule_start[c]:rule_start[c+1]]), address bit fields and the IPOLY channel hash.
-MemTables = namedtuple("MemTables", ("rules", "rule_start", "amap", "ipoly"))
+# Memory-system tables (read-only): DRAM timing rules as dense delays by relation
+# (delay_group[cmd, rel, next], delay_bank[cmd, rel, next]; see kernels/dram.py), the
+# windowed rules grouped by prev command (windows[window_start[c]:window_start[c+1]]),
+# address bit fields and the IPOLY channel hash.
+MemTables = namedtuple("MemTables", ("delay_group", "delay_bank", "windows", "window_start",
+                                     "amap", "ipoly"))
 
 STATE_TABLES = (
     "glob",  # [G_*]                 global scalars
@@ -71,11 +74,12 @@ STATE_TABLES = (
     "drank",  # [RK_*, channel, rank] refresh state
     "dqb",  # [QB_*, channel, side, bank]  each bank's requests in a queue (side 0 read, 1 write)
     "dact",  # [channel, side, i]     banks with requests in a queue (DC_ACTIVE_* of them)
+    "dpick",  # [PK_*, channel, side, bank]  bank-level earliest cycle of each bank's picks
+    "dgroup",  # [GB_*, channel, bank]        scratch of the FR-FCFS scan (kernels/dram.py)
     "dfree",  # [channel, side, i]    free request slots of a queue (a stack)
-    "rdy_chan",  # [channel, cmd]     earliest cycle of each command, per level node
-    "rdy_rank",  # [channel, rank, cmd]
-    "rdy_bg",  # [channel, rank*bg, cmd]
-    "rdy_bank",  # [channel, bank, cmd]
+    "rdy_group",  # [channel, rank*bg, cmd]  earliest cycle of each command in a bank group
+    #                                       (channel and rank rules included)
+    "rdy_bank",  # [channel, bank, cmd]     ... and at a bank
     "win",  # [channel, window rule, node, k]  recent issue cycles (tFAW-like rules)
     "win_ctl",  # [2, channel, window rule, node]  ring position and fill
     "lat_hist",  # [channel, bin]     read latency histogram (DRAM cycles)
@@ -112,14 +116,14 @@ N_PART_FIELDS = 2
 (L_PREDS_LEFT, L_TILES_LEFT, L_START, L_END, L_SA_CYCLES, L_VU_CYCLES, L_LD_BYTES,
  L_ST_BYTES, L_NEXT_GROUP, L_READY_SEQ, L_NOTIFY) = range(11)
 N_LAYER_FIELDS = 11
-# core
+# core (C_RESP_HEADS: how many channels have a response for the core at their ring's head)
 (C_WAKE, C_SEQ, C_GROUP_NEXT, C_GROUP_END, C_SA_PRELOAD_READY, C_SA_STREAM_FREE,
  C_SA_GEMM_START, C_VU_FREE, C_EX_POS, C_OUTSTANDING, C_ARR_HEAD, C_ARR_COUNT, C_INJ_HEAD,
- C_INJ_COUNT, C_RESP_PORT_FREE, C_RESP_RR, C_BUSY_SINCE, C_SA_DONE,
+ C_INJ_COUNT, C_RESP_PORT_FREE, C_RESP_RR, C_BUSY_SINCE, C_SA_DONE, C_RESP_HEADS,
  # statistics
  C_SA_STREAM, C_SA_MACS, C_VU_BUSY, C_VU_OPS, C_BUSY, C_LD_REQUESTS, C_ST_REQUESTS,
- C_LD_BYTES, C_ST_BYTES, C_TILES, C_READ_LAT_SUM, C_READ_LAT_N) = range(30)
-N_CORE_FIELDS = 30
+ C_LD_BYTES, C_ST_BYTES, C_TILES, C_READ_LAT_SUM, C_READ_LAT_N) = range(31)
+N_CORE_FIELDS = 31
 # slot
 (S_TILE, S_SEQ, S_NEXT, S_PENDING_DMA, S_LAST_DONE, S_COMPUTE_LEFT,
  S_STORE_LEFT) = range(7)
@@ -136,10 +140,11 @@ N_ARR_FIELDS = 4
 # inj
 N_ADDR, N_DIR, N_ENTRY, N_TIME, N_CHAN = range(5)
 N_INJ_FIELDS = 5
-# chan
+# chan (H_INJ_HEADS: how many cores have a request for the channel at their injection
+#  queue's head)
 (H_REQ_PORT_FREE, H_REQ_RR, H_IN_HEAD, H_IN_COUNT, H_OUT_HEAD, H_OUT_COUNT, H_CREDIT,
- H_CREDIT_CYCLE, H_READS, H_WRITES, H_READ_BYTES, H_WRITE_BYTES) = range(12)
-N_CHAN_FIELDS = 12
+ H_CREDIT_CYCLE, H_INJ_HEADS, H_READS, H_WRITES, H_READ_BYTES, H_WRITE_BYTES) = range(13)
+N_CHAN_FIELDS = 13
 # packets in ch_in / ch_out
 P_TIME, P_CORE, P_DIR, P_ENTRY, P_SENT, P_ADDR = range(6)
 N_PACKET_FIELDS = 6
@@ -165,6 +170,16 @@ N_DREQ_FIELDS = 17
 #  open row / that does not, -1 if none)
 QB_HEAD, QB_TAIL, QB_POS, QB_OLDEST_HIT, QB_OLDEST_OTHER = range(5)
 N_QB_FIELDS = 5
+# dpick (PK_AT_HIT/PK_AT_OTHER: the bank's own bound on the command its oldest row hit /
+#  oldest non-hit needs next, isa.NEVER if it has none; PK_AGE_*: their arrival numbers
+#  shifted left by PK_BANK_BITS, with the bank in the low bits, isa.NEVER if none: the
+#  least is the oldest, and names its bank; kept current by kernels/dram.py)
+PK_AT_HIT, PK_AT_OTHER, PK_AGE_HIT, PK_AGE_OTHER = range(4)
+N_PK_FIELDS = 4
+PK_BANK_BITS = 16  # banks per channel <= 16 ranks x 16 groups x 64 (npusim.dram limits)
+# dgroup (the bound of a bank's group on its picks' column command / other command)
+GB_COLUMN, GB_OTHER = range(2)
+N_GB_FIELDS = 2
 # dbank (B_HITS, B_MISSES, B_CONFLICTS in class order; B_READS, B_WRITES in dir order)
 B_OPEN_ROW, B_HITS, B_MISSES, B_CONFLICTS, B_READS, B_WRITES = range(6)
 N_DBANK_FIELDS = 6

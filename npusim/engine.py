@@ -107,20 +107,20 @@ def memory_tables(cfg: NpuConfig) -> MemTables:
 
     std = dram_standard(cfg)
     if std is None:
-        return MemTables(np.zeros((1, 7), np.int64), np.zeros(kd.N_COMMANDS + 1, np.int64),
+        nc = kd.N_COMMANDS
+        return MemTables(np.zeros((nc, 3, nc), np.int64), np.zeros((nc, 2, nc), np.int64),
+                         np.zeros((1, kd.N_WINDOW_FIELDS), np.int64), np.zeros(nc + 1, np.int64),
                          np.zeros((6, 2), np.int64), np.zeros(1, np.int64))
     r = std.rule_arrays()
-    n = len(r["prev"])
-    rules = np.zeros((max(n, 1), 7), dtype=np.int64)
-    rules[:n, kd.R_PREV] = r["prev"]
-    rules[:n, kd.R_NEXT] = r["next"]
-    rules[:n, kd.R_LEVEL] = r["level"]
-    rules[:n, kd.R_LAT] = r["latency"]
-    rules[:n, kd.R_WINDOW] = r["window"]
-    rules[:n, kd.R_SIBLING] = r["sibling"]
-    rules[:, kd.R_WSLOT] = -1
-    windowed = np.flatnonzero(rules[:n, kd.R_WINDOW] > 1)
-    rules[windowed, kd.R_WSLOT] = np.arange(len(windowed))
+    delay_group, delay_bank = _delay_tables(r)
+    # windowed rules (tFAW-like) stay a list: they depend on the last few commands
+    w = np.flatnonzero(r["window"] > 1)
+    windows = np.zeros((max(len(w), 1), kd.N_WINDOW_FIELDS), dtype=np.int64)
+    for col, key in ((kd.W_NEXT, "next"), (kd.W_LEVEL, "level"), (kd.W_LAT, "latency"),
+                     (kd.W_SIZE, "window"), (kd.W_SIBLING, "sibling")):
+        windows[:len(w), col] = r[key][w]
+    window_start = np.concatenate(
+        [[0], np.cumsum(np.bincount(r["prev"][w], minlength=kd.N_COMMANDS))]).astype(np.int64)
     bursts = max(1, cfg.dma.request_bytes // std.burst_bytes)
     row_bursts = std.columns // std.burst_length
     if bursts > row_bursts:
@@ -137,8 +137,41 @@ def memory_tables(cfg: NpuConfig) -> MemTables:
     }
     ipoly = (ipoly_table(cfg.memory.channels) if ctl.channel_hash == "ipoly"
              else np.zeros(1, np.int64))
-    return MemTables(rules, np.asarray(r["prev_start"], dtype=np.int64),
+    return MemTables(delay_group, delay_bank, windows, window_start,
                      field_table(ctl.address_mapping, widths), ipoly)
+
+
+def _delay_tables(r: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The plain (not windowed) timing rules as dense delays. ``group[cmd, rel, next]`` is
+    how long after ``cmd`` the command ``next`` must wait in a bank group in relation
+    ``rel`` to the one ``cmd`` went to (kernels/dram.py REL_*: the same group, another group
+    of its rank, another rank), gathering the channel, rank and bank-group rules that reach
+    it; ``bank[cmd, rel, next]`` likewise for banks (the same bank, another bank of its
+    group). ``kd.NO_DELAY`` where no rule applies."""
+    from npusim.kernels import dram as kd
+
+    nc = kd.N_COMMANDS
+    group = np.full((nc, 3, nc), kd.NO_DELAY, dtype=np.int64)
+    bank = np.full((nc, 2, nc), kd.NO_DELAY, dtype=np.int64)
+    for prev, nxt, level, lat, window, sibling in zip(
+            r["prev"], r["next"], r["level"], r["latency"], r["window"], r["sibling"]):
+        if window > 1:
+            continue
+        rank_wide = prev in (kd.PREA, kd.REF)  # their bank-group and bank rules reach the rank
+        if level == kd.LV_CHANNEL:
+            table, rels = group, (kd.REL_SAME_GROUP, kd.REL_SAME_RANK, kd.REL_OTHER_RANK)
+        elif level == kd.LV_RANK:
+            table, rels = group, ((kd.REL_OTHER_RANK,) if sibling
+                                  else (kd.REL_SAME_GROUP, kd.REL_SAME_RANK))
+        elif level == kd.LV_BANKGROUP:
+            table, rels = group, ((kd.REL_SAME_RANK,) if sibling and not rank_wide
+                                  else (kd.REL_SAME_GROUP,))
+        else:
+            table, rels = bank, ((kd.REL_OTHER_BANK,) if sibling and not rank_wide
+                                 else (kd.REL_SAME_BANK,))
+        for rel in rels:
+            table[prev, rel, nxt] = max(table[prev, rel, nxt], lat)
+    return group, bank
 
 
 def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables,
@@ -206,9 +239,9 @@ def _dram_state(cfg: NpuConfig, p: Params, mt: MemTables, log_commands: int) -> 
     R, G, B = (p.d_ranks, p.d_bankgroups, p.d_banks) if dram else (1, 1, 1)
     n_ch = max(1, cfg.memory.channels)  # the NoC wakes channels whatever the memory type
     nc = kd.N_COMMANDS
-    windowed = mt.rules[:, kd.R_WSLOT] >= 0
-    n_win = max(1, int(windowed.sum()))
-    max_window = max(1, int(mt.rules[windowed, kd.R_WINDOW].max()) if windowed.any() else 1)
+    n_win = int(mt.window_start[-1])
+    max_window = max(1, int(mt.windows[:n_win, kd.W_SIZE].max()) if n_win else 1)
+    n_win = max(1, n_win)
 
     def z(*shape, fill=0):
         return np.full(shape, fill, dtype=np.int64)
@@ -228,13 +261,14 @@ def _dram_state(cfg: NpuConfig, p: Params, mt: MemTables, log_commands: int) -> 
     dqb[[ks.QB_HEAD, ks.QB_TAIL, ks.QB_OLDEST_HIT, ks.QB_OLDEST_OTHER]] = -1
     # free slots, popped from the end: slot 0 (reads) and slot rq (writes) go first
     dfree = z(ch, 2, max(p.d_rq, p.d_wq), fill=-1)
+    dpick = z(ks.N_PK_FIELDS, ch, 2, nb, fill=isa.NEVER)
     dfree[:, 0, :p.d_rq] = np.arange(p.d_rq)[::-1]
     dfree[:, 1, :p.d_wq] = p.d_rq + np.arange(p.d_wq)[::-1]
     return dict(
         dch=dch, dreq=z(ks.N_DREQ_FIELDS, ch, p.d_rq + p.d_wq), dbank=dbank, drank=drank,
-        dqb=dqb, dact=z(ch, 2, nb), dfree=dfree,
-        rdy_chan=z(ch, nc), rdy_rank=z(ch, R, nc), rdy_bg=z(ch, R * G, nc),
-        rdy_bank=z(ch, R * G * B, nc), win=z(ch, n_win, R * G * B, max_window),
+        dqb=dqb, dact=z(ch, 2, nb), dpick=dpick, dgroup=z(ks.N_GB_FIELDS, ch, nb),
+        dfree=dfree,
+        rdy_group=z(ch, R * G, nc), rdy_bank=z(ch, R * G * B, nc), win=z(ch, n_win, R * G * B, max_window),
         win_ctl=z(2, ch, n_win, R * G * B), lat_hist=z(ch, kd.LAT_BINS),
         cmd_log=z(ks.N_LOG_FIELDS, log_commands),
     )
