@@ -53,8 +53,9 @@ LV_CHANNEL, LV_RANK, LV_BANKGROUP, LV_BANK = range(4)
 REL_SAME_GROUP, REL_SAME_RANK, REL_OTHER_RANK = range(3)
 REL_SAME_BANK, REL_OTHER_BANK = range(2)
 NO_DELAY = -(1 << 40)  # no rule: a bound this far back never binds
-# windowed rule columns (mt.windows)
-W_NEXT, W_LEVEL, W_LAT, W_SIZE, W_SIBLING = range(5)
+# windowed rule columns (mt.windows; W_RELS: bit mask of the REL_* the rule reaches, of
+# groups, or of banks when W_LEVEL is LV_BANK)
+W_NEXT, W_LEVEL, W_LAT, W_SIZE, W_RELS = range(5)
 N_WINDOW_FIELDS = 5
 # request classes
 CLASS_HIT, CLASS_MISS, CLASS_CONFLICT = range(3)
@@ -95,32 +96,13 @@ def _delay_row(bounds, row, delays, cmd, rel, cyc):
         bounds[row, nxt] = max(bounds[row, nxt], cyc + delays[cmd, rel, nxt])
 
 
-@kernel
-def _bump_level(st, p, ch, rank, bg, bank, level, sibling, nxt, when):
-    """Raise the bound on ``nxt`` to ``when`` at the nodes a rule at ``level`` reaches
-    (``sibling``: the other nodes under the same parent; rank-wide commands: the rank)."""
-    G = p.d_bankgroups
-    B = p.d_banks
-    if level == LV_CHANNEL or (level == LV_RANK and sibling):
-        for rbg in range(p.d_ranks * G):
-            if level == LV_CHANNEL or rbg // G != rank:
-                st.rdy_group[ch, rbg, nxt] = max(st.rdy_group[ch, rbg, nxt], when)
-    elif level == LV_RANK or (level == LV_BANKGROUP and bg < 0):
-        for rbg in range(rank * G, (rank + 1) * G):
-            st.rdy_group[ch, rbg, nxt] = max(st.rdy_group[ch, rbg, nxt], when)
-    elif level == LV_BANKGROUP:
-        for g in range(G):
-            if (g == bg) != sibling:
-                st.rdy_group[ch, rank * G + g, nxt] = max(st.rdy_group[ch, rank * G + g, nxt],
-                                                          when)
-    elif bg < 0:
-        for nb in range(rank * G * B, (rank + 1) * G * B):
-            st.rdy_bank[ch, nb, nxt] = max(st.rdy_bank[ch, nb, nxt], when)
-    else:
-        for b in range(B):
-            if (b == bank) != sibling:
-                nb = (rank * G + bg) * B + b
-                st.rdy_bank[ch, nb, nxt] = max(st.rdy_bank[ch, nb, nxt], when)
+@kernel(inline=True)
+def _group_relation(p, g, rank, rbg, rank_wide):
+    """How bank group g stands to group rbg of ``rank``, which a command went to (REL_*;
+    a rank-wide command went to every group of its rank)."""
+    if g // p.d_bankgroups != rank:
+        return REL_OTHER_RANK
+    return REL_SAME_GROUP if rank_wide or g == rbg else REL_SAME_RANK
 
 
 @kernel(inline=True)
@@ -134,9 +116,8 @@ def _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc):
     rank_wide = cmd == PREA or cmd == REF
     rbg = rank * G + bg
     for g in range(p.d_ranks * G):
-        rel = REL_OTHER_RANK if g // G != rank else (
-            REL_SAME_GROUP if rank_wide or g == rbg else REL_SAME_RANK)
-        _delay_row(st.rdy_group[ch], g, mt.delay_group, cmd, rel, cyc)
+        _delay_row(st.rdy_group[ch], g, mt.delay_group, cmd,
+                   _group_relation(p, g, rank, rbg, rank_wide), cyc)
     others = rank_wide
     if rank_wide:
         for nb in range(rank * G * B, (rank + 1) * G * B):
@@ -160,10 +141,21 @@ def _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc):
         st.win[ch, w, node, pos] = cyc
         st.win_ctl[0, ch, w, node] = ring_next(pos, size)
         st.win_ctl[1, ch, w, node] = min(size, st.win_ctl[1, ch, w, node] + 1)
-        if st.win_ctl[1, ch, w, node] == size:
-            when = st.win[ch, w, node, ring_next(pos, size)] + mt.windows[w, W_LAT]
-            _bump_level(st, p, ch, rank, -1 if rank_wide else bg, bank, level,
-                        mt.windows[w, W_SIBLING] == 1, mt.windows[w, W_NEXT], when)
+        if st.win_ctl[1, ch, w, node] < size:
+            continue
+        when = st.win[ch, w, node, ring_next(pos, size)] + mt.windows[w, W_LAT]
+        nxt = mt.windows[w, W_NEXT]
+        rels = mt.windows[w, W_RELS]
+        if level != LV_BANK:
+            for g in range(p.d_ranks * G):
+                if (rels >> _group_relation(p, g, rank, rbg, rank_wide)) & 1:
+                    st.rdy_group[ch, g, nxt] = max(st.rdy_group[ch, g, nxt], when)
+        else:
+            first = rank * G * B if rank_wide else rbg * B
+            for nb in range(first, first + (G * B if rank_wide else B)):
+                rel = REL_SAME_BANK if rank_wide or nb == rbg * B + bank else REL_OTHER_BANK
+                if (rels >> rel) & 1:
+                    st.rdy_bank[ch, nb, nxt] = max(st.rdy_bank[ch, nb, nxt], when)
     return others
 
 

@@ -89,7 +89,6 @@ def _grant_requests(st, p, t):
 
 @kernel
 def _grant_responses(st, p, t):
-    qout = st.ch_out.shape[2]
     qarr = st.arr.shape[2]
     for c in range(p.n_cores):
         if st.core[C_RESP_HEADS, c] == 0 or st.core[C_RESP_PORT_FREE, c] > t:

@@ -42,7 +42,6 @@ def _feed(st, mt, p, addrs, writes, cursor, cyc):
 def replay(st, mt, p, addrs, writes, cursor, max_iterations):
     """Advance the replay; cursor = [next request, completed]. Returns 1 when all done."""
     n = addrs.shape[0]
-    qout = st.ch_out.shape[2]
     cyc = st.glob[G_NOW]
     for _ in range(max_iterations):
         if cursor[1] >= n:

@@ -117,8 +117,11 @@ def memory_tables(cfg: NpuConfig) -> MemTables:
     w = np.flatnonzero(r["window"] > 1)
     windows = np.zeros((max(len(w), 1), kd.N_WINDOW_FIELDS), dtype=np.int64)
     for col, key in ((kd.W_NEXT, "next"), (kd.W_LEVEL, "level"), (kd.W_LAT, "latency"),
-                     (kd.W_SIZE, "window"), (kd.W_SIBLING, "sibling")):
+                     (kd.W_SIZE, "window")):
         windows[:len(w), col] = r[key][w]
+    for row, k in enumerate(w):
+        windows[row, kd.W_RELS] = sum(1 << rel for rel in _relations(
+            r["level"][k], r["sibling"][k], r["prev"][k] in (kd.PREA, kd.REF)))
     window_start = np.concatenate(
         [[0], np.cumsum(np.bincount(r["prev"][w], minlength=kd.N_COMMANDS))]).astype(np.int64)
     bursts = max(1, cfg.dma.request_bytes // std.burst_bytes)
@@ -141,13 +144,28 @@ def memory_tables(cfg: NpuConfig) -> MemTables:
                      field_table(ctl.address_mapping, widths), ipoly)
 
 
+def _relations(level: int, sibling: bool, rank_wide: bool) -> tuple[int, ...]:
+    """The bank groups (kernels/dram.py REL_SAME_GROUP, REL_SAME_RANK, REL_OTHER_RANK) or,
+    for a bank-level rule, the banks (REL_SAME_BANK, REL_OTHER_BANK) a rule reaches, by how
+    they stand to the target of its prev command. A rank-wide prev (PREA, REF) targets every
+    group and bank of its rank."""
+    from npusim.kernels import dram as kd
+
+    if level == kd.LV_CHANNEL:
+        return kd.REL_SAME_GROUP, kd.REL_SAME_RANK, kd.REL_OTHER_RANK
+    if level == kd.LV_RANK:
+        return (kd.REL_OTHER_RANK,) if sibling else (kd.REL_SAME_GROUP, kd.REL_SAME_RANK)
+    if level == kd.LV_BANKGROUP:
+        return (kd.REL_SAME_RANK,) if sibling and not rank_wide else (kd.REL_SAME_GROUP,)
+    return (kd.REL_OTHER_BANK,) if sibling and not rank_wide else (kd.REL_SAME_BANK,)
+
+
 def _delay_tables(r: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The plain (not windowed) timing rules as dense delays. ``group[cmd, rel, next]`` is
     how long after ``cmd`` the command ``next`` must wait in a bank group in relation
-    ``rel`` to the one ``cmd`` went to (kernels/dram.py REL_*: the same group, another group
-    of its rank, another rank), gathering the channel, rank and bank-group rules that reach
-    it; ``bank[cmd, rel, next]`` likewise for banks (the same bank, another bank of its
-    group). ``kd.NO_DELAY`` where no rule applies."""
+    ``rel`` to the one ``cmd`` went to (``_relations``), gathering the channel, rank and
+    bank-group rules that reach it; ``bank[cmd, rel, next]`` likewise for banks.
+    ``kd.NO_DELAY`` where no rule applies."""
     from npusim.kernels import dram as kd
 
     nc = kd.N_COMMANDS
@@ -157,19 +175,8 @@ def _delay_tables(r: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
             r["prev"], r["next"], r["level"], r["latency"], r["window"], r["sibling"]):
         if window > 1:
             continue
-        rank_wide = prev in (kd.PREA, kd.REF)  # their bank-group and bank rules reach the rank
-        if level == kd.LV_CHANNEL:
-            table, rels = group, (kd.REL_SAME_GROUP, kd.REL_SAME_RANK, kd.REL_OTHER_RANK)
-        elif level == kd.LV_RANK:
-            table, rels = group, ((kd.REL_OTHER_RANK,) if sibling
-                                  else (kd.REL_SAME_GROUP, kd.REL_SAME_RANK))
-        elif level == kd.LV_BANKGROUP:
-            table, rels = group, ((kd.REL_SAME_RANK,) if sibling and not rank_wide
-                                  else (kd.REL_SAME_GROUP,))
-        else:
-            table, rels = bank, ((kd.REL_OTHER_BANK,) if sibling and not rank_wide
-                                 else (kd.REL_SAME_BANK,))
-        for rel in rels:
+        table = bank if level == kd.LV_BANK else group
+        for rel in _relations(level, sibling, prev in (kd.PREA, kd.REF)):
             table[prev, rel, nxt] = max(table[prev, rel, nxt], lat)
     return group, bank
 
@@ -261,14 +268,14 @@ def _dram_state(cfg: NpuConfig, p: Params, mt: MemTables, log_commands: int) -> 
     dqb[[ks.QB_HEAD, ks.QB_TAIL, ks.QB_OLDEST_HIT, ks.QB_OLDEST_OTHER]] = -1
     # free slots, popped from the end: slot 0 (reads) and slot rq (writes) go first
     dfree = z(ch, 2, max(p.d_rq, p.d_wq), fill=-1)
-    dpick = z(ks.N_PK_FIELDS, ch, 2, nb, fill=isa.NEVER)
     dfree[:, 0, :p.d_rq] = np.arange(p.d_rq)[::-1]
     dfree[:, 1, :p.d_wq] = p.d_rq + np.arange(p.d_wq)[::-1]
     return dict(
         dch=dch, dreq=z(ks.N_DREQ_FIELDS, ch, p.d_rq + p.d_wq), dbank=dbank, drank=drank,
-        dqb=dqb, dact=z(ch, 2, nb), dpick=dpick, dgroup=z(ks.N_GB_FIELDS, ch, nb),
-        dfree=dfree,
-        rdy_group=z(ch, R * G, nc), rdy_bank=z(ch, R * G * B, nc), win=z(ch, n_win, R * G * B, max_window),
+        dqb=dqb, dact=z(ch, 2, nb), dpick=z(ks.N_PK_FIELDS, ch, 2, nb, fill=isa.NEVER),
+        dgroup=z(ks.N_GB_FIELDS, ch, nb), dfree=dfree,
+        rdy_group=z(ch, R * G, nc), rdy_bank=z(ch, R * G * B, nc),
+        win=z(ch, n_win, R * G * B, max_window),
         win_ctl=z(2, ch, n_win, R * G * B), lat_hist=z(ch, kd.LAT_BINS),
         cmd_log=z(ks.N_LOG_FIELDS, log_commands),
     )
