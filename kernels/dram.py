@@ -92,15 +92,15 @@ def _earliest(st, p, ch, rank, bg, bank, cmd):
 def _delay_row(bounds, row, delays, cmd, rel, cyc):
     """bounds[row, :] = max(bounds[row, :], cyc + delays[cmd, rel, :]): all next commands
     at once (a vector max)."""
-    for nxt in range(bounds.shape[1]):
+    for nxt in range(N_COMMANDS):  # unrolled by LLVM
         bounds[row, nxt] = max(bounds[row, nxt], cyc + delays[cmd, rel, nxt])
 
 
 @kernel(inline=True)
-def _group_relation(p, g, rank, rbg, rank_wide):
-    """How bank group g stands to group rbg of ``rank``, which a command went to (REL_*;
-    a rank-wide command went to every group of its rank)."""
-    if g // p.d_bankgroups != rank:
+def _group_relation(r, g, rank, rbg, rank_wide):
+    """How bank group g of rank r stands to group rbg of ``rank``, which a command went to
+    (REL_*; a rank-wide command went to every group of its rank)."""
+    if r != rank:
         return REL_OTHER_RANK
     return REL_SAME_GROUP if rank_wide or g == rbg else REL_SAME_RANK
 
@@ -115,9 +115,10 @@ def _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc):
     B = p.d_banks
     rank_wide = cmd == PREA or cmd == REF
     rbg = rank * G + bg
-    for g in range(p.d_ranks * G):
-        _delay_row(st.rdy_group[ch], g, mt.delay_group, cmd,
-                   _group_relation(p, g, rank, rbg, rank_wide), cyc)
+    for r in range(p.d_ranks):
+        for g in range(r * G, (r + 1) * G):
+            _delay_row(st.rdy_group[ch], g, mt.delay_group, cmd,
+                       _group_relation(r, g, rank, rbg, rank_wide), cyc)
     others = rank_wide
     if rank_wide:
         for nb in range(rank * G * B, (rank + 1) * G * B):
@@ -147,9 +148,10 @@ def _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc):
         nxt = mt.windows[w, W_NEXT]
         rels = mt.windows[w, W_RELS]
         if level != LV_BANK:
-            for g in range(p.d_ranks * G):
-                if (rels >> _group_relation(p, g, rank, rbg, rank_wide)) & 1:
-                    st.rdy_group[ch, g, nxt] = max(st.rdy_group[ch, g, nxt], when)
+            for r in range(p.d_ranks):
+                for g in range(r * G, (r + 1) * G):
+                    if (rels >> _group_relation(r, g, rank, rbg, rank_wide)) & 1:
+                        st.rdy_group[ch, g, nxt] = max(st.rdy_group[ch, g, nxt], when)
         else:
             first = rank * G * B if rank_wide else rbg * B
             for nb in range(first, first + (G * B if rank_wide else B)):
@@ -163,8 +165,8 @@ def _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc):
 def _oldest_after(st, ch, k, open_row, hit):
     """The first request from slot k on (in its bank's list) that is a row hit (``hit``) or
     is not, -1 if none."""
-    while k >= 0 and (st.dreq[E_ROW, ch, k] == open_row) != hit:
-        k = st.dreq[E_NEXT, ch, k]
+    while k >= 0 and (st.dreq[ch, k, E_ROW] == open_row) != hit:
+        k = st.dreq[ch, k, E_NEXT]
     return k
 
 
@@ -179,10 +181,10 @@ def _bank_pick(st, ch, side, nb):
     ko = st.dqb[QB_OLDEST_OTHER, ch, side, nb]
     st.dpick[PK_AT_HIT, ch, side, nb] = st.rdy_bank[ch, nb, hit_cmd] if kh >= 0 else isa.NEVER
     st.dpick[PK_AGE_HIT, ch, side, nb] = (
-        (st.dreq[E_SEQ, ch, kh] << PK_BANK_BITS) | nb if kh >= 0 else isa.NEVER)
+        (st.dreq[ch, kh, E_SEQ] << PK_BANK_BITS) | nb if kh >= 0 else isa.NEVER)
     st.dpick[PK_AT_OTHER, ch, side, nb] = st.rdy_bank[ch, nb, other_cmd] if ko >= 0 else isa.NEVER
     st.dpick[PK_AGE_OTHER, ch, side, nb] = (
-        (st.dreq[E_SEQ, ch, ko] << PK_BANK_BITS) | nb if ko >= 0 else isa.NEVER)
+        (st.dreq[ch, ko, E_SEQ] << PK_BANK_BITS) | nb if ko >= 0 else isa.NEVER)
 
 
 @kernel
@@ -199,14 +201,14 @@ def _bank_row_changed(st, ch, nb):
 def _bank_append(st, ch, side, nb, k):
     """Request slot k joins the youngest end of bank nb's list in queue ``side``."""
     tail = st.dqb[QB_TAIL, ch, side, nb]
-    st.dreq[E_PREV, ch, k] = tail
-    st.dreq[E_NEXT, ch, k] = -1
+    st.dreq[ch, k, E_PREV] = tail
+    st.dreq[ch, k, E_NEXT] = -1
     if tail >= 0:
-        st.dreq[E_NEXT, ch, tail] = k
+        st.dreq[ch, tail, E_NEXT] = k
     else:
         st.dqb[QB_HEAD, ch, side, nb] = k
     st.dqb[QB_TAIL, ch, side, nb] = k
-    kind = QB_OLDEST_HIT if st.dreq[E_ROW, ch, k] == st.dbank[B_OPEN_ROW, ch, nb] else QB_OLDEST_OTHER
+    kind = QB_OLDEST_HIT if st.dreq[ch, k, E_ROW] == st.dbank[B_OPEN_ROW, ch, nb] else QB_OLDEST_OTHER
     if st.dqb[kind, ch, side, nb] < 0:
         st.dqb[kind, ch, side, nb] = k
         _bank_pick(st, ch, side, nb)
@@ -220,14 +222,14 @@ def _bank_append(st, ch, side, nb, k):
 @kernel
 def _bank_unlink(st, ch, side, nb, k):
     """Request slot k leaves bank nb's list in queue ``side``."""
-    prev = st.dreq[E_PREV, ch, k]
-    nxt = st.dreq[E_NEXT, ch, k]
+    prev = st.dreq[ch, k, E_PREV]
+    nxt = st.dreq[ch, k, E_NEXT]
     if prev >= 0:
-        st.dreq[E_NEXT, ch, prev] = nxt
+        st.dreq[ch, prev, E_NEXT] = nxt
     else:
         st.dqb[QB_HEAD, ch, side, nb] = nxt
     if nxt >= 0:
-        st.dreq[E_PREV, ch, nxt] = prev
+        st.dreq[ch, nxt, E_PREV] = prev
     else:
         st.dqb[QB_TAIL, ch, side, nb] = prev
     # the next oldest of its kind is younger than k
@@ -331,23 +333,21 @@ def _accept(st, mt, p, ch, t):
         k = st.dfree[ch, side, (p.d_wq if write else p.d_rq) - count - 1]
         addr = st.ch_in[P_ADDR, ch, h]
         rank, bg, bank, row, col = dram_decode(addr, p, mt)
-        st.dreq[E_TIME, ch, k] = t
-        st.dreq[E_CORE, ch, k] = st.ch_in[P_CORE, ch, h]
-        st.dreq[E_DIR, ch, k] = st.ch_in[P_DIR, ch, h]
-        st.dreq[E_ENTRY, ch, k] = st.ch_in[P_ENTRY, ch, h]
-        st.dreq[E_SENT, ch, k] = st.ch_in[P_SENT, ch, h]
-        st.dreq[E_RANK, ch, k] = rank
-        st.dreq[E_BG, ch, k] = bg
-        st.dreq[E_BANK, ch, k] = bank
-        st.dreq[E_RBG, ch, k] = rank * p.d_bankgroups + bg
-        st.dreq[E_NB, ch, k] = (rank * p.d_bankgroups + bg) * p.d_banks + bank
-        st.dreq[E_ROW, ch, k] = row
-        st.dreq[E_COL, ch, k] = col
-        st.dreq[E_BURSTS, ch, k] = p.d_bursts
-        st.dreq[E_CLASS, ch, k] = -1
-        st.dreq[E_SEQ, ch, k] = st.dch[DC_SEQ, ch]
+        st.dreq[ch, k, E_TIME] = t
+        st.dreq[ch, k, E_CORE] = st.ch_in[P_CORE, ch, h]
+        st.dreq[ch, k, E_DIR] = st.ch_in[P_DIR, ch, h]
+        st.dreq[ch, k, E_ENTRY] = st.ch_in[P_ENTRY, ch, h]
+        st.dreq[ch, k, E_SENT] = st.ch_in[P_SENT, ch, h]
+        st.dreq[ch, k, E_RANK] = rank
+        st.dreq[ch, k, E_RBG] = rank * p.d_bankgroups + bg
+        st.dreq[ch, k, E_NB] = (rank * p.d_bankgroups + bg) * p.d_banks + bank
+        st.dreq[ch, k, E_ROW] = row
+        st.dreq[ch, k, E_COL] = col
+        st.dreq[ch, k, E_BURSTS] = p.d_bursts
+        st.dreq[ch, k, E_CLASS] = -1
+        st.dreq[ch, k, E_SEQ] = st.dch[DC_SEQ, ch]
         st.dch[DC_SEQ, ch] += 1
-        _bank_append(st, ch, side, st.dreq[E_NB, ch, k], k)
+        _bank_append(st, ch, side, st.dreq[ch, k, E_NB], k)
         st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch] = count + 1
         draining = st.dch[DC_DRAINING, ch]
         _update_drain(st, p, ch)
@@ -364,7 +364,7 @@ def _accept(st, mt, p, ch, t):
 def _retire(st, p, ch, k, write):
     """Remove request slot k from its queue and give the slot back."""
     side = 1 if write else 0
-    _bank_unlink(st, ch, side, st.dreq[E_NB, ch, k], k)
+    _bank_unlink(st, ch, side, st.dreq[ch, k, E_NB], k)
     n = st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch]
     st.dfree[ch, side, (p.d_wq if write else p.d_rq) - n] = k
     st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch] = n - 1
@@ -377,10 +377,10 @@ def _respond(st, p, ch, k, done_cycle):
     o = ring_at(st.chan[H_OUT_HEAD, ch], st.chan[H_OUT_COUNT, ch], qout)
     ready = done_cycle * p.mem_period
     st.ch_out[P_TIME, ch, o] = ready
-    st.ch_out[P_CORE, ch, o] = st.dreq[E_CORE, ch, k]
-    st.ch_out[P_DIR, ch, o] = st.dreq[E_DIR, ch, k]
-    st.ch_out[P_ENTRY, ch, o] = st.dreq[E_ENTRY, ch, k]
-    st.ch_out[P_SENT, ch, o] = st.dreq[E_SENT, ch, k]
+    st.ch_out[P_CORE, ch, o] = st.dreq[ch, k, E_CORE]
+    st.ch_out[P_DIR, ch, o] = st.dreq[ch, k, E_DIR]
+    st.ch_out[P_ENTRY, ch, o] = st.dreq[ch, k, E_ENTRY]
+    st.ch_out[P_SENT, ch, o] = st.dreq[ch, k, E_SENT]
     st.chan[H_OUT_COUNT, ch] += 1
     response_queued(st, ch)
     st.glob[G_WAKE_NOC] = min(st.glob[G_WAKE_NOC], align_up(ready, p.noc_period))
@@ -444,17 +444,17 @@ def _candidate(st, p, ch, k, cyc, out_full):
     """(command, first legal cycle >= cyc, is a column command) of request k, or command -1
     when it cannot be chosen now (its rank is refreshing, or its last burst's response
     would find the response ring full)."""
-    rank = st.dreq[E_RANK, ch, k]
-    nb = st.dreq[E_NB, ch, k]
+    rank = st.dreq[ch, k, E_RANK]
+    nb = st.dreq[ch, k, E_NB]
     if st.drank[RK_PENDING, ch, rank] == 1:
         return -1, isa.NEVER, False
     open_row = st.dbank[B_OPEN_ROW, ch, nb]
-    hit = st.dreq[E_ROW, ch, k] == open_row
-    cmd = _command_for(p, st.dreq[E_DIR, ch, k] == 1, hit, open_row, st.dreq[E_BURSTS, ch, k],
+    hit = st.dreq[ch, k, E_ROW] == open_row
+    cmd = _command_for(p, st.dreq[ch, k, E_DIR] == 1, hit, open_row, st.dreq[ch, k, E_BURSTS],
                        out_full)
     if cmd < 0:
         return -1, isa.NEVER, False
-    return cmd, max(_bank_earliest(st, ch, st.dreq[E_RBG, ch, k], nb, cmd), cyc), hit
+    return cmd, max(_bank_earliest(st, ch, st.dreq[ch, k, E_RBG], nb, cmd), cyc), hit
 
 
 @kernel(inline=True)
@@ -522,20 +522,20 @@ def _choose_by_walk(st, p, ch, cyc, side, out_full):
         kh = st.dqb[QB_OLDEST_HIT, ch, side, nb]
         ko = st.dqb[QB_OLDEST_OTHER, ch, side, nb]
         k = kh if kh >= 0 else ko
-        rank = st.dreq[E_RANK, ch, k]
+        rank = st.dreq[ch, k, E_RANK]
         if st.drank[RK_PENDING, ch, rank] == 1:
             continue  # the rank waits for its refresh
-        rbg = st.dreq[E_RBG, ch, k]
+        rbg = st.dreq[ch, k, E_RBG]
         open_row = st.dbank[B_OPEN_ROW, ch, nb]
         # the oldest non-hit, then every hit
         hit = ko < 0
         k = kh if hit else ko
         while k >= 0:
-            cmd = _command_for(p, side == 1, hit, open_row, st.dreq[E_BURSTS, ch, k], out_full)
+            cmd = _command_for(p, side == 1, hit, open_row, st.dreq[ch, k, E_BURSTS], out_full)
             if cmd >= 0:
                 at = max(_bank_earliest(st, ch, rbg, nb, cmd), cyc)
                 if at <= best_at:
-                    seq = st.dreq[E_SEQ, ch, k]
+                    seq = st.dreq[ch, k, E_SEQ]
                     if (at < best_at or (hit and not best_hit)
                             or (hit == best_hit and seq < best_seq)):
                         best, best_cmd, best_at, best_hit, best_seq = k, cmd, at, hit, seq
@@ -543,7 +543,7 @@ def _choose_by_walk(st, p, ch, cyc, side, out_full):
                 k = kh
                 hit = True
             else:
-                k = _oldest_after(st, ch, st.dreq[E_NEXT, ch, k], open_row, True)
+                k = _oldest_after(st, ch, st.dreq[ch, k, E_NEXT], open_row, True)
     return best, best_cmd, best_at, best_hit
 
 
@@ -602,23 +602,23 @@ def _schedule(st, mt, p, ch, cyc, t):
     if k < 0 or st.dch[DC_CAND_AT, ch] > cyc:
         return False, st.dch[DC_CAND_AT, ch]
     cmd = st.dch[DC_CAND_CMD, ch]
-    rank = st.dreq[E_RANK, ch, k]
-    bg = st.dreq[E_BG, ch, k]
-    bank = st.dreq[E_BANK, ch, k]
-    nb = st.dreq[E_NB, ch, k]
-    if st.dreq[E_CLASS, ch, k] < 0:
+    rank = st.dreq[ch, k, E_RANK]
+    rbg = st.dreq[ch, k, E_RBG]
+    nb = st.dreq[ch, k, E_NB]
+    if st.dreq[ch, k, E_CLASS] < 0:
         cls = CLASS_HIT if (cmd != ACT and cmd != PRE) else (
             CLASS_MISS if cmd == ACT else CLASS_CONFLICT)
-        st.dreq[E_CLASS, ch, k] = cls
+        st.dreq[ch, k, E_CLASS] = cls
         st.dbank[B_HITS + cls, ch, nb] += 1
         if p.trace == 1:
             trace_request_class(st, p, ch, nb, cls, cyc)
-    dram_issue(st, mt, p, ch, rank, bg, bank, st.dreq[E_ROW, ch, k], st.dreq[E_COL, ch, k],
-               cmd, cyc, st.dreq[E_CORE, ch, k], st.dreq[E_ENTRY, ch, k])
+    dram_issue(st, mt, p, ch, rank, rbg - rank * p.d_bankgroups, nb - rbg * p.d_banks,
+               st.dreq[ch, k, E_ROW], st.dreq[ch, k, E_COL], cmd, cyc, st.dreq[ch, k, E_CORE],
+               st.dreq[ch, k, E_ENTRY])
     if cmd == RD or cmd == WR or cmd == RDA or cmd == WRA:
-        st.dreq[E_BURSTS, ch, k] -= 1
-        st.dreq[E_COL, ch, k] += 1
-        if st.dreq[E_BURSTS, ch, k] == 0:
+        st.dreq[ch, k, E_BURSTS] -= 1
+        st.dreq[ch, k, E_COL] += 1
+        if st.dreq[ch, k, E_BURSTS] == 0:
             is_write = cmd == WR or cmd == WRA
             done = cyc + (p.d_cwl if is_write else p.d_cl) + p.d_bl
             _respond(st, p, ch, k, done)
@@ -629,7 +629,7 @@ def _schedule(st, mt, p, ch, cyc, t):
             st.dch[DC_READS + d, ch] += 1
             st.dch[DC_READ_BYTES + d, ch] += p.req_bytes
             if not is_write:
-                lat = done - st.dreq[E_TIME, ch, k] // p.mem_period
+                lat = done - st.dreq[ch, k, E_TIME] // p.mem_period
                 st.dch[DC_LAT_SUM, ch] += lat
                 st.dch[DC_LAT_N, ch] += 1
                 st.lat_hist[ch, min(lat, LAT_BINS - 1)] += 1

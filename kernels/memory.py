@@ -37,22 +37,35 @@ def _refill(st, p, ch, t):
 
 
 @kernel
+def _head_for_core(st, ch, h, present):
+    """The response at slot h heads channel ch's ring (present) or no longer does: keep
+    its core's C_RESP_HEADS count and ``resp_heads`` bit of ch."""
+    c = st.ch_out[P_CORE, ch, h]
+    if present:
+        st.core[C_RESP_HEADS, c] += 1
+        st.resp_heads[c, ch >> 6] |= 1 << (ch & 63)
+    else:
+        st.core[C_RESP_HEADS, c] -= 1
+        st.resp_heads[c, ch >> 6] &= ~(1 << (ch & 63))
+
+
+@kernel
 def response_queued(st, ch):
-    """Channel ch has just added a response to its ring (it keeps C_RESP_HEADS)."""
+    """Channel ch has just added a response to its ring."""
     if st.chan[H_OUT_COUNT, ch] == 1:
-        st.core[C_RESP_HEADS, st.ch_out[P_CORE, ch, st.chan[H_OUT_HEAD, ch]]] += 1
+        _head_for_core(st, ch, st.chan[H_OUT_HEAD, ch], True)
 
 
 @kernel
 def response_taken(st, ch):
     """The response at the head of channel ch's ring leaves it."""
     h = st.chan[H_OUT_HEAD, ch]
-    st.core[C_RESP_HEADS, st.ch_out[P_CORE, ch, h]] -= 1
+    _head_for_core(st, ch, h, False)
     h = ring_next(h, st.ch_out.shape[2])
     st.chan[H_OUT_HEAD, ch] = h
     st.chan[H_OUT_COUNT, ch] -= 1
     if st.chan[H_OUT_COUNT, ch] > 0:
-        st.core[C_RESP_HEADS, st.ch_out[P_CORE, ch, h]] += 1
+        _head_for_core(st, ch, h, True)
 
 
 @kernel

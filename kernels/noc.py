@@ -7,6 +7,8 @@ arrives ``latency + f - 1`` NoC cycles after it was granted. A channel whose inp
 full is not granted packets (back-pressure up to the cores' DMA engines).
 """
 
+from numba.cpython.unsafe.numbers import trailing_zeros
+
 from .jit import kernel
 
 from . import isa
@@ -88,43 +90,58 @@ def _grant_requests(st, p, t):
 
 
 @kernel
+def _next_response_channel(st, p, c, t):
+    """The first channel, round-robin from C_RESP_RR, whose ring head is a response for
+    core c that is ready by tick t; -1 if none. Walks only the channels listed in
+    ``resp_heads`` (a bit set per core), not every channel."""
+    words = st.resp_heads.shape[1]
+    first = st.core[C_RESP_RR, c]
+    w0 = first >> 6
+    below = (1 << (first & 63)) - 1  # bits of the first word before the start
+    for i in range(words + 1):
+        w = w0 + i
+        if w >= words:
+            w -= words
+        bits = st.resp_heads[c, w]
+        if i == 0:
+            bits &= ~below
+        elif i == words:
+            bits &= below
+        while bits != 0:
+            ch = (w << 6) + trailing_zeros(bits)
+            if st.ch_out[P_TIME, ch, st.chan[H_OUT_HEAD, ch]] <= t:
+                return ch
+            bits &= bits - 1
+    return -1
+
+
+@kernel
 def _grant_responses(st, p, t):
     qarr = st.arr.shape[2]
     for c in range(p.n_cores):
         if st.core[C_RESP_HEADS, c] == 0 or st.core[C_RESP_PORT_FREE, c] > t:
             continue
-        ch = st.core[C_RESP_RR, c] - 1
-        waiting = st.core[C_RESP_HEADS, c]  # channels with a response for c at their head
-        for n in range(p.n_channels):
-            if waiting == 0:
-                break  # none of them is ready yet
-            ch = ring_next(ch, p.n_channels)
-            if st.chan[H_OUT_COUNT, ch] == 0:
-                continue
-            h = st.chan[H_OUT_HEAD, ch]
-            if st.ch_out[P_CORE, ch, h] != c:
-                continue
-            if st.ch_out[P_TIME, ch, h] > t:
-                waiting -= 1
-                continue
-            flits = packet_flits(p, st.ch_out[P_DIR, ch, h] == 0)
-            st.core[C_RESP_PORT_FREE, c] = t + flits * p.noc_period
-            if p.trace == 1:
-                trace_flits(st, p, NOC_RESPONSE, c, ch, flits, t)
-            arrival = t + (p.noc_latency + flits - 1) * p.noc_period
-            k = ring_at(st.core[C_ARR_HEAD, c], st.core[C_ARR_COUNT, c], qarr)
-            st.arr[A_TIME, c, k] = arrival
-            st.arr[A_DIR, c, k] = st.ch_out[P_DIR, ch, h]
-            st.arr[A_ENTRY, c, k] = st.ch_out[P_ENTRY, ch, h]
-            st.arr[A_SENT, c, k] = st.ch_out[P_SENT, ch, h]
-            st.core[C_ARR_COUNT, c] += 1
-            response_taken(st, ch)
-            st.core[C_RESP_RR, c] = ring_next(ch, p.n_channels)
-            st.core[C_WAKE, c] = min(st.core[C_WAKE, c], align_up(arrival, p.core_period))
-            # the channel may serve again now that its output ring has room
-            st.glob[G_WAKE_MEM] = min(st.glob[G_WAKE_MEM], align_up(t + 1, p.mem_period))
-            st.dch[DC_WAKE, ch] = min(st.dch[DC_WAKE, ch], (t + 1 + p.mem_period - 1) // p.mem_period)
-            break
+        ch = _next_response_channel(st, p, c, t)
+        if ch < 0:
+            continue
+        h = st.chan[H_OUT_HEAD, ch]
+        flits = packet_flits(p, st.ch_out[P_DIR, ch, h] == 0)
+        st.core[C_RESP_PORT_FREE, c] = t + flits * p.noc_period
+        if p.trace == 1:
+            trace_flits(st, p, NOC_RESPONSE, c, ch, flits, t)
+        arrival = t + (p.noc_latency + flits - 1) * p.noc_period
+        k = ring_at(st.core[C_ARR_HEAD, c], st.core[C_ARR_COUNT, c], qarr)
+        st.arr[A_TIME, c, k] = arrival
+        st.arr[A_DIR, c, k] = st.ch_out[P_DIR, ch, h]
+        st.arr[A_ENTRY, c, k] = st.ch_out[P_ENTRY, ch, h]
+        st.arr[A_SENT, c, k] = st.ch_out[P_SENT, ch, h]
+        st.core[C_ARR_COUNT, c] += 1
+        response_taken(st, ch)
+        st.core[C_RESP_RR, c] = ring_next(ch, p.n_channels)
+        st.core[C_WAKE, c] = min(st.core[C_WAKE, c], align_up(arrival, p.core_period))
+        # the channel may serve again now that its output ring has room
+        st.glob[G_WAKE_MEM] = min(st.glob[G_WAKE_MEM], align_up(t + 1, p.mem_period))
+        st.dch[DC_WAKE, ch] = min(st.dch[DC_WAKE, ch], (t + 1 + p.mem_period - 1) // p.mem_period)
 
 
 @kernel(inline=True)

@@ -181,6 +181,21 @@ def _delay_tables(r: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return group, bank
 
 
+CACHE_LINE = 64  # bytes
+
+
+def _table(*shape, fill=0) -> np.ndarray:
+    """An int64 state table whose data starts on a cache line, so that the fixed-size
+    records of a record-major table (``dreq``: two lines per request) never straddle
+    one more line."""
+    n = int(np.prod(shape))
+    buf = np.empty(n + CACHE_LINE // 8, dtype=np.int64)
+    skip = (-buf.ctypes.data % CACHE_LINE) // 8
+    out = buf[skip:skip + n].reshape(shape)
+    out.fill(fill)
+    return out
+
+
 def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables,
                log_commands: int = 0, placement: Placement | None = None) -> State:
     """Zeroed state tables sized for this config and program.
@@ -192,14 +207,11 @@ def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables,
     L = prog.layer.shape[0]
     q = max(p.ld_queue, p.st_queue)
 
-    def z(*shape, fill=0):
-        return np.full(shape, fill, dtype=np.int64)
-
-    glob = z(ks.N_GLOB)
+    glob = _table(ks.N_GLOB)
     glob[ks.G_LAYERS_LEFT] = L
     glob[ks.G_WAKE_NOC] = isa.NEVER  # nothing in flight yet
     glob[ks.G_WAKE_MEM] = isa.NEVER
-    layer_st = z(ks.N_LAYER_FIELDS, L)
+    layer_st = _table(ks.N_LAYER_FIELDS, L)
     layer_st[ks.L_PREDS_LEFT] = prog.layer[:, isa.L_N_PREDS]
     if prog.n_tiles:
         np.add.at(layer_st[ks.L_TILES_LEFT], prog.tile[:, isa.T_LAYER], 1)
@@ -207,9 +219,9 @@ def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables,
     layer_st[ks.L_END] = -1
     placement = placement or place(cfg, [0] * prog.n_requests)
     n_parts = len(placement.partitions)
-    part_st = z(ks.N_PART_FIELDS, n_parts)
+    part_st = _table(ks.N_PART_FIELDS, n_parts)
     part_st[ks.PT_LAST_RANK] = -1  # time-shared: the first request comes first
-    slot = z(ks.N_SLOT_FIELDS, C, 2)
+    slot = _table(ks.N_SLOT_FIELDS, C, 2)
     slot[ks.S_TILE] = -1
     dram = _dram_state(cfg, p, mt, log_commands)
     first = int(dram["dch"][ks.DC_WAKE].min())
@@ -217,21 +229,22 @@ def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables,
         glob[ks.G_WAKE_MEM] = first * p.mem_period
     return State(
         glob=glob,
-        ready=z(n_parts, max(1, L)),
+        ready=_table(n_parts, max(1, L)),
         part_st=part_st,
         layer_st=layer_st,
-        layer_stack=z(L + 1),
-        core=z(ks.N_CORE_FIELDS, C),
+        layer_stack=_table(L + 1),
+        core=_table(ks.N_CORE_FIELDS, C),
         slot=slot,
-        done=z(C, 2, prog.max_template_len, fill=isa.NEVER),
-        ex_ring=z(C, p.ex_queue),
-        dq=z(ks.N_DQ_FIELDS, C, 2, q),
-        dq_ctl=z(ks.N_DQ_CTL_FIELDS, C, 2),
-        arr=z(ks.N_ARR_FIELDS, C, p.max_outstanding + 1),
-        inj=z(ks.N_INJ_FIELDS, C, p.inj_queue),
-        chan=z(ks.N_CHAN_FIELDS, ch),
-        ch_in=z(ks.N_PACKET_FIELDS, ch, p.ch_queue),
-        ch_out=z(ks.N_PACKET_FIELDS, ch, CHANNEL_OUT_QUEUE),
+        done=_table(C, 2, prog.max_template_len, fill=isa.NEVER),
+        ex_ring=_table(C, p.ex_queue),
+        dq=_table(ks.N_DQ_FIELDS, C, 2, q),
+        dq_ctl=_table(ks.N_DQ_CTL_FIELDS, C, 2),
+        arr=_table(ks.N_ARR_FIELDS, C, p.max_outstanding + 1),
+        inj=_table(ks.N_INJ_FIELDS, C, p.inj_queue),
+        chan=_table(ks.N_CHAN_FIELDS, ch),
+        ch_in=_table(ks.N_PACKET_FIELDS, ch, p.ch_queue),
+        ch_out=_table(ks.N_PACKET_FIELDS, ch, CHANNEL_OUT_QUEUE),
+        resp_heads=_table(C, (ch + 63) // 64),
         **dram,
         **untraced_tables(),
     )
@@ -250,34 +263,31 @@ def _dram_state(cfg: NpuConfig, p: Params, mt: MemTables, log_commands: int) -> 
     max_window = max(1, int(mt.windows[:n_win, kd.W_SIZE].max()) if n_win else 1)
     n_win = max(1, n_win)
 
-    def z(*shape, fill=0):
-        return np.full(shape, fill, dtype=np.int64)
-
-    dbank = z(ks.N_DBANK_FIELDS, ch, R * G * B)
+    dbank = _table(ks.N_DBANK_FIELDS, ch, R * G * B)
     dbank[ks.B_OPEN_ROW] = -1
-    drank = z(ks.N_DRANK_FIELDS, ch, R)
+    drank = _table(ks.N_DRANK_FIELDS, ch, R)
     if dram:
         # refresh rank r at r/R of every tREFI, from cycle 0 on: controllers stagger ranks,
         # and starting at 0 makes the refresh phase a property of absolute time only
         drank[ks.RK_NEXT_REF] = (np.arange(R) * p.d_refi // R)[None, :]
-    dch = z(ks.N_DCH_FIELDS, n_ch)
+    dch = _table(ks.N_DCH_FIELDS, n_ch)
     # an idle channel first wakes for its first refresh (or never, without refresh)
     dch[ks.DC_WAKE] = int(drank[ks.RK_NEXT_REF].min()) if dram and p.d_refresh else isa.NEVER
     nb = R * G * B
-    dqb = z(ks.N_QB_FIELDS, ch, 2, nb)
+    dqb = _table(ks.N_QB_FIELDS, ch, 2, nb)
     dqb[[ks.QB_HEAD, ks.QB_TAIL, ks.QB_OLDEST_HIT, ks.QB_OLDEST_OTHER]] = -1
     # free slots, popped from the end: slot 0 (reads) and slot rq (writes) go first
-    dfree = z(ch, 2, max(p.d_rq, p.d_wq), fill=-1)
+    dfree = _table(ch, 2, max(p.d_rq, p.d_wq), fill=-1)
     dfree[:, 0, :p.d_rq] = np.arange(p.d_rq)[::-1]
     dfree[:, 1, :p.d_wq] = p.d_rq + np.arange(p.d_wq)[::-1]
     return dict(
-        dch=dch, dreq=z(ks.N_DREQ_FIELDS, ch, p.d_rq + p.d_wq), dbank=dbank, drank=drank,
-        dqb=dqb, dact=z(ch, 2, nb), dpick=z(ks.N_PK_FIELDS, ch, 2, nb, fill=isa.NEVER),
-        dgroup=z(ks.N_GB_FIELDS, ch, nb), dfree=dfree,
-        rdy_group=z(ch, R * G, nc), rdy_bank=z(ch, R * G * B, nc),
-        win=z(ch, n_win, R * G * B, max_window),
-        win_ctl=z(2, ch, n_win, R * G * B), lat_hist=z(ch, kd.LAT_BINS),
-        cmd_log=z(ks.N_LOG_FIELDS, log_commands),
+        dch=dch, dreq=_table(ch, p.d_rq + p.d_wq, ks.N_DREQ_FIELDS), dbank=dbank, drank=drank,
+        dqb=dqb, dact=_table(ch, 2, nb), dpick=_table(ks.N_PK_FIELDS, ch, 2, nb, fill=isa.NEVER),
+        dgroup=_table(ks.N_GB_FIELDS, ch, nb), dfree=dfree,
+        rdy_group=_table(ch, R * G, nc), rdy_bank=_table(ch, R * G * B, nc),
+        win=_table(ch, n_win, R * G * B, max_window),
+        win_ctl=_table(2, ch, n_win, R * G * B), lat_hist=_table(ch, kd.LAT_BINS),
+        cmd_log=_table(ks.N_LOG_FIELDS, log_commands),
     )
 
 

@@ -135,11 +135,11 @@ def _fr_fcfs_by_definition(st, p, ch, cyc):
     for k in range(base, base + cap):
         if k in free:
             continue
-        rank, rbg, nb = (int(st.dreq[f, ch, k]) for f in (ks.E_RANK, ks.E_RBG, ks.E_NB))
+        rank, rbg, nb = (int(st.dreq[ch, k, f]) for f in (ks.E_RANK, ks.E_RBG, ks.E_NB))
         if st.drank[ks.RK_PENDING, ch, rank]:
             continue
-        open_row, bursts = st.dbank[ks.B_OPEN_ROW, ch, nb], st.dreq[ks.E_BURSTS, ch, k]
-        hit = st.dreq[ks.E_ROW, ch, k] == open_row
+        open_row, bursts = st.dbank[ks.B_OPEN_ROW, ch, nb], st.dreq[ch, k, ks.E_BURSTS]
+        hit = st.dreq[ch, k, ks.E_ROW] == open_row
         if hit and out_full and bursts == 1:
             continue  # its response would not fit
         if hit:
@@ -148,7 +148,7 @@ def _fr_fcfs_by_definition(st, p, ch, cyc):
         else:
             cmd = kd.ACT if open_row < 0 else kd.PRE
         at = max(st.rdy_group[ch, rbg, cmd], st.rdy_bank[ch, nb, cmd], cyc)
-        key = (at, not hit, st.dreq[ks.E_SEQ, ch, k])
+        key = (at, not hit, st.dreq[ch, k, ks.E_SEQ])
         if best[0] is None or key < best[0]:
             best = (key, k, cmd, at)
     return best[1:]
@@ -203,7 +203,7 @@ def test_fr_fcfs_choice_matches_its_definition(page):
             kd.dram_issue(st, mt, p, 0, rank, bg, bank, row, 0, cmd, cyc, 0, 0)
         elif action == 8:  # bursts served, drain mode, response ring
             k = int(rng.integers(0, p.d_rq + p.d_wq))
-            st.dreq[ks.E_BURSTS, 0, k] = int(rng.integers(1, 4))
+            st.dreq[0, k, ks.E_BURSTS] = int(rng.integers(1, 4))
             st.dch[ks.DC_DRAINING, 0] = int(rng.random() < 0.3)
             st.chan[ks.H_OUT_COUNT, 0] = st.ch_out.shape[2] if rng.random() < 0.3 else 0
         else:  # the rank waits for a refresh, or not
