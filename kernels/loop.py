@@ -18,7 +18,7 @@ from .dram import dram_step
 from .memory import MEM_DRAM, MEM_IDEAL, simple_memory_step
 from .noc import noc_inject, noc_step
 from .scheduler import next_tile_for_core, release_due, scheduler_start, tile_finished, work_waiting
-from .timebase import align_up
+from .timebase import align_up, on_edge
 from .trace import trace_interval, trace_must_stop
 
 
@@ -167,6 +167,10 @@ def run(st, prog, mt, p, max_iterations):
             if t >= isa.NEVER:
                 return 1
     iterations = 0
+    # the next edge of each clock domain at or after t (on_edge: no division per step)
+    mem_edge = align_up(t, p.mem_period)
+    noc_edge = align_up(t, p.noc_period)
+    core_edge = align_up(t, p.core_period)
     while st.glob[G_LAYERS_LEFT] > 0:
         if iterations >= max_iterations:
             st.glob[G_NOW] = t
@@ -176,17 +180,17 @@ def run(st, prog, mt, p, max_iterations):
             return 0
         iterations += 1
         st.glob[G_STEPS] += 1
-        # (the wake test first: the modulo is an integer division)
-        if (p.mem_type != MEM_IDEAL and (p.skip == 0 or st.glob[G_WAKE_MEM] <= t)
-                and t % p.mem_period == 0):
+        mem_due, mem_edge = on_edge(t, mem_edge, p.mem_period)
+        noc_due, noc_edge = on_edge(t, noc_edge, p.noc_period)
+        core_due, core_edge = on_edge(t, core_edge, p.core_period)
+        if p.mem_type != MEM_IDEAL and (p.skip == 0 or st.glob[G_WAKE_MEM] <= t) and mem_due:
             if p.mem_type == MEM_DRAM:
                 st.glob[G_WAKE_MEM] = dram_step(st, mt, p, t)
             else:
                 st.glob[G_WAKE_MEM] = simple_memory_step(st, p, t)
-        if (p.mem_type != MEM_IDEAL and (p.skip == 0 or st.glob[G_WAKE_NOC] <= t)
-                and t % p.noc_period == 0):
+        if p.mem_type != MEM_IDEAL and (p.skip == 0 or st.glob[G_WAKE_NOC] <= t) and noc_due:
             st.glob[G_WAKE_NOC] = noc_step(st, p, t)
-        if t % p.core_period == 0:
+        if core_due:
             cores_step(st, prog, mt, p, t)
         if st.glob[G_PAUSE]:
             st.glob[G_NOW] = t
