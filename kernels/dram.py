@@ -3,12 +3,15 @@
 The standard (``npusim.dram``) arrives as timing rules (prev command, next command, level,
 latency, window, sibling). Issuing a command pushes forward the earliest cycle of each
 ``next`` command at the nodes the rules reach; a command is legal when the current cycle
-has reached those bounds. Bounds are kept per bank group (``rdy_group``, which takes in
-the channel and rank rules too) and per bank (``rdy_bank``), so the engine compiles the
-rules into dense delays by relation to the command's target (``mt.delay_group``: same
-group, another group of the rank, another rank; ``mt.delay_bank``: same bank, another bank
-of the group) and issuing is a vector max per bank group; only windowed rules (tFAW) are
-walked one by one. Bank state is the open row.
+has reached those bounds. Bounds are kept per rank (``rdy_rank``: what every bank group
+of the rank must wait, channel and rank rules), per bank group (``rdy_group``) and per bank
+(``rdy_bank``), and the engine compiles the rules into dense delays by relation to the
+command's target (``mt.delay_rank``: its rank, another rank; ``mt.delay_group``: its
+group, and what reaches the other groups of the rank further than the rank's row;
+``mt.delay_bank``: its bank, another bank of the group). Issuing is then a max of eight
+delays per rank, for the target group and bank, and for other groups or banks only when a
+rule reaches them (``mt.spread``); only windowed rules (tFAW) are walked one by one. Bank
+state is the open row.
 
 The controller of each channel keeps a read and a write queue, drains writes between a
 high and a low watermark, refreshes every rank every tREFI (all-bank refresh, preceded by
@@ -52,6 +55,10 @@ LV_CHANNEL, LV_RANK, LV_BANKGROUP, LV_BANK = range(4)
 # how a bank group / bank stands to the one a command went to (rows of mt.delay_*)
 REL_SAME_GROUP, REL_SAME_RANK, REL_OTHER_RANK = range(3)
 REL_SAME_BANK, REL_OTHER_BANK = range(2)
+RANK_OWN, RANK_OTHER = range(2)  # rows of mt.delay_rank: the command's rank, another rank
+# mt.spread[cmd] bits: rules reach the other bank groups of the rank further than its own
+# rank row (their mt.delay_group[cmd, REL_SAME_RANK] row), or the other banks of the group
+SPREAD_GROUPS, SPREAD_BANKS = 1, 2
 NO_DELAY = -(1 << 40)  # no rule: a bound this far back never binds
 # windowed rule columns (mt.windows; W_RELS: bit mask of the REL_* the rule reaches, of
 # groups, or of banks when W_LEVEL is LV_BANK)
@@ -63,15 +70,15 @@ LAT_BINS = 4096  # read latency histogram: one bin per DRAM cycle, last bin = ov
 
 
 @kernel(inline=True)
-def _bank_earliest(st, ch, rbg, nb, cmd):
-    """First cycle at which ``cmd`` may issue to bank nb of bank group rbg."""
-    return max(st.rdy_group[ch, rbg, cmd], st.rdy_bank[ch, nb, cmd])
+def _bank_earliest(st, ch, rank, rbg, nb, cmd):
+    """First cycle at which ``cmd`` may issue to bank nb of bank group rbg of ``rank``."""
+    return max(st.rdy_rank[ch, rank, cmd], st.rdy_group[ch, rbg, cmd], st.rdy_bank[ch, nb, cmd])
 
 
 @kernel
 def _rank_earliest(st, p, ch, rank, cmd):
     """First cycle at which the rank-wide ``cmd`` (PREA, REF) may issue to ``rank``."""
-    e = 0
+    e = st.rdy_rank[ch, rank, cmd]
     for rbg in range(rank * p.d_bankgroups, (rank + 1) * p.d_bankgroups):
         e = max(e, st.rdy_group[ch, rbg, cmd])
         for nb in range(rbg * p.d_banks, (rbg + 1) * p.d_banks):
@@ -85,7 +92,7 @@ def _earliest(st, p, ch, rank, bg, bank, cmd):
     if cmd == PREA or cmd == REF:
         return _rank_earliest(st, p, ch, rank, cmd)
     rbg = rank * p.d_bankgroups + bg
-    return _bank_earliest(st, ch, rbg, rbg * p.d_banks + bank, cmd)
+    return _bank_earliest(st, ch, rank, rbg, rbg * p.d_banks + bank, cmd)
 
 
 @kernel(inline=True)
@@ -107,26 +114,31 @@ def _group_relation(r, g, rank, rbg, rank_wide):
 
 @kernel(inline=True)
 def _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc):
-    """Timing consequences of ``cmd`` issued at ``cyc``: every bank group's bounds move by
-    its row of delays (mt.delay_group), the bank's by mt.delay_bank, then the windowed
-    rules. Returns whether bank-level bounds of other banks moved (rank-wide commands,
-    sibling rules)."""
+    """Timing consequences of ``cmd`` issued at ``cyc``: each rank's bounds move by its row
+    of delays (mt.delay_rank), the target bank group's and bank's by theirs (mt.delay_group,
+    mt.delay_bank), the other groups and banks only where rules reach them further
+    (mt.spread), then the windowed rules. Returns whether bank-level bounds of other banks
+    moved (rank-wide commands, sibling rules)."""
     G = p.d_bankgroups
     B = p.d_banks
     rank_wide = cmd == PREA or cmd == REF
     rbg = rank * G + bg
     for r in range(p.d_ranks):
-        for g in range(r * G, (r + 1) * G):
-            _delay_row(st.rdy_group[ch], g, mt.delay_group, cmd,
-                       _group_relation(r, g, rank, rbg, rank_wide), cyc)
+        _delay_row(st.rdy_rank[ch], r, mt.delay_rank, cmd,
+                   RANK_OWN if r == rank else RANK_OTHER, cyc)
+    if not rank_wide:
+        _delay_row(st.rdy_group[ch], rbg, mt.delay_group, cmd, REL_SAME_GROUP, cyc)
+        if mt.spread[cmd] & SPREAD_GROUPS:
+            for g in range(rank * G, (rank + 1) * G):
+                if g != rbg:
+                    _delay_row(st.rdy_group[ch], g, mt.delay_group, cmd, REL_SAME_RANK, cyc)
     others = rank_wide
     if rank_wide:
         for nb in range(rank * G * B, (rank + 1) * G * B):
             _delay_row(st.rdy_bank[ch], nb, mt.delay_bank, cmd, REL_SAME_BANK, cyc)
     else:
         _delay_row(st.rdy_bank[ch], rbg * B + bank, mt.delay_bank, cmd, REL_SAME_BANK, cyc)
-        for nxt in range(N_COMMANDS):
-            others = others or mt.delay_bank[cmd, REL_OTHER_BANK, nxt] > NO_DELAY
+        others = mt.spread[cmd] & SPREAD_BANKS != 0
         if others:  # sibling rules
             for nb in range(rbg * B, (rbg + 1) * B):
                 if nb != rbg * B + bank:
@@ -454,7 +466,7 @@ def _candidate(st, p, ch, k, cyc, out_full):
                        out_full)
     if cmd < 0:
         return -1, isa.NEVER, False
-    return cmd, max(_bank_earliest(st, ch, st.dreq[ch, k, E_RBG], nb, cmd), cyc), hit
+    return cmd, max(_bank_earliest(st, ch, rank, st.dreq[ch, k, E_RBG], nb, cmd), cyc), hit
 
 
 @kernel(inline=True)
@@ -472,10 +484,13 @@ def _choose_by_picks(st, p, ch, cyc, side):
     # waits for a refresh), spread over the banks so the minima below run over them flat
     for r in range(p.d_ranks):
         waits = st.drank[RK_PENDING, ch, r] == 1
+        r_col = st.rdy_rank[ch, r, col]
+        r_act = st.rdy_rank[ch, r, ACT]
+        r_pre = st.rdy_rank[ch, r, PRE]
         for g in range(r * G, (r + 1) * G):
-            g_col = isa.NEVER if waits else st.rdy_group[ch, g, col]
-            g_act = isa.NEVER if waits else st.rdy_group[ch, g, ACT]
-            g_pre = isa.NEVER if waits else st.rdy_group[ch, g, PRE]
+            g_col = isa.NEVER if waits else max(r_col, st.rdy_group[ch, g, col])
+            g_act = isa.NEVER if waits else max(r_act, st.rdy_group[ch, g, ACT])
+            g_pre = isa.NEVER if waits else max(r_pre, st.rdy_group[ch, g, PRE])
             for nb in range(unsigned(g * B), unsigned((g + 1) * B)):
                 st.dgroup[GB_COLUMN, ch, nb] = g_col
                 st.dgroup[GB_OTHER, ch, nb] = g_act if st.dbank[B_OPEN_ROW, ch, nb] < 0 else g_pre
@@ -533,7 +548,7 @@ def _choose_by_walk(st, p, ch, cyc, side, out_full):
         while k >= 0:
             cmd = _command_for(p, side == 1, hit, open_row, st.dreq[ch, k, E_BURSTS], out_full)
             if cmd >= 0:
-                at = max(_bank_earliest(st, ch, rbg, nb, cmd), cyc)
+                at = max(_bank_earliest(st, ch, rank, rbg, nb, cmd), cyc)
                 if at <= best_at:
                     seq = st.dreq[ch, k, E_SEQ]
                     if (at < best_at or (hit and not best_hit)

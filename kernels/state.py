@@ -50,11 +50,12 @@ R_RANK, R_PART = range(2)  # arrival order (0 = first), partition
 N_REQ_FIELDS = 2
 
 # Memory-system tables (read-only): DRAM timing rules as dense delays by relation
-# (delay_group[cmd, rel, next], delay_bank[cmd, rel, next]; see kernels/dram.py), the
-# windowed rules grouped by prev command (windows[window_start[c]:window_start[c+1]]),
+# (delay_rank[cmd, rel, next], delay_group[cmd, rel, next], delay_bank[cmd, rel, next] and
+# which commands reach other groups or banks, spread[cmd]; see npusim.engine._delay_tables),
+# the windowed rules grouped by prev command (windows[window_start[c]:window_start[c+1]]),
 # address bit fields and the IPOLY channel hash.
-MemTables = namedtuple("MemTables", ("delay_group", "delay_bank", "windows", "window_start",
-                                     "amap", "ipoly"))
+MemTables = namedtuple("MemTables", ("delay_rank", "delay_group", "delay_bank", "spread",
+                                     "windows", "window_start", "amap", "ipoly"))
 
 STATE_TABLES = (
     "glob",  # [G_*]                 global scalars
@@ -85,8 +86,9 @@ STATE_TABLES = (
     "dpick",  # [PK_*, channel, side, bank]  bank-level earliest cycle of each bank's picks
     "dgroup",  # [GB_*, channel, bank]        scratch of the FR-FCFS scan (kernels/dram.py)
     "dfree",  # [channel, side, i]    free request slots of a queue (a stack)
-    "rdy_group",  # [channel, rank*bg, cmd]  earliest cycle of each command in a bank group
-    #                                       (channel and rank rules included)
+    "rdy_rank",  # [channel, rank, cmd]      earliest cycle of each command in every bank
+    #                                       group of a rank (channel and rank rules)
+    "rdy_group",  # [channel, rank*bg, cmd]  ... in one bank group (its rank's bound too)
     "rdy_bank",  # [channel, bank, cmd]     ... and at a bank
     "win",  # [channel, window rule, node, k]  recent issue cycles (tFAW-like rules)
     "win_ctl",  # [2, channel, window rule, node]  ring position and fill

@@ -108,11 +108,12 @@ def memory_tables(cfg: NpuConfig) -> MemTables:
     std = dram_standard(cfg)
     if std is None:
         nc = kd.N_COMMANDS
-        return MemTables(np.zeros((nc, 3, nc), np.int64), np.zeros((nc, 2, nc), np.int64),
+        return MemTables(np.zeros((nc, 2, nc), np.int64), np.zeros((nc, 3, nc), np.int64),
+                         np.zeros((nc, 2, nc), np.int64), np.zeros(nc, np.int64),
                          np.zeros((1, kd.N_WINDOW_FIELDS), np.int64), np.zeros(nc + 1, np.int64),
                          np.zeros((6, 2), np.int64), np.zeros(1, np.int64))
     r = std.rule_arrays()
-    delay_group, delay_bank = _delay_tables(r)
+    delay_rank, delay_group, delay_bank, spread = _delay_tables(r)
     # windowed rules (tFAW-like) stay a list: they depend on the last few commands
     w = np.flatnonzero(r["window"] > 1)
     windows = np.zeros((max(len(w), 1), kd.N_WINDOW_FIELDS), dtype=np.int64)
@@ -140,7 +141,7 @@ def memory_tables(cfg: NpuConfig) -> MemTables:
     }
     ipoly = (ipoly_table(cfg.memory.channels) if ctl.channel_hash == "ipoly"
              else np.zeros(1, np.int64))
-    return MemTables(delay_group, delay_bank, windows, window_start,
+    return MemTables(delay_rank, delay_group, delay_bank, spread, windows, window_start,
                      field_table(ctl.address_mapping, widths), ipoly)
 
 
@@ -160,12 +161,20 @@ def _relations(level: int, sibling: bool, rank_wide: bool) -> tuple[int, ...]:
     return (kd.REL_OTHER_BANK,) if sibling and not rank_wide else (kd.REL_SAME_BANK,)
 
 
-def _delay_tables(r: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The plain (not windowed) timing rules as dense delays. ``group[cmd, rel, next]`` is
-    how long after ``cmd`` the command ``next`` must wait in a bank group in relation
-    ``rel`` to the one ``cmd`` went to (``_relations``), gathering the channel, rank and
-    bank-group rules that reach it; ``bank[cmd, rel, next]`` likewise for banks.
-    ``kd.NO_DELAY`` where no rule applies."""
+def _delay_tables(r: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """The plain (not windowed) timing rules as dense delays, ``kd.NO_DELAY`` where no rule
+    applies: how long after ``cmd`` the command ``next`` must wait in a bank group or bank,
+    by its relation to the one ``cmd`` went to (``_relations``).
+
+    The kernel keeps a bound per rank, per bank group and per bank; a group's bound is the
+    larger of its own and its rank's. So what every group of a rank must wait goes into the
+    rank's row once: ``rank[cmd, RANK_OWN]`` is the least of the same-group and other-group
+    delays (for a rank-wide command, the same-group delay every group gets) and
+    ``rank[cmd, RANK_OTHER]`` the delay of the other ranks. ``group[cmd, REL_SAME_GROUP]``
+    then moves the target group alone, and ``group[cmd, REL_SAME_RANK]`` keeps only what
+    reaches the other groups further than the rank row does (``kd.SPREAD_GROUPS`` in
+    ``spread[cmd]`` when there is any). ``bank[cmd, rel]`` likewise for banks
+    (``kd.SPREAD_BANKS``: sibling rules reach the other banks of the group)."""
     from npusim.kernels import dram as kd
 
     nc = kd.N_COMMANDS
@@ -178,7 +187,17 @@ def _delay_tables(r: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         table = bank if level == kd.LV_BANK else group
         for rel in _relations(level, sibling, prev in (kd.PREA, kd.REF)):
             table[prev, rel, nxt] = max(table[prev, rel, nxt], lat)
-    return group, bank
+    rank = np.full((nc, 2, nc), kd.NO_DELAY, dtype=np.int64)
+    rank[:, kd.RANK_OWN] = np.minimum(group[:, kd.REL_SAME_GROUP], group[:, kd.REL_SAME_RANK])
+    for wide in (kd.PREA, kd.REF):
+        rank[wide, kd.RANK_OWN] = group[wide, kd.REL_SAME_GROUP]
+    rank[:, kd.RANK_OTHER] = group[:, kd.REL_OTHER_RANK]
+    same_rank = group[:, kd.REL_SAME_RANK]
+    group[:, kd.REL_SAME_RANK] = np.where(same_rank > rank[:, kd.RANK_OWN], same_rank,
+                                          kd.NO_DELAY)
+    spread = ((group[:, kd.REL_SAME_RANK] > kd.NO_DELAY).any(axis=1) * kd.SPREAD_GROUPS
+              | (bank[:, kd.REL_OTHER_BANK] > kd.NO_DELAY).any(axis=1) * kd.SPREAD_BANKS)
+    return rank, group, bank, spread.astype(np.int64)
 
 
 CACHE_LINE = 64  # bytes
@@ -284,7 +303,8 @@ def _dram_state(cfg: NpuConfig, p: Params, mt: MemTables, log_commands: int) -> 
         dch=dch, dreq=_table(ch, p.d_rq + p.d_wq, ks.N_DREQ_FIELDS), dbank=dbank, drank=drank,
         dqb=dqb, dact=_table(ch, 2, nb), dpick=_table(ks.N_PK_FIELDS, ch, 2, nb, fill=isa.NEVER),
         dgroup=_table(ks.N_GB_FIELDS, ch, nb), dfree=dfree,
-        rdy_group=_table(ch, R * G, nc), rdy_bank=_table(ch, R * G * B, nc),
+        rdy_rank=_table(ch, R, nc), rdy_group=_table(ch, R * G, nc),
+        rdy_bank=_table(ch, R * G * B, nc),
         win=_table(ch, n_win, R * G * B, max_window),
         win_ctl=_table(2, ch, n_win, R * G * B), lat_hist=_table(ch, kd.LAT_BINS),
         cmd_log=_table(ks.N_LOG_FIELDS, log_commands),

@@ -147,7 +147,8 @@ def _fr_fcfs_by_definition(st, p, ch, cyc):
             cmd = (kd.WRA if last else kd.WR) if side else (kd.RDA if last else kd.RD)
         else:
             cmd = kd.ACT if open_row < 0 else kd.PRE
-        at = max(st.rdy_group[ch, rbg, cmd], st.rdy_bank[ch, nb, cmd], cyc)
+        at = max(st.rdy_rank[ch, rank, cmd], st.rdy_group[ch, rbg, cmd],
+                 st.rdy_bank[ch, nb, cmd], cyc)
         key = (at, not hit, st.dreq[ch, k, ks.E_SEQ])
         if best[0] is None or key < best[0]:
             best = (key, k, cmd, at)

@@ -5,12 +5,15 @@ kernel when ``next`` may go to a bank the rule covers: one cycle earlier must be
 the exact cycle accepted. The expected cycle is worked out here from the rule list alone.
 """
 
+from importlib import resources
+
 import pytest
 
 from dram_helpers import STANDARDS, bare_state, dram_config
 from npusim.dram import load_standard
 from npusim.dram.standard import COMMANDS, LEVELS
-from npusim.kernels.dram import PREA, REF, _earliest, dram_issue
+from npusim.engine import memory_tables
+from npusim.kernels.dram import PREA, REF, SPREAD_BANKS, SPREAD_GROUPS, _earliest, dram_issue
 
 RANK_WIDE = (PREA, REF)
 T0 = 1000
@@ -58,11 +61,20 @@ def _cases():
 def test_command_refused_one_cycle_early_and_accepted_on_time(name, k):
     std = load_standard(name)
     rule = std.rules[k]
-    ranks = 2 if rule.sibling and LEVELS[rule.level] == "rank" else std.ranks
     if rule.sibling and LEVELS[rule.level] == "bankgroup" and std.bank_groups < 2:
         pytest.skip("one bank group")
     if rule.sibling and LEVELS[rule.level] == "bank" and std.banks_per_group < 2:
         pytest.skip("one bank per group")
+    _check_rule(name, k)
+
+
+def _check_rule(name, k):
+    """Issue rule k's prev command, then its next command to a bank the rule covers must be
+    refused one cycle before the latest bound of every rule covering that bank, accepted at
+    it."""
+    std = load_standard(name)
+    rule = std.rules[k]
+    ranks = 2 if rule.sibling and LEVELS[rule.level] == "rank" else std.ranks
     cfg = dram_config(name, f"memory.ranks={ranks}", "memory.controller.refresh=false")
     st, mt, p = bare_state(cfg)
     src = (0, 0, 0)
@@ -87,6 +99,49 @@ def test_command_refused_one_cycle_early_and_accepted_on_time(name, k):
     # refused one cycle before the bound, accepted exactly at it
     assert not earliest <= T0 + bound - 1
     assert earliest <= T0 + bound
+
+
+SIBLING_RULES = """
+[[rule]]
+level = "bankgroup"
+sibling = true
+prev = ["RD"]
+next = ["WR", "WRA"]
+latency = "CCD_L + 40"
+note = "test only: the other bank groups of the rank wait longer than the own group"
+
+[[rule]]
+level = "bank"
+sibling = true
+prev = ["ACT"]
+next = ["ACT"]
+latency = "3"
+note = "test only: the other banks of the group"
+"""
+
+
+def test_rules_that_reach_only_other_groups_or_banks(tmp_path):
+    """No bundled standard has a rule that reaches the other bank groups of a rank further
+    than the command's own group, or only the other banks of its group; the engine keeps
+    those apart from the rank-wide bounds (``npusim.engine._delay_tables``). A DDR4 variant
+    with one of each: every one of its rules holds to the cycle, the added ones included."""
+    base = resources.files("npusim.configs") / "dram"
+    (tmp_path / "families").mkdir()
+    family = (base / "families" / "DDR4.toml").read_text().replace(
+        'family = "DDR4"', 'family = "DDR4SIB"')
+    (tmp_path / "families" / "DDR4SIB.toml").write_text(family + SIBLING_RULES)
+    speed_bin = (base / "DDR4-2400R_8Gb_x8.toml").read_text()
+    speed_bin = speed_bin.replace('name = "DDR4-2400R_8Gb_x8"', 'name = "DDR4SIB-2400"')
+    speed_bin = speed_bin.replace('family = "DDR4"', 'family = "DDR4SIB"')
+    path = tmp_path / "DDR4SIB-2400.toml"
+    path.write_text(speed_bin)
+    std = load_standard(path)
+    spread = memory_tables(dram_config(str(path))).spread
+    assert spread[COMMANDS.index("RD")] & SPREAD_GROUPS
+    assert spread[COMMANDS.index("ACT")] & SPREAD_BANKS
+    for k, rule in enumerate(std.rules):
+        if rule.window == 1:
+            _check_rule(str(path), k)
 
 
 @pytest.mark.parametrize("name", [n for n in STANDARDS
