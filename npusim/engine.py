@@ -27,6 +27,7 @@ MEMORY_TYPES = {"ideal": 0, "simple": 1, "dram": 2}
 INJECTION_QUEUE = 16  # requests a core's network interface buffers
 CHANNEL_QUEUE = 32  # requests a memory channel buffers (its controller queue)
 CHANNEL_OUT_QUEUE = 32  # responses a channel holds while the NoC is busy
+CACHE_LINE = 64  # bytes; state tables start on one (_table)
 ITERATIONS_PER_CALL = 1 << 18  # event steps between progress updates
 
 
@@ -198,9 +199,6 @@ def _delay_tables(r: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
     spread = ((group[:, kd.REL_SAME_RANK] > kd.NO_DELAY).any(axis=1) * kd.SPREAD_GROUPS
               | (bank[:, kd.REL_OTHER_BANK] > kd.NO_DELAY).any(axis=1) * kd.SPREAD_BANKS)
     return rank, group, bank, spread.astype(np.int64)
-
-
-CACHE_LINE = 64  # bytes
 
 
 def _table(*shape, fill=0) -> np.ndarray:
