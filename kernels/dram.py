@@ -97,9 +97,9 @@ def _earliest(st, p, ch, rank, bg, bank, cmd):
 
 @kernel(inline=True)
 def _delay_row(bounds, row, delays, cmd, rel, cyc):
-    """bounds[row, :] = max(bounds[row, :], cyc + delays[cmd, rel, :]): all next commands
-    at once (a vector max)."""
-    for nxt in range(N_COMMANDS):  # unrolled by LLVM
+    """bounds[row, :] = max(bounds[row, :], cyc + delays[cmd, rel, :]) for every next
+    command (a fixed trip count: LLVM unrolls it)."""
+    for nxt in range(N_COMMANDS):
         bounds[row, nxt] = max(bounds[row, nxt], cyc + delays[cmd, rel, nxt])
 
 
@@ -286,7 +286,7 @@ def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
     if cmd == RD or cmd == RDA or cmd == WR or cmd == WRA:
         st.dch[DC_BUS_BUSY, ch] += p.d_bl
     # the picks of every bank whose row or bounds moved
-    if _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc) or cmd == PREA or cmd == REF:
+    if _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc):
         for i in range(rank * G * B, (rank + 1) * G * B):
             for side in range(2):
                 _bank_pick(st, ch, side, i)

@@ -90,7 +90,7 @@ def _grant_requests(st, p, t):
 
 
 @kernel
-def _next_response_channel(st, p, c, t):
+def _next_response_channel(st, c, t):
     """The first channel, round-robin from C_RESP_RR, whose ring head is a response for
     core c that is ready by tick t; -1 if none. Walks only the channels listed in
     ``resp_heads`` (a bit set per core), not every channel."""
@@ -121,7 +121,7 @@ def _grant_responses(st, p, t):
     for c in range(p.n_cores):
         if st.core[C_RESP_HEADS, c] == 0 or st.core[C_RESP_PORT_FREE, c] > t:
             continue
-        ch = _next_response_channel(st, p, c, t)
+        ch = _next_response_channel(st, c, t)
         if ch < 0:
             continue
         h = st.chan[H_OUT_HEAD, ch]

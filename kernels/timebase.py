@@ -19,4 +19,3 @@ def on_edge(t, edge, period):
     if t == edge:
         return True, edge + period
     return False, edge
-

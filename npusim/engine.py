@@ -175,7 +175,8 @@ def _delay_tables(r: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
     then moves the target group alone, and ``group[cmd, REL_SAME_RANK]`` keeps only what
     reaches the other groups further than the rank row does (``kd.SPREAD_GROUPS`` in
     ``spread[cmd]`` when there is any). ``bank[cmd, rel]`` likewise for banks
-    (``kd.SPREAD_BANKS``: sibling rules reach the other banks of the group)."""
+    (``kd.SPREAD_BANKS``: sibling rules reach the other banks of the group). The group rows
+    the kernel never reads (another rank's, a rank-wide command's) are left empty."""
     from npusim.kernels import dram as kd
 
     nc = kd.N_COMMANDS
@@ -196,6 +197,8 @@ def _delay_tables(r: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
     same_rank = group[:, kd.REL_SAME_RANK]
     group[:, kd.REL_SAME_RANK] = np.where(same_rank > rank[:, kd.RANK_OWN], same_rank,
                                           kd.NO_DELAY)
+    group[:, kd.REL_OTHER_RANK] = kd.NO_DELAY
+    group[[kd.PREA, kd.REF]] = kd.NO_DELAY
     spread = ((group[:, kd.REL_SAME_RANK] > kd.NO_DELAY).any(axis=1) * kd.SPREAD_GROUPS
               | (bank[:, kd.REL_OTHER_BANK] > kd.NO_DELAY).any(axis=1) * kd.SPREAD_BANKS)
     return rank, group, bank, spread.astype(np.int64)
