@@ -7,7 +7,7 @@ per router between cycles:
   from their accept pointer; pointers move past a match made in the first iteration only;
   later iterations match what is still free.
 - ``separable_output_first``: the same arbiters in the same order; Booksim runs it once,
-  which is iSLIP with one iteration (here it takes ``alloc_iters`` too).
+  which is iSLIP with one iteration (here it takes iterations too).
 - ``separable_input_first``: each input picks one of its requested outputs round robin,
   each output then picks one of the inputs that picked it; both pointers move on a match.
 - ``wavefront``: requests are visited by diagonals of the input x output square, from a
@@ -53,7 +53,7 @@ def switch_allocate(lab, al, gptr, aptr, wf, p, r):
                     al[AL_OUT, o] = i
         wf[1, r] = _wrap(pri + 1, P)
         return
-    for it in range(p.alloc_iters):
+    for it in range(p.sa_iters):
         if p.sa_alloc == ALLOC_SEPARABLE_INPUT_FIRST:
             for i in range(P):  # each free input picks a free output it asks for
                 al[AL_CHOICE, i] = -1
@@ -159,7 +159,7 @@ def vc_allocate_port(free, gptr, aptr, vr, al, wf, p, r, o, k0, k1):
                             taken |= 1 << ov
                         break
         return taken
-    for it in range(p.alloc_iters):
+    for it in range(p.va_iters):
         matched = 0
         if p.va_alloc == ALLOC_SEPARABLE_INPUT_FIRST:
             chosen = 0

@@ -52,6 +52,7 @@ def push_flit(ns, nt, p, q, v, pkt, flags, arr):
     w = nt.row_owner[q]
     ns.busy[w] += 1
     ns.wake[w] = min(ns.wake[w], arr)
+    ns.glob[NG_WAKE] = min(ns.glob[NG_WAKE], arr)
     ns.glob[NG_FLITS] += 1
 
 
@@ -94,6 +95,7 @@ def send_credit(ns, nt, p, q, v, t):
         ns.cr_wait[u] = 0
         w = nt.row_owner[u]
         ns.wake[w] = min(ns.wake[w], ns.cr_time[u, k])
+        ns.glob[NG_WAKE] = min(ns.glob[NG_WAKE], ns.cr_time[u, k])
 
 
 @kernel(inline=True)

@@ -15,7 +15,8 @@ and one set of tables serves both:
   taken from a free list.
 
 The per-VC tables are record-major (``ivc[row, vc, field]``): a VC's fields, read
-together on every visit, share a cache line (measured: XX faster than field-major).
+together on every visit, share one cache line (``IV_FRONT_ARR`` keeps the front flit's
+arrival there too), and a visit to a VC touches nothing else.
 
 A flit is written into its downstream buffer when it wins the switch, stamped with the
 cycle it arrives (after switch traversal and the link); it is invisible there before that
@@ -28,7 +29,7 @@ from collections import namedtuple
 NOC_PARAM_FIELDS = (
     "n_routers", "ports", "vcs", "depth", "n_nodes",
     "routing_delay", "va_delay", "sa_delay", "st_delay",
-    "va_alloc", "sa_alloc", "alloc_iters", "wait_tail", "skip",
+    "va_alloc", "sa_alloc", "va_iters", "sa_iters", "wait_tail", "skip",
 )
 NocParams = namedtuple("NocParams", NOC_PARAM_FIELDS)
 
@@ -64,7 +65,7 @@ NOC_STATE_TABLES = (
     "sa_aptr",  # [row]
     "sw_rr",    # [row]                      round robin over an input's VCs
     "wf",       # [2, router]                wavefront priority diagonals (VC, switch)
-    "nic",      # [NI_*, node]               packet being injected
+    "nic",      # [node, NI_*]               packet being injected
     "pkt",      # [PK_*, packet]
     "pkt_free",  # [k]                       free packet rows (a stack)
     "glob",     # [NG_*]
@@ -96,12 +97,15 @@ CR_HEAD, CR_COUNT = range(2)
 NI_PKT, NI_SENT, NI_VC, NI_LAST_VC = range(4)
 N_NI_FIELDS = 4
 # pkt (PK_CLASS: message class, 0 request / 1 response; PK_ITIME: cycle its head left the
-# source; PK_RECORD: counted in the measurement)
-PK_SRC, PK_DEST, PK_SIZE, PK_CTIME, PK_CLASS, PK_ITIME, PK_RECORD = range(7)
+# source; PK_TAG: the driver's own: synthetic traffic 1 if measured, a replayed packet's
+# index in its list)
+PK_SRC, PK_DEST, PK_SIZE, PK_CTIME, PK_CLASS, PK_ITIME, PK_TAG = range(7)
 N_PK_FIELDS = 7
 # glob
-(NG_FREE, NG_FLITS, NG_PACKETS) = range(3)  # free packet rows; flits, packets in the network
-N_NG_FIELDS = 3
+# (NG_FREE: free packet rows; NG_FLITS: flits in buffers; NG_NOW: the cycle reached;
+#  NG_WAKE: the earliest wake set since the driver last cleared it)
+NG_FREE, NG_FLITS, NG_NOW, NG_WAKE = range(4)
+N_NG_FIELDS = 4
 # al (AL_IN: output an input got, AL_OUT: input an output got, -1 none; AL_GRANT: the
 # input an output grants this iteration; AL_CHOICE: the output an input picks)
 AL_IN, AL_OUT, AL_GRANT, AL_CHOICE, AL_SET = range(5)  # AL_SET: switch requests to clear

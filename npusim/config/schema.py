@@ -211,13 +211,14 @@ class DmaConfig:
 @dataclass(frozen=True, kw_only=True)
 class RouterConfig:
     """Input-queued virtual-channel routers (every noc.type but the crossbar's own model).
-    Defaults are Booksim's ``runfiles/meshconfig``; delays in NoC cycles."""
+    Defaults are what Booksim runs for its ``runfiles/meshconfig``; delays in NoC cycles."""
 
     vcs: int = _int(1, 32, default=16)              # virtual channels per port
     vc_buffer_flits: int = _int(1, 1024, default=8)  # flits each VC buffers
     vc_allocator: str = _choice(ALLOCATORS, default="islip")
     sw_allocator: str = _choice(ALLOCATORS, default="islip")
-    alloc_iters: int = _int(1, 16, default=2)        # allocator iterations
+    vc_alloc_iters: int = _int(1, 16, default=1)     # allocator iterations (Booksim's IQ
+    sw_alloc_iters: int = _int(1, 16, default=1)     # router runs 1: see npusim/noc/booksim.py)
     routing_delay: int = _int(0, 100, default=0)     # 0: lookahead routing
     vc_alloc_delay: int = _int(1, 100, default=1)
     sw_alloc_delay: int = _int(1, 100, default=1)

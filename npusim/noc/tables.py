@@ -166,7 +166,8 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1,
         n_routers=R, ports=P, vcs=rc.vcs, depth=rc.vc_buffer_flits, n_nodes=N,
         routing_delay=rc.routing_delay, va_delay=rc.vc_alloc_delay, sa_delay=rc.sw_alloc_delay,
         st_delay=rc.st_delay, va_alloc=ALLOCATORS.index(rc.vc_allocator),
-        sa_alloc=ALLOCATORS.index(rc.sw_allocator), alloc_iters=rc.alloc_iters,
+        sa_alloc=ALLOCATORS.index(rc.sw_allocator), va_iters=rc.vc_alloc_iters,
+        sa_iters=rc.sw_alloc_iters,
         wait_tail=int(rc.wait_for_tail_credit), skip=int(skip))
     return Network(topo, sites, params, tables, make_state(params, rows), out_link, out_node,
                    msg_classes)
@@ -194,9 +195,9 @@ def make_state(p: ks.NocParams, rows: int) -> ks.NocState:
     ovc = _aligned((rows, V, ks.N_OV_FIELDS))
     ovc[:, :, ks.OV_OWNER] = -1
     ovc[:, :, ks.OV_CREDITS] = B
-    nic = np.zeros((ks.N_NI_FIELDS, p.n_nodes), dtype=np.int64)
-    nic[ks.NI_PKT] = -1
-    nic[ks.NI_LAST_VC] = -1
+    nic = np.zeros((p.n_nodes, ks.N_NI_FIELDS), dtype=np.int64)
+    nic[:, ks.NI_PKT] = -1
+    nic[:, ks.NI_LAST_VC] = -1
     glob = np.zeros(ks.N_NG_FIELDS, dtype=np.int64)
     glob[ks.NG_FREE] = n_packets
     return ks.NocState(
