@@ -171,7 +171,7 @@ def sweep(case: dict[str, Any], booksim: str | None, tmp: Path, seeds: int,
         single["booksim"] = lambda r, s=0: run_booksim(booksim, cfg, r, case["flits"], s)
     zero: dict[str, float] = {}
 
-    def run(name, rate):
+    def run_point(name, rate):
         res = over_seeds(single[name], rate, seeds)
         if (seeds_high > seeds and not res["saturated"] and name in zero
                 and res["latency"] > 2 * zero[name]):
@@ -180,17 +180,17 @@ def sweep(case: dict[str, Any], booksim: str | None, tmp: Path, seeds: int,
             zero[name] = res["latency"]
         return res
 
-    sims = {name: (lambda r, name=name: run(name, r)) for name in single}
+    sims = {name: (lambda r, name=name: run_point(name, r)) for name in single}
     points = []
     rate = ZERO_LOAD_RATE
     last_stable = {name: 0.0 for name in sims}
     first_unstable: dict[str, float] = {}
     while len(first_unstable) < len(sims) and rate <= 1.0 + 1e-9:
         row = {"rate": rate}
-        for name, run in sims.items():
+        for name, sim in sims.items():
             if name in first_unstable:
                 continue
-            res = run(rate)
+            res = sim(rate)
             row[name] = res
             if res["saturated"]:
                 first_unstable[name] = rate
