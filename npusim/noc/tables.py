@@ -90,23 +90,29 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1,
     R, N = topo.n_routers, len(sites)
     inject_at = topo.site_in[sites]
     eject_at = topo.site_out[sites]
-    # ports: links first, then endpoints
-    n_out = np.bincount(topo.link_src, minlength=R) + np.bincount(eject_at, minlength=R)
-    n_in = np.bincount(topo.link_dst, minlength=R) + np.bincount(inject_at, minlength=R)
+    # ports: links first (the topology's numbers, else in link order), then endpoints
+    if topo.link_out_port is not None:
+        port_of_link = topo.link_out_port
+        in_port_of_link = topo.link_in_port
+        out_count = np.full(R, topo.link_ports, dtype=np.int64)
+        in_count = out_count.copy()
+    else:
+        port_of_link = np.zeros(topo.n_links, dtype=np.int64)
+        in_port_of_link = np.zeros(topo.n_links, dtype=np.int64)
+        out_count = np.zeros(R, dtype=np.int64)
+        in_count = np.zeros(R, dtype=np.int64)
+        for k in range(topo.n_links):
+            a, b = topo.link_src[k], topo.link_dst[k]
+            port_of_link[k] = out_count[a]
+            out_count[a] += 1
+            in_port_of_link[k] = in_count[b]
+            in_count[b] += 1
+    n_out = out_count + np.bincount(eject_at, minlength=R)
+    n_in = in_count + np.bincount(inject_at, minlength=R)
     P = int(max(n_out.max(), n_in.max(), 1))
     out_link = np.full((R, P), -1, dtype=np.int64)
     out_node = np.full((R, P), -1, dtype=np.int64)
-    in_port_of_link = np.zeros(topo.n_links, dtype=np.int64)
-    out_count = np.zeros(R, dtype=np.int64)
-    in_count = np.zeros(R, dtype=np.int64)
-    port_of_link = np.zeros(topo.n_links, dtype=np.int64)
-    for k in range(topo.n_links):
-        a, b = topo.link_src[k], topo.link_dst[k]
-        out_link[a, out_count[a]] = k
-        port_of_link[k] = out_count[a]
-        out_count[a] += 1
-        in_port_of_link[k] = in_count[b]
-        in_count[b] += 1
+    out_link[topo.link_src, port_of_link] = np.arange(topo.n_links)
     eject_port = np.zeros(N, dtype=np.int64)
     inject_port = np.zeros(N, dtype=np.int64)
     for n in range(N):

@@ -39,6 +39,11 @@ class Topology:
     next_link: np.ndarray             # [router, router]
     hop_class: np.ndarray             # [router, router]
     vc_classes: int = 1
+    # fixed port numbers of each link at its two routers (None: links in order, per router);
+    # endpoints take the ports after ``link_ports`` (the router's link port count)
+    link_out_port: np.ndarray | None = None
+    link_in_port: np.ndarray | None = None
+    link_ports: int = 0
     site_in: np.ndarray | None = None   # [site]: router it injects at (None: site = router)
     site_out: np.ndarray | None = None  # [site]: router it ejects at
     core_sites: list[int] = field(default_factory=list)    # default placement of cores,
@@ -134,8 +139,11 @@ def check_connected(topo: Topology, sources, targets, what: str) -> None:
 def kary_ncube(dims: list[int], wrap: bool, latency: int, width: int,
                freq_mhz: int) -> Topology:
     """A mesh (``wrap`` False) or torus of ``dims`` routers per dimension, routed in
-    dimension order (lowest dimension first). Router id = x0 + dims[0] * (x1 + dims[1] * ...),
-    Booksim's numbering. A torus takes the shorter way round each ring (a tie goes the
+    dimension order (lowest dimension first). Router id = x0 + dims[0] * (x1 + dims[1] * ...)
+    and ports as Booksim numbers them: output 2i leads the positive way along dimension i,
+    2i + 1 the negative way; input 2i comes from the positive neighbour, 2i + 1 from the
+    negative one; endpoints after (a port left unused at a mesh's edge). The numbering sets
+    the round-robin order of the allocators. A torus takes the shorter way round each ring (a tie goes the
     positive way from even coordinates and the negative way from odd ones, which balances
     the two directions deterministically) and uses two VC classes per ring: class 0 while
     the rest of the packet's path in this dimension still crosses the wrap-around link
@@ -150,6 +158,8 @@ def kary_ncube(dims: list[int], wrap: bool, latency: int, width: int,
         stride *= k
     strides = np.cumprod([1] + list(dims[:-1]))
     pairs: list[tuple[int, int]] = []
+    out_port: list[int] = []
+    in_port: list[int] = []
     index: dict[tuple[int, int, int], int] = {}  # (router, dim, +1/-1) -> link
     for r in range(R):
         for i, k in enumerate(dims):
@@ -166,6 +176,8 @@ def kary_ncube(dims: list[int], wrap: bool, latency: int, width: int,
                 other = r + (c - coords[r, i]) * strides[i]
                 index[(r, i, step)] = len(pairs)
                 pairs.append((r, int(other)))
+                out_port.append(2 * i + (step < 0))
+                in_port.append(2 * i + (step > 0))  # it arrives from the other side
     src, dst, lat, wid, freq = make_links(pairs, latency, width, freq_mhz)
     classes = 2 if wrap and max(dims) > 2 else 1
     nxt = np.full((R, R), -1, dtype=np.int64)
@@ -198,8 +210,9 @@ def kary_ncube(dims: list[int], wrap: bool, latency: int, width: int,
             if classes == 2:
                 cls[r, d] = 0 if crosses_later else 1
     return Topology("torus" if wrap else "mesh", coords, src, dst, lat, wid, freq, nxt, cls,
-                    vc_classes=classes, core_sites=list(range(R)),
-                    memory_sites=edge_routers(coords, dims))
+                    vc_classes=classes, link_out_port=np.array(out_port, dtype=np.int64),
+                    link_in_port=np.array(in_port, dtype=np.int64), link_ports=2 * D,
+                    core_sites=list(range(R)), memory_sites=edge_routers(coords, dims))
 
 
 def edge_routers(coords: np.ndarray, dims: list[int]) -> list[int]:

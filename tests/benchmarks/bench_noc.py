@@ -91,10 +91,12 @@ def _bench_engine():
 
 
 def write_config(tmp: Path, k: int, traffic: str, flits: int, alloc: str,
-                 period: int = 1000) -> Path:
-    f = tmp / f"mesh{k}_{traffic}_{flits}_{alloc.replace('(', '').replace(')', '')}_{period}"
+                 period: int = 1000, extra: str = "") -> Path:
+    """The mesh parameters as a Booksim config file (``extra``: more settings, last wins)."""
+    tag = re.sub(r"\W+", "_", f"{alloc}_{extra}")
+    f = tmp / f"mesh{k}_{traffic}_{flits}_{tag}_{period}"
     f.write_text(MESH_PARAMS.format(k=k, traffic=traffic, flits=flits, alloc=alloc,
-                                    period=period))
+                                    period=period) + extra)
     return f
 
 
@@ -237,6 +239,54 @@ def check(case: dict[str, Any]) -> dict[str, Any]:
             and sat_err is not None and abs(sat_err) <= 0.05}
 
 
+# --------------------------------------------------------------------------- the same packets
+
+ENQUEUE = re.compile(r"^\d+ \| node(\d+) \| Enqueuing packet (\d+) at time (\d+)\.")
+RETIRE = re.compile(r"^(\d+) \| node\d+ \| Retiring packet (\d+) \(plat = (\d+), .*"
+                    r"src = (\d+), dest = (\d+)\)")
+
+
+def same_packets(booksim: str, case: dict[str, Any], rate: float, tmp: Path) -> dict[str, Any]:
+    """Booksim's own packets through npusim: Booksim runs with every packet watched (its
+    watch output gives each packet's source, creation cycle, destination and latency);
+    npusim replays exactly those packets (``replay_packets``: each source sends its
+    packets in creation order) and the latencies are compared packet by packet."""
+    from npusim.config import load_config
+    from npusim.noc.booksim import read_booksim
+    from npusim.noc.run import network_for, replay_packets
+
+    import numpy as np
+
+    cfg = write_config(tmp, case["k"], case["traffic"], case["flits"], case["alloc"],
+                       extra=case.get("extra", ""))
+    watch = tmp / "watch_all"
+    if not watch.exists():
+        watch.write_text("\n".join(f"p{i}" for i in range(1_000_000)) + "\n")
+    proc = subprocess.Popen([booksim, str(cfg), f"injection_rate={rate / case['flits']!r}",
+                             f"watch_file={watch}", "watch_out=-"], stdout=subprocess.PIPE,
+                            text=True, cwd=tmp)
+    made, done = {}, {}
+    for line in proc.stdout:
+        if "Enqueuing packet" in line:
+            m = ENQUEUE.match(line)
+            made[int(m.group(2))] = (int(m.group(1)), int(m.group(3)))
+        elif "Retiring packet" in line:
+            m = RETIRE.match(line)
+            done[int(m.group(2))] = (int(m.group(3)), int(m.group(5)))
+    proc.wait()
+    pids = sorted(p for p in made if p in done)
+    packets = [(made[p][0], done[p][1], case["flits"], made[p][1]) for p in pids]
+    bf = read_booksim(cfg)
+    net = network_for(load_config("mobile", bf.noc))
+    out = replay_packets(net, packets)
+    ours = out[:, 1] - np.array([pk[3] for pk in packets])
+    theirs = np.array([done[p][0] for p in pids])
+    diff = np.abs(ours - theirs)
+    return {"rate": rate, "packets": len(pids), "identical": int((diff == 0).sum()),
+            "max_abs_difference": int(diff.max()) if len(diff) else 0,
+            "mean_latency_npusim": float(ours.mean()), "mean_latency_booksim": float(theirs.mean())}
+
+
 # --------------------------------------------------------------------------- speed, compile
 
 def speed(booksim: str | None, tmp: Path, repeat: int) -> dict[str, Any]:
@@ -325,6 +375,23 @@ def markdown(data: dict[str, Any]) -> str:
             f"{_f(ck.get('saturation_error'), '+.1%')} | "
             f"{'yes' if ck.get('saturated_agree') else 'no' if ck else '-'} | "
             f"{'yes' if ck.get('met') else 'no' if ck else '-'} |")
+    lines += ["", "## The same packets", "",
+              "Booksim's own packets replayed through npusim (`replay_packets`), at 80% of "
+              "Booksim's saturation load: Booksim runs with every packet watched, which gives "
+              "each packet's source, creation cycle, destination and latency; npusim sends "
+              "exactly those packets and the latencies are compared packet by packet. This "
+              "separates the network (cycle for cycle the same) from the random traffic "
+              "(each simulator draws its own), which is what the averages above differ by.", "",
+              "| case | allocators | offered | packets | identical latency | max difference | "
+              "mean npusim / Booksim |", "|---|---|---:|---:|---:|---:|---:|"]
+    for c in data["cases"] + data.get("variants", []):
+        sp = c.get("same_packets")
+        if sp:
+            alloc = c["alloc"] + (f"; {c['extra']}" if c.get("extra") else "")
+            lines.append(f"| {c['name']} | {alloc} | {sp['rate']:.3f} | "
+                         f"{sp['packets']:,} | {sp['identical']:,} | "
+                         f"{sp['max_abs_difference']} | {sp['mean_latency_npusim']:.2f} / "
+                         f"{sp['mean_latency_booksim']:.2f} |")
     lines += ["", "## Latency against offered load", ""]
     for c in data["cases"]:
         lines += [f"### {c['name']} ({c['alloc']})", "",
@@ -363,6 +430,15 @@ def markdown(data: dict[str, Any]) -> str:
               f"cache): {_f(cc.get('compile_seconds'), '.1f')} s; whole first run "
               f"{_f(cc.get('total_seconds'), '.1f')} s.", ""]
     return "\n".join(lines)
+
+
+# more router settings, checked packet by packet only (4x4, uniform, 4-flit packets)
+VARIANTS = [
+    {"alloc": "separable_input_first"}, {"alloc": "separable_output_first"},
+    {"alloc": "wavefront"},
+    {"alloc": "islip(3)", "extra": "routing_delay = 1; credit_delay = 0; "
+                                   "wait_for_tail_credit = 0; num_vcs = 4; vc_buf_size = 4;"},
+]
 
 
 def cases(quick: bool) -> list[dict[str, Any]]:
@@ -418,9 +494,21 @@ def main(argv=None) -> int:
             except Exception as err:  # noqa: BLE001 - reported in the table, not raised
                 failed = True
                 res = {**case, "points": [], "saturation": {}, "error": repr(err)}
+            if booksim and "error" not in res and res["saturation"].get("booksim"):
+                # the same packets at 80% of Booksim's saturation load
+                rate = round(0.8 * res["saturation"]["booksim"], 3)
+                res["same_packets"] = same_packets(booksim, case, rate, tmp)
             data["cases"].append(res)
             print(f"{case['name']} ({case['alloc']}): {time.perf_counter() - t0:.0f} s, "
                   f"saturation {res['saturation']}, check {res.get('check')}", flush=True)
+        data["variants"] = []
+        if booksim:
+            for v in VARIANTS:
+                case = {"name": "4x4 uniform 4-flit", "k": 4, "traffic": "uniform", "flits": 4,
+                        **v}
+                res = same_packets(booksim, case, 0.5, tmp)
+                data["variants"].append({**case, "same_packets": res})
+                print(f"same packets {v}: {res}", flush=True)
         data["speed"] = speed(booksim, tmp, repeat)
         print(f"speed: {json.dumps(data['speed'])}", flush=True)
     data["load_after"] = round(os.getloadavg()[0], 2)
