@@ -13,6 +13,7 @@ import numpy as np
 
 from npusim import __version__
 from npusim.config import NpuConfig, config_to_dict
+from npusim.energy import energy_report
 from npusim.engine import RawRun
 from npusim.kernels import state as ks
 from npusim.program import Program
@@ -37,6 +38,12 @@ class Result:
     requests: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     trace: Any = None  # the xarray.Dataset of a traced run (npusim.trace)
+    energy: dict[str, Any] = field(default_factory=dict)  # npusim.energy.energy_report
+
+    @property
+    def energy_j(self) -> float:
+        """Joules the run took (``energy["total_j"]``)."""
+        return self.energy["total_j"]
 
     @property
     def seconds(self) -> float:
@@ -66,6 +73,7 @@ class Result:
             "config": config_to_dict(self.config),
             "warnings": self.warnings,
             "requests": self.requests,
+            "energy": self.energy,
             **self.extra,
         }
 
@@ -96,9 +104,11 @@ def collect(model: str, cfg: NpuConfig, prog: Program, raw: RawRun) -> Result:
         })
     layers = [_layer_stats(cfg, prog, st, i, P) for i in range(len(prog.layers))]
     memory = _memory_stats(cfg, raw, total)
+    energy = energy_report(cfg, prog, st, tb, total, layers)
     return Result(model=model, config=cfg, total_cycles=total, cores=cores, layers=layers,
                   memory=memory, wall_seconds=raw.wall_seconds,
-                  compile_seconds=raw.compile_seconds, event_steps=int(st.glob[ks.G_STEPS]))
+                  compile_seconds=raw.compile_seconds, event_steps=int(st.glob[ks.G_STEPS]),
+                  energy=energy)
 
 
 def _memory_stats(cfg: NpuConfig, raw: RawRun, core_cycles: int) -> dict[str, Any]:
