@@ -67,7 +67,7 @@ def test_bad_override_is_a_clear_error(override, message):
 
 def test_bad_table_file_names_the_entry(tmp_path):
     path = tmp_path / "mine.toml"
-    good = (Path(npusim.__file__).parent / "configs" / "energy" / "45nm.toml").read_text()
+    good = Path(load_energy_table("45nm").path).read_text()
     path.write_text(good.replace("int16 = {", "# int16 = {"))
     with pytest.raises(NpusimError, match="entry mac.int16 is missing"):
         load_energy_table(str(path))
@@ -229,15 +229,15 @@ def _drampower_formula(log: np.ndarray, std, ranks: int, end: int) -> dict[str, 
     close_wr = max(r.latency for r in std.rules_for("WR", "PRE") if r.level == 3)
 
     def close(rank, bank, at):
-        start = act_open.pop((rank, bank))
+        start = act_open.pop((rank,) + tuple(bank))
         active[rank, start:min(at, end)] = True
         if at <= end:
             n["pre"] += 1
         else:  # closes after the end: active to the end, no precharge yet
             active[rank, start:end] = True
 
-    for cyc, rank, bg, bank, cmd in zip(log[0], log[2], log[3], log[4], log[7]):
-        b = (int(bg), int(bank))
+    for cyc, rank, bg, bank, cmd in zip(*(log[i].tolist() for i in (0, 2, 3, 4, 7))):
+        b = (bg, bank)
         if cmd == 0:
             act_open[(rank,) + b] = cyc
             n["act"] += 1
