@@ -26,7 +26,6 @@ requests, the sums of their layers) add up to the total exactly.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -151,7 +150,6 @@ def energy_report(cfg, prog, st, tb, total_cycles: int, layer_rows: list[dict]) 
     of ``layer_rows`` (the result's layers, in program order)."""
     from npusim.kernels import state as ks
 
-    t0 = time.perf_counter()
     table = load_energy_table(cfg.energy.table, cfg.energy.override)
     seconds = total_cycles / (cfg.core_freq_mhz * 1e6)
     ld, stb = st.layer_st[ks.L_LD_BYTES], st.layer_st[ks.L_ST_BYTES]
@@ -223,5 +221,4 @@ def energy_report(cfg, prog, st, tb, total_cycles: int, layer_rows: list[dict]) 
         "dram": dram,
         "warnings": warnings,
     }
-    out["accounting_seconds"] = time.perf_counter() - t0
     return out
