@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from npusim.errors import NpusimError
+from npusim.paths import bundled_names, resolve_data_file
 
 COMMANDS = ("ACT", "PRE", "PREA", "RD", "WR", "RDA", "WRA", "REF")  # kernel command index
 LEVELS = ("channel", "rank", "bankgroup", "bank")
@@ -251,22 +252,11 @@ def dram_dir() -> Path:
 
 def list_standards() -> list[str]:
     """Names of the bundled speed bins."""
-    d = dram_dir()
-    return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+    return bundled_names(dram_dir())
 
 
 def _resolve(name_or_path: str | Path) -> Path:
-    s = str(name_or_path)
-    p = Path(s)
-    if s.endswith(".toml") or p.is_file() or "/" in s or "\\" in s:
-        if not p.is_file():
-            raise NpusimError(f"DRAM standard file {s} does not exist")
-        return p
-    p = dram_dir() / f"{s}.toml"
-    if not p.is_file():
-        raise NpusimError(f"unknown DRAM standard {s!r}: known standards are "
-                          f"{', '.join(list_standards())} (files in {dram_dir()})")
-    return p
+    return resolve_data_file(name_or_path, dram_dir(), "DRAM standard")
 
 
 def _read_toml(path: Path) -> dict:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from npusim.errors import NpusimError
+from npusim.paths import bundled_names, resolve_data_file
 
 DATATYPES = ("int8", "int16", "fp16", "bf16", "fp32")
 AUTO_DATATYPE = {1: "int8", 2: "fp16", 4: "fp32"}  # by config precision (bytes per element)
@@ -222,22 +223,12 @@ def energy_dir() -> Path:
 
 def list_energy_tables() -> list[str]:
     """Names of the bundled tables (``configs/energy/*.toml``)."""
-    d = energy_dir()
-    return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+    return bundled_names(energy_dir())
 
 
 def _resolve(name: str) -> Path:
-    p = Path(name)
-    if p.suffix.lower() in (".toml", ".yaml", ".yml") or "/" in name or "\\" in name:
-        if not p.is_file():
-            raise NpusimError(f"energy table file {name} does not exist")
-        return p
-    p = energy_dir() / f"{name}.toml"
-    if not p.is_file():
-        raise NpusimError(f"unknown energy table {name!r}: bundled tables are "
-                          f"{', '.join(list_energy_tables())} (configs/energy/), or give a "
-                          f".toml file or an Accelergy ERT.yaml / ERT_summary.yaml")
-    return p
+    return resolve_data_file(name, energy_dir(), "energy table", (".toml", ".yaml", ".yml"),
+                             ", or give a .toml file or an Accelergy ERT.yaml / ERT_summary.yaml")
 
 
 @lru_cache(maxsize=32)
