@@ -438,8 +438,34 @@ def _check_timing_sanity(path: Path, t: dict[str, int]) -> None:
 
 
 def load_standard(name_or_path: str | Path) -> DramStandard:
-    """A speed bin by bare name (``configs/dram/<name>.toml``) or by path to a TOML file."""
+    """A speed bin by bare name (``configs/dram/<name>.toml``) or by path to a TOML file.
+    Parsed once per file version: a run asks for its standard several times (config checks,
+    engine tables, energy), and the rule tables take milliseconds to build."""
     path = _resolve(name_or_path)
+    key = (str(path.resolve()), _content(path))
+    hit = _LOADED.get(key)
+    if hit is not None and _content(hit[1]) == hit[2]:  # and its family file is unchanged
+        return hit[0]
+    std = _load_standard(path)
+    family = _family_path(std.family, path)
+    if len(_LOADED) > 64:
+        _LOADED.clear()
+    _LOADED[key] = (std, family, _content(family))
+    return std
+
+
+_LOADED: dict[tuple[str, bytes], tuple[DramStandard, Path, bytes]] = {}
+
+
+def _content(path: Path) -> bytes:
+    """The file's bytes (cache keys: a file rewritten within one clock tick keeps its mtime)."""
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise NpusimError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _load_standard(path: Path) -> DramStandard:
     doc = _read_toml(path)
     _check_keys(path, "the speed-bin file", doc, _TOP_REQUIRED, _TOP_OPTIONAL)
     name = _str_field(path, "name", doc["name"])

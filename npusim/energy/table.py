@@ -232,7 +232,7 @@ def _resolve(name: str) -> Path:
 
 
 @lru_cache(maxsize=32)
-def _load_cached(path: str, mtime_ns: int) -> EnergyTable:
+def _load_cached(path: str, content: bytes) -> EnergyTable:
     p = Path(path)
     if p.suffix.lower() in (".yaml", ".yml"):
         from npusim.energy.ert import table_from_ert
@@ -250,10 +250,10 @@ def load_energy_table(name: str, overrides: dict[str, Any] | None = None) -> Ene
     ``ERT_summary.yaml``, with a config's ``energy.override`` entries applied."""
     path = _resolve(str(name))
     try:
-        mtime = path.stat().st_mtime_ns
+        content = path.read_bytes()  # the cache key: a rewritten file is read again
     except OSError as e:
         raise NpusimError(f"cannot read energy table {path}: {e.strerror}") from None
-    return _load_cached(str(path), mtime).with_overrides(overrides or {})
+    return _load_cached(str(path), content).with_overrides(overrides or {})
 
 
 def mac_datatype(cfg) -> str:
