@@ -96,18 +96,27 @@ def instruction_actions(inst: np.ndarray, cfg) -> np.ndarray:
 
 def layer_actions(prog, cfg, ld_bytes: np.ndarray, st_bytes: np.ndarray) -> np.ndarray:
     """Action counts of every layer: [n_layers, len(ACTIONS)] int64 (NoC flits from the
-    layer's DMA bytes)."""
+    layer's DMA bytes). A tile runs its template once: sum each template's rows once
+    (templates are disjoint row ranges), then each layer's tiles' templates."""
     L = prog.layer.shape[0]
-    per_inst = instruction_actions(prog.inst, cfg)
-    csum = np.vstack([np.zeros((1, len(ACTIONS)), np.int64), np.cumsum(per_inst, axis=0)])
-    start = prog.tile[:, isa.T_INST_START]
-    per_tile = csum[start + prog.tile[:, isa.T_INST_LEN]] - csum[start]
     out = np.zeros((L, len(ACTIONS)), np.int64)
-    np.add.at(out, prog.tile[:, isa.T_LAYER], per_tile)
+    if prog.n_tiles:
+        start, length = prog.tile[:, isa.T_INST_START], prog.tile[:, isa.T_INST_LEN]
+        templates, which = np.unique(start * (1 << 24) + length, return_inverse=True)
+        t_start, t_end = templates >> 24, (templates >> 24) + (templates & ((1 << 24) - 1))
+        per_inst = np.vstack([instruction_actions(prog.inst, cfg),
+                              np.zeros((1, len(ACTIONS)), np.int64)])
+        bounds = np.empty(2 * len(templates), np.int64)
+        bounds[0::2], bounds[1::2] = t_start, t_end
+        per_template = np.add.reduceat(per_inst, bounds, axis=0)[0::2]
+        layer = prog.tile[:, isa.T_LAYER]
+        for a in range(len(ACTIONS)):
+            out[:, a] = np.bincount(layer, weights=per_template[which, a], minlength=L)
     if cfg.memory.type != "ideal":
         req = cfg.dma.request_bytes
         data = _ceil_div(req, cfg.noc.flit_bytes)
-        out[:, ACTIONS.index("noc_flit")] = (ld_bytes // req) * (1 + data) + (st_bytes // req) * (data + 1)
+        out[:, ACTIONS.index("noc_flit")] = ((ld_bytes // req) * (1 + data)
+                                             + (st_bytes // req) * (data + 1))
     return out
 
 

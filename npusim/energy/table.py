@@ -215,6 +215,7 @@ def table_from_dict(doc: dict, where: str) -> EnergyTable:
                        path=where, technology_nm=float(tech))
 
 
+@lru_cache(maxsize=1)
 def energy_dir() -> Path:
     from npusim.paths import configs_dir
 

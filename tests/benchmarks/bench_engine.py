@@ -132,6 +132,8 @@ def run_python_case(case: dict[str, Any], repeat: int, first: dict[str, Any]) ->
         energy_seconds_best=min(getattr(r, "energy_seconds", 0.0) for r in results),
         energy_percent_of_wall=(100 * min(getattr(r, "energy_seconds", 0.0) for r in results)
                                 / best if best > 0 else None),
+        energy_percent_of_end_to_end=(100 * min(getattr(r, "energy_seconds", 0.0)
+                                                for r in results) / min(e for _, e in runs)),
         repeats=repeat,
     )
     if "rtl_cycles" in case:
