@@ -107,6 +107,9 @@ ERT:
     actions:
     - {name: read, arguments: null, energy: 7.0}
     - {name: write, arguments: null, energy: 8.0}
+  - name: system.arch.PE[0..63].pe_spad
+    actions:
+    - {name: read, arguments: null, energy: 99.0}
   - name: system.arch.PE[0..63].weight_reg
     actions:
     - {name: access, arguments: null, energy: 0.02}
@@ -126,6 +129,7 @@ def test_accelergy_ert_imports_onto_npusim_actions(tmp_path):
     assert t["register.pj_per_access"] == pytest.approx(0.03)
     assert t.sram_pj("spad", False, 4096, 512) == 20.0  # fixed: capacity does not matter
     assert "system.DRAM" in t.description and "not imported" in t.description
+    assert "pe_spad (a per-PE buffer" in t.description
     assert t["vector.alu"] == load_energy_table("45nm")["vector.alu"]  # from the base
     summary = tmp_path / "ERT_summary.yaml"
     summary.write_text("ERT_summary:\n  table_summary:\n  - name: a.b.mac\n    actions:\n"

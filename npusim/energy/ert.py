@@ -11,7 +11,9 @@ component (last name)                    npusim entry
 contains ``mac``                         ``mac.*`` (every datatype): ``mac_random``
 contains ``reg`` (PE registers)          ``register.pj_per_access``: mean ``access``
 contains ``acc`` (accumulator buffer)    ``accum.read_pj`` / ``accum.write_pj``
-``spad``, ``glb``, ``buffer``, ``sram``  ``spad.read_pj`` / ``spad.write_pj``
+``spad``, ``glb``, ``buffer``, ``sram``  ``spad.read_pj`` / ``spad.write_pj`` (a buffer
+                                         inside each PE, ``PE[..].pe_spad``, is not
+                                         imported: npusim's PEs hold one weight)
 ``DRAM``                                 not imported: npusim prices DRAM from its
                                          standard's IDD currents
 =======================================  ==========================================
@@ -35,6 +37,11 @@ BASE_TABLE = "45nm"
 
 def _leaf(name: str) -> str:
     return re.sub(r"\[.*?\]", "", str(name).split(".")[-1]).lower()
+
+
+def _per_pe(name: str) -> bool:
+    """A component replicated per PE (``...PE[0..255].pe_spad``): its parent has a range."""
+    return "[" in ".".join(str(name).split(".")[:-1])
 
 
 def _role(leaf: str) -> str | None:
@@ -116,6 +123,9 @@ def table_from_ert(path: Path):
             imported.append(comp)
         elif role == "register" and "access" in acts:
             regs.append((comp, acts["access"]))
+        elif role in ("spad", "accum") and _per_pe(comp):
+            skipped.append(comp + " (a per-PE buffer: npusim's PEs hold one weight in "
+                                  "registers)")
         elif role in ("spad", "accum") and ("read" in acts or "write" in acts):
             for rw in ("read", "write"):
                 e = acts.get(rw, acts.get("read", acts.get("write")))
