@@ -468,6 +468,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds-high", type=int, default=10,
                     help="seeds where latency is above 1.2x its zero-load value (default 10)")
     ap.add_argument("--no-compile", action="store_true", help="skip the cold compile")
+    ap.add_argument("--only", metavar="REGEX", default=None,
+                    help="run only the cases whose 'name (allocators)' matches, e.g. "
+                         "'\\(islip\\)' leaves out the islip(2) cases")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     booksim = args.booksim if args.booksim and Path(args.booksim).is_file() else None
@@ -488,6 +491,8 @@ def main(argv=None) -> int:
             data["compile"] = cold_compile(tmp)
             print(f"cold compile: {data['compile']}", flush=True)
         for case in cases(args.quick):
+            if args.only and not re.search(args.only, f"{case['name']} ({case['alloc']})"):
+                continue
             t0 = time.perf_counter()
             try:
                 res = sweep(case, booksim, tmp, args.seeds, args.seeds_high)
