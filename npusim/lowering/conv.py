@@ -61,7 +61,7 @@ def _pads(node: Node, in_dims, out_dims, kernel, strides, dil) -> tuple[int, ...
 def _window(s: ConvShape, in_dim: int, pad: int, d: int, o0: int, t: int) -> tuple[int, int, int]:
     """(first input index, count, step) the tile of outputs [o0, o0 + t) loads along dim
     ``d``, clipped to the input (padding is never loaded)."""
-    stride, dil, k = s.strides[d], s.dilations[d], s.kernel[d]
+    stride, k = s.strides[d], s.kernel[d]
     if k == 1:  # only the strided positions: o * stride - pad inside the input
         first = max(o0, -(-pad // stride))
         last = min(o0 + t - 1, (in_dim - 1 + pad) // stride)
