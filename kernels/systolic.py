@@ -24,27 +24,13 @@ Weight stationary (``ws``; Gemmini's WS mode, ``ExecuteController.scala``), arra
 
 from .jit import kernel
 
-from . import isa
+from . import array_rows, isa
 from .state import *  # noqa: F403  (field indices of the state tables)
 from .trace import trace_interval
 
 
-@kernel
-def gemm_stream_cycles(rows, segs, h, min_cycles):
-    """Cycles a GEMM occupies the array input: rows in chunks of <= h, each >= min_cycles."""
-    full = rows // h
-    rest = rows - full * h
-    per_seg = full * max(h, min_cycles)
-    if rest > 0:
-        per_seg += max(rest, min_cycles)
-    return segs * per_seg
-
-
-@kernel
-def last_chunk_cycles(rows, h, min_cycles):
-    """Cycles the last chunk of a GEMM segment of ``rows`` rows holds the array input."""
-    rest = rows % h
-    return max(rest if rest > 0 else h, min_cycles)
+gemm_stream_cycles = kernel(array_rows.gemm_stream_cycles)
+last_chunk_cycles = kernel(array_rows.last_chunk_cycles)
 
 
 @kernel

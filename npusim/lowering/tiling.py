@@ -20,7 +20,7 @@ from math import ceil, prod
 
 from npusim.config import NpuConfig
 from npusim.errors import NpusimError
-from npusim.kernels.systolic import gemm_stream_cycles, last_chunk_cycles
+from npusim.kernels.array_rows import gemm_stream_cycles, last_chunk_cycles
 
 ACC_BYTES = 4  # accumulator elements are 32-bit (int32 / fp32), whatever the input precision
 
@@ -65,8 +65,8 @@ def block_cycles(b: Budget, rows: int, segs: int = 1) -> int:
     """Array cycles of one weight block streamed by ``segs`` segments of ``rows`` rows: the
     stream, plus what the next block's preload (``height`` cycles, fed beside the last
     chunk) adds when that chunk is shorter (``kernels/systolic.py``)."""
-    stream = gemm_stream_cycles.py_func(rows, segs, b.height, b.min_cycles)
-    return stream + max(0, b.height - last_chunk_cycles.py_func(rows, b.height, b.min_cycles))
+    stream = gemm_stream_cycles(rows, segs, b.height, b.min_cycles)
+    return stream + max(0, b.height - last_chunk_cycles(rows, b.height, b.min_cycles))
 
 
 def _aligned_options(total: int, step: int) -> list[int]:
