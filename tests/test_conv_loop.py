@@ -146,3 +146,21 @@ def test_every_mapping_the_rtl_ran_fits(tmp_path):
         cfg = load_config(CONFIG, overrides + ["core.spad_kib=64"])
         program = lower_graph(load_graph(str(model)), cfg, parse_mapping_file(mapping))
         assert program.layers[0].mapping_source.endswith(":1")
+
+
+def test_the_next_tile_computes_while_the_output_moves_out(tmp_path):
+    # 16 output channels in two tiles of 8 (one core, both tiles held at once). Tile 1 as
+    # c3_3x3_s1 up to its results in the accumulator (10 + 14 + 15 + 576 + 16 = 631); tile
+    # 2's loads ran ahead, its first preload drains the array (15 more), it computes 576 and
+    # drains 16 while tile 1's output moves out; then tile 2's output: 64 pixels of 8
+    # channels, 8-byte runs 16 bytes apart, one request each
+    x, w, y = (1, 3, 10, 10), (16, 3, 3, 3), (1, 16, 8, 8)
+    mapping = ("[T] N1 C3 M16 P8 Q8 S3 R3 - [O] N1 C1 M2 P1 Q1 S1 R1 - "
+               "[I] N1 C3 M8 P8 Q8 S3 R3")
+    path = conv_model(tmp_path, x, w, y, (1, 1))
+    mfile = tmp_path / "two_tiles.mapping"
+    mfile.write_text(mapping + "\n")
+    r = npusim.simulate(str(path), CONFIG, mapping=str(mfile))
+    assert sum(c["tiles"] for c in r.cores) == 2
+    first = 10 + 14 + FILL + 9 * 64 + DRAIN
+    assert r.total_cycles == first + FILL + 9 * 64 + DRAIN + 64
