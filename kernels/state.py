@@ -24,7 +24,7 @@ from collections import namedtuple
 PARAM_FIELDS = (
     "n_cores", "core_period", "noc_period", "mem_period", "skip",
     # systolic array and vector unit
-    "sa_width", "sa_height", "sa_min_cycles", "acc_latency", "vec_width",
+    "sa_dataflow", "sa_width", "sa_height", "sa_min_cycles", "acc_latency", "vec_width",
     # instruction queues
     "ld_queue", "st_queue", "ex_queue",
     # DMA and fabric
@@ -129,9 +129,10 @@ N_PART_FIELDS = 2
 (L_PREDS_LEFT, L_TILES_LEFT, L_START, L_END, L_SA_CYCLES, L_VU_CYCLES, L_LD_BYTES,
  L_ST_BYTES, L_NEXT_GROUP, L_READY_SEQ, L_NOTIFY) = range(11)
 N_LAYER_FIELDS = 11
-# core (C_RESP_HEADS: how many channels have a response for the core at their ring's head)
+# core (C_RESP_HEADS: how many channels have a response for the core at their ring's head;
+#  C_SA_LAST_CHUNK: when the last chunk of the array's latest GEMM enters it)
 (C_WAKE, C_SEQ, C_GROUP_NEXT, C_GROUP_END, C_SA_PRELOAD_READY, C_SA_STREAM_FREE,
- C_SA_GEMM_START, C_VU_FREE, C_EX_POS, C_OUTSTANDING, C_ARR_HEAD, C_ARR_COUNT, C_INJ_HEAD,
+ C_SA_LAST_CHUNK, C_VU_FREE, C_EX_POS, C_OUTSTANDING, C_ARR_HEAD, C_ARR_COUNT, C_INJ_HEAD,
  C_INJ_COUNT, C_RESP_PORT_FREE, C_RESP_RR, C_BUSY_SINCE, C_SA_DONE, C_RESP_HEADS,
  # statistics
  C_SA_STREAM, C_SA_MACS, C_VU_BUSY, C_VU_OPS, C_BUSY, C_LD_REQUESTS, C_ST_REQUESTS,

@@ -52,7 +52,7 @@ def make_params(cfg: NpuConfig, tb: TimeBase, skip: bool) -> Params:
     values = dict(
         n_cores=cfg.num_cores, core_period=tb.core_period, noc_period=tb.noc_period,
         mem_period=tb.mem_period, skip=int(skip),
-        sa_width=core.systolic.width, sa_height=core.systolic.height,
+        sa_dataflow=isa.DATAFLOWS.index(core.systolic.dataflow), sa_width=core.systolic.width, sa_height=core.systolic.height,
         sa_min_cycles=core.systolic.min_gemm_cycles, acc_latency=1,
         vec_width=core.vector.lanes * core.vector.alus,
         ld_queue=core.ld_queue, st_queue=core.st_queue, ex_queue=core.ex_queue,

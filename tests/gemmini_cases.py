@@ -1,4 +1,4 @@
-"""Build the single-layer models of ../shared/validation/gemmini_rtl_public.json.
+"""Build the single-layer models of ../shared/validation/gemmini_rtl_{public,conv}.json.
 
 Shared by the accuracy test and the benchmark script: each case becomes a one-node ONNX
 model (weights as absent external data), its ONNXim mapping line, and the matching config.
@@ -15,12 +15,22 @@ from onnx import TensorProto, helper
 
 # the shared validation folder beside the checkout; a copy travels with the repo for
 # checkouts that have no shared/ next to them
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "gemmini_rtl_public.json"
-COPY = Path(__file__).resolve().parent / "data" / "gemmini_rtl_public.json"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "validation"
+COPY = Path(__file__).resolve().parent / "data"
+FILES = ("gemmini_rtl_public.json", "gemmini_rtl_conv.json")
 
 
 def load_reference() -> dict:
-    return json.loads((SHARED if SHARED.exists() else COPY).read_text())
+    """Every case of the reference files (same core), each tagged with its ``file``."""
+    merged: dict = {}
+    for name in FILES:
+        path = SHARED / name if (SHARED / name).exists() else COPY / name
+        ref = json.loads(path.read_text())
+        if merged and ref["core"] != merged["core"]:
+            raise ValueError(f"{path}: its core differs from {FILES[0]}'s")
+        merged.setdefault("core", ref["core"])
+        merged.setdefault("cases", []).extend(dict(c, file=name) for c in ref["cases"])
+    return merged
 
 
 def _weight(name: str, shape: list[int]) -> onnx.TensorProto:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from npusim.errors import NpusimError
+from npusim.kernels.isa import DATAFLOWS
 
 # ---------------------------------------------------------------------------------------
 # Choice lists and defaults
@@ -143,12 +144,15 @@ def _latency_table() -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class SystolicConfig:
-    """Weight-stationary systolic array (Gemmini-like)."""
+    """Systolic array (Gemmini-like). ``dataflow`` picks its PRELOAD/GEMM schedule
+    (``npusim/lowering/array.py``) and timing rule (``kernels/systolic.py``); "ws" (weight
+    stationary) is the one modelled so far."""
 
     width: int = _int(1, 4096)          # array columns = output features
     height: int = _int(1, 4096)         # array rows = reduction depth
     # Gemmini RTL keeps the array input busy at least this many cycles per GEMM row chunk.
     min_gemm_cycles: int = _int(1, 1024, default=4)
+    dataflow: str = _choice(DATAFLOWS, default="ws")
 
 
 @dataclass(frozen=True, kw_only=True)
