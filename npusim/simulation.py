@@ -122,12 +122,12 @@ def _request_results(result, requests, streams, servers, prog, run, placement) -
     stream_of_layer = prog.layer[:, isa.L_REQUEST]
     moved = run.st.layer_st[ks.L_LD_BYTES] + run.st.layer_st[ks.L_ST_BYTES]
     per_stream = np.bincount(stream_of_layer, weights=moved, minlength=len(streams))
-    joules = np.bincount(stream_of_layer, weights=[l["energy_j"] for l in result.layers],
-                         minlength=len(streams))
+    layer_j = np.array([l["energy_j"] for l in result.layers])
+    joules = np.bincount(stream_of_layer, weights=layer_j, minlength=len(streams))
     freq = result.config.core_freq_mhz * 1e6
     rows: dict[int, dict] = {}
     for srv in servers:
-        rows.update(srv.request_results(layer_start))
+        rows.update(srv.request_results(layer_start, layer_j))
     for sid, members in enumerate(streams):
         if len(members) == 1 and not requests[members[0]].is_llm:
             i = members[0]
