@@ -383,7 +383,8 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
     if result.requests:
         rt = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
         llm = any("ttft_cycles" in r for r in result.requests)
-        names = ("request", "partition", "arrival", "start", "finish", "latency (cycles)")
+        names = ("request", "partition", "arrival", "start", "finish", "latency (cycles)",
+                 "energy")
         for name in names + (("TTFT", "TBT p50", "TBT p95", "TBT p99") if llm else ()):
             rt.add_column(name, justify="right", no_wrap=True)
 
@@ -393,7 +394,7 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
         for i, r in enumerate(result.requests):
             row = [escape(r["name"] or f"{i}: {r['model']}"), str(r["partition"]),
                    num(r["arrival_cycle"]), num(r["start_cycle"]), num(r["finish_cycle"]),
-                   num(r["latency_cycles"])]
+                   num(r["latency_cycles"]), human_joules(r["energy_j"])]
             if llm:
                 row += [num(r.get(k)) for k in ("ttft_cycles", "tbt_p50_cycles",
                                                 "tbt_p95_cycles", "tbt_p99_cycles")]
