@@ -542,7 +542,8 @@ def test_every_core_gets_work_and_the_cost_does_not_depend_on_the_tiling(tmp_pat
 def test_constant_is_free(tmp_path):
     nodes = [const("c", [1, 2, 3, 4], F), helper.make_node("Add", ["x", "c"], ["y"])]
     r = sim(model(tmp_path, nodes, [("x", (2, 4))], [("y", (2, 4))]))
-    assert r.layers[0]["op_type"] == "Constant" and r.layers[0]["cycles"] == 0
+    # folded at load time: its value sits in DRAM like a weight, no layer, no cycles
+    assert [layer["op_type"] for layer in r.layers] == ["Add"]
     assert busy(r) == LAT["add"]
 
 

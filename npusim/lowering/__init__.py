@@ -73,6 +73,7 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
             f"model '{graph.name}' uses op types npusim cannot lower yet:\n" + "\n".join(listing)
             + f"\nsupported op types: {', '.join(sorted(LOWERINGS))}"
             + "\n(--unsupported zero-cost treats them as free instead)")
+    graph.check_shapes()
     ctx = LoweringContext(graph=graph, config=config, builder=builder, mapping=mapping)
     first = builder.n_layers
     fused = plan_fusions(graph)

@@ -47,8 +47,6 @@ AveragePool            add with kh*kw passes, mul (the window sum, scaled)
 Concat, Split, Slice   no vector step: DMA in, DMA out (a Concat whose inputs could be
                        written in place still costs one copy here)
 Gather                 no vector step: load the indices, then the gathered rows, store them
-Constant               nothing (no tiles: the value sits in DRAM from the start, so its
-                       consumers do not wait for it)
 =====================  ====================================================================
 
 Softmax and LogSoftmax follow opset 13 (one axis, default -1); LayerNormalization
@@ -477,21 +475,10 @@ def _shape(ctx: LoweringContext, t: str) -> tuple[int, ...]:
 
 
 def const_value(ctx: LoweringContext, tensor: str):
-    """The value of a constant tensor if lowering can know it (a Constant node's value, or
-    an initializer value the front end kept), else None."""
-    if not tensor:
-        return None
-    info = ctx.graph.tensors.get(tensor)
-    value = getattr(info, "value", None) if info is not None else None
-    if value is not None:
-        return np.asarray(value)
-    prod_node = ctx.graph.producer(tensor)
-    if prod_node is not None and prod_node.op_type == "Constant":
-        a = prod_node.attrs
-        for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
-            if key in a and not hasattr(a[key], "ListFields"):
-                return np.asarray(a[key])
-    return None
+    """The value of a small constant tensor (an initializer with data, a Constant, a folded
+    shape computation: the front end keeps them), else None."""
+    info = ctx.graph.tensors.get(tensor) if tensor else None
+    return None if info is None or info.value is None else np.asarray(info.value)
 
 
 def _axis(node: Node, rank: int, value, what: str = "axis") -> int:
@@ -677,20 +664,6 @@ def lower_gather(ctx: LoweringContext, node: Node) -> None:
     em = LayerEmitter(ctx, node, "DMA gather")
     emit_views(em, y_shape, sources, [View(ctx.addr(y), row_major(y_shape))], [])
     em.finish()
-
-
-def lower_constant(ctx: LoweringContext, node: Node) -> None:
-    """A Constant's value sits in DRAM like a weight from the start: no tiles, no cycles,
-    and its consumers need not wait for it (it is not registered as their producer)."""
-    for out in node.outputs:
-        if out:
-            ctx.addr(out)
-    g = ctx.graph
-    out = node.outputs[0]
-    info = LayerInfo(name=node.name, op_type=node.op_type, input_shapes=[],
-                     output_shape=g.shape(out) if out in g.tensors else (), macs=0,
-                     mapping="", mapping_source="constant (no data moved)")
-    ctx.builder.begin_layer(info, [])
 
 
 # --------------------------------------------------------------------------- rows
@@ -959,5 +932,4 @@ LOWERINGS: dict = {
     "Split": lower_split,
     "Slice": lower_slice,
     "Gather": lower_gather,
-    "Constant": lower_constant,
 }
