@@ -85,6 +85,10 @@ class Node:
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     attrs: dict[str, Any] = field(default_factory=dict)
+    # a quantized op lowered as its float counterpart (QLinearConv as Conv): the original
+    # op type, for results, and the bytes per element it computes in (None: the config's)
+    origin: str = ""
+    precision: int | None = None
 
 
 @dataclass

@@ -20,6 +20,7 @@ from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper, 
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Graph, Node, TensorInfo
 from npusim.frontend.ort_shapes import MS
+from npusim.frontend.quantized import as_float_ops
 from npusim.frontend.shapes import NOT_FOLDED, infer_static
 from npusim.paths import models_dir
 
@@ -330,7 +331,7 @@ def _build_graph(model: ModelProto, shaped, weights: dict[str, TensorInfo], path
     for name, t in tensors.items():  # initializers kept inline carry their value too
         if name in weights and shaped.tensors.get(name) is not None:
             t.value = shaped.tensors[name].value
-    nodes = _convert_nodes(shaped.nodes)
+    nodes = as_float_ops(_convert_nodes(shaped.nodes))
     return Graph(
         name=g.name,
         nodes=nodes,

@@ -15,7 +15,7 @@ from npusim.frontend.graph import Graph, Node
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import lower_conv
 from npusim.lowering.gemm import lower_gemm, lower_matmul
-from npusim.lowering import attention, vector
+from npusim.lowering import attention, conv_transpose, einsum, movement, vector
 from npusim.lowering.fusion import plan_fusions
 from npusim.lowering.layout import lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
@@ -30,7 +30,12 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
     "Squeeze": lower_relabel,
     "Unsqueeze": lower_relabel,
     "Identity": lower_relabel,
+    "Dropout": lower_relabel,  # inference: the output is the input
+    "BitCast": lower_relabel,
     **vector.LOWERINGS,
+    **movement.LOWERINGS,
+    **einsum.LOWERINGS,
+    **conv_transpose.LOWERINGS,
     **attention.LOWERINGS,
 }
 
@@ -94,7 +99,13 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
                 ctx.producer_layer[out] = layer
             layer_of[node.name] = layer
             continue
+        before = builder.n_layers
+        ctx.node_precision = node.precision
         LOWERINGS.get(node.op_type, lower_free)(ctx, node)
+        ctx.node_precision = None
+        if node.origin:  # results name the op the model has (QLinearConv, not Conv)
+            for layer in range(before, builder.n_layers):
+                builder.layer_info(layer).op_type = node.origin
         layer_of[node.name] = builder.n_layers - 1
     if prefix:
         builder.prefix_names(first, prefix)

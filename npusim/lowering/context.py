@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from npusim.config import NpuConfig
 from npusim.errors import NpusimError
@@ -24,14 +24,18 @@ class LoweringContext:
     # a GEMM or conv that absorbs a BatchNormalization or a bias Add loads that bias
     # (node name -> tensor holding it), as it would after the deployment-time folding
     folded_bias: dict[str, str] = field(default_factory=dict)
+    # bytes per element of the node being lowered when it differs from the config's (a
+    # quantized QLinearConv / MatMulInteger computes in int8: Node.precision)
+    node_precision: int | None = None
 
     @property
     def budget(self) -> Budget:
-        return Budget.of(self.config)
+        b = Budget.of(self.config)
+        return b if self.node_precision is None else replace(b, precision=self.node_precision)
 
     @property
     def precision(self) -> int:
-        return self.config.precision
+        return self.node_precision or self.config.precision
 
     def addr(self, tensor: str) -> int:
         """DRAM base address of a tensor, allocated on first use."""

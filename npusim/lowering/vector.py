@@ -143,9 +143,43 @@ ELEMENTWISE: dict[str, list[tuple[str, int]]] = {
     # index values are unknown, so the data read is costed as the slice of data the
     # output lines up with (a data move through the vector unit)
     "GatherElements": [(MOVE, 1)],
+    # activations with a negative branch: the branch, then a select (one compare pass)
+    "Elu": [("exp", 1), ("sub", 1), ("mul", 1), ("max", 1)],  # alpha*(exp(x)-1) | x
+    "Selu": [("exp", 1), ("sub", 1), ("mul", 1), ("max", 1), ("mul", 1)],  # ... * gamma
+    "Celu": [("mul", 1), ("exp", 1), ("sub", 1), ("mul", 1), ("min", 1), ("max", 1),
+             ("add", 1)],  # max(0,x) + min(0, alpha*(exp(x/alpha)-1))
+    "ThresholdedRelu": [("sub", 1), ("max", 1)],  # compare with alpha, select
+    "Shrink": [("sub", 1), ("sub", 1), ("add", 1), ("sub", 1), ("max", 1), ("max", 1)],
+    "Softplus": [("exp", 1), ("add", 1), ("log", 1)],  # log(1 + exp(x))
+    "Softsign": [("sub", 1), ("max", 1), ("add", 1), ("div", 1)],  # x / (1 + |x|)
+    "Mish": [("exp", 1), ("add", 1), ("log", 1), ("tanh", 1), ("mul", 1)],
+    "Sum": [("add", 1)],  # n inputs: n - 1 passes
+    "Mean": [("add", 1), ("mul", 1)],  # n - 1 adds, one scale by 1/n
+    "CastLike": [("cast", 1)],
+    "Mod": [("div", 1), ("cast", 1), ("mul", 1), ("sub", 1)],  # x - floor(x/y)*y
+    # integer logic: one ALU pass each (a shift is a multiply by a power of two)
+    "BitShift": [("mul", 1)], "BitwiseAnd": [("min", 1)], "BitwiseOr": [("max", 1)],
+    "BitwiseXor": [("sub", 1)], "BitwiseNot": [("sub", 1)], "Xor": [("sub", 1)],
+    # trigonometry: the vector unit's function pipeline, charged at the exp latency
+    "Sin": [("exp", 1)], "Cos": [("exp", 1)], "Asin": [("exp", 1)], "Acos": [("exp", 1)],
+    "Atan": [("exp", 1)], "Tan": [("exp", 1), ("exp", 1), ("div", 1)],  # sin / cos
+    "Sinh": [("exp", 1), ("recip", 1), ("sub", 1), ("mul", 1)],  # (e^x - e^-x) / 2
+    "Cosh": [("exp", 1), ("recip", 1), ("add", 1), ("mul", 1)],
+    "Asinh": [("mul", 1), ("add", 1), ("sqrt", 1), ("add", 1), ("log", 1)],
+    "Acosh": [("mul", 1), ("sub", 1), ("sqrt", 1), ("add", 1), ("log", 1)],
+    "Atanh": [("add", 1), ("sub", 1), ("div", 1), ("log", 1), ("mul", 1)],
+    "Trilu": [("max", 1)],  # keep or zero each element: a select
+    # quantization: x / scale (a multiply by the reciprocal) + zero point, round, saturate
+    "QuantizeLinear": [("mul", 1), ("add", 1), ("cast", 1), ("max", 1), ("min", 1)],
+    "DequantizeLinear": [("sub", 1), ("mul", 1)],
+    # local response normalization: square, the sum over `size` neighbouring channels,
+    # scale, bias, ^beta, divide (the window sum costs `size` add passes)
+    "LRN": [("mul", 1), ("add", 1), ("mul", 1), ("add", 1), ("pow", 1), ("div", 1)],
 }
 POW_CONST = {2.0: [("mul", 1)], 0.5: [("sqrt", 1)]}  # Pow with a known constant exponent
-VARIADIC = ("Max", "Min")  # passes = number of inputs - 1
+VARIADIC = ("Max", "Min", "Sum", "Mean")  # the first step takes number of inputs - 1 passes
+# inputs that are not data (a shape, a diagonal offset, a type template): not loaded
+DATA_INPUTS = {"Expand": 1, "Trilu": 1, "CastLike": 1}
 
 EL, ROW = "element", "row"  # a step over every element, or over one value per row
 TREE = -1  # passes placeholder: ceil(log2(L)) levels of the reduce tree
@@ -160,17 +194,46 @@ class Phase:
     reads: str = "x"  # "x": the input; "y": what the previous phase wrote to the output
     writes: bool = False  # streams its element results to the output (when chunked)
     params: bool = False  # needs the per-column parameters (LayerNormalization's Scale, B)
+    beta: bool = False  # its last step adds the second parameter (B): dropped without it
 
 
 def _reduce_phase(op: str, *row_after: tuple[str, int, str]) -> list[Phase]:
     return [Phase(((op, 1, EL), ("reduce", TREE, ROW)) + row_after)]
 
 
+_ABS = (("sub", 1, EL), ("max", 1, EL))  # |x| = max(x, -x)
+_SQUARE_SUM = (("mul", 1, EL), ("add", 1, EL))
+_MEAN = Phase((("add", 1, EL), ("reduce", TREE, ROW), ("mul", 1, ROW)))
+_CENTRED_VARIANCE = Phase((("sub", 1, EL), ("mul", 1, EL), ("add", 1, EL),  # (x - mean)^2
+                           ("reduce", TREE, ROW), ("mul", 1, ROW), ("add", 1, ROW),
+                           ("rsqrt", 1, ROW)), writes=True)
+_NORMALIZE = [_MEAN, _CENTRED_VARIANCE,  # normalize, gamma, beta (beta dropped without B)
+              Phase((("mul", 1, EL), ("mul", 1, EL), ("add", 1, EL)), reads="y", writes=True,
+                    params=True, beta=True)]
+
 ROW_OPS: dict[str, list[Phase]] = {
     "ReduceSum": _reduce_phase("add"),
     "ReduceMean": _reduce_phase("add", ("mul", 1, ROW)),
     "ReduceMax": _reduce_phase("max"),
     "ReduceMin": _reduce_phase("min"),
+    "ReduceProd": _reduce_phase("mul"),
+    "ReduceLogSum": _reduce_phase("add", ("log", 1, ROW)),
+    "ReduceL1": [Phase(_ABS + (("add", 1, EL), ("reduce", TREE, ROW)))],
+    "ReduceL2": [Phase(_SQUARE_SUM + (("reduce", TREE, ROW), ("sqrt", 1, ROW)))],
+    "ReduceSumSquare": [Phase(_SQUARE_SUM + (("reduce", TREE, ROW),))],
+    "ReduceLogSumExp": [
+        Phase((("max", 1, EL), ("reduce", TREE, ROW))),
+        Phase((("sub", 1, EL), ("exp", 1, EL), ("add", 1, EL), ("reduce", TREE, ROW),
+               ("log", 1, ROW), ("add", 1, ROW))),
+    ],
+    # the extreme value, then one compare pass over the row for its position
+    "ArgMax": [Phase((("max", 1, EL), ("reduce", TREE, ROW), ("sub", 1, EL)))],
+    "ArgMin": [Phase((("min", 1, EL), ("reduce", TREE, ROW), ("sub", 1, EL)))],
+    "Hardmax": [Phase((("max", 1, EL), ("reduce", TREE, ROW), ("sub", 1, EL), ("max", 1, EL)),
+                      writes=True)],
+    # prefix sums: log2(L) shifted-add passes over the row (Hillis-Steele scan)
+    "CumSum": [Phase((("add", TREE, EL),), writes=True)],
+    "CumProd": [Phase((("mul", TREE, EL),), writes=True)],
     "Softmax": [
         Phase((("max", 1, EL), ("reduce", TREE, ROW))),
         Phase((("sub", 1, EL), ("exp", 1, EL), ("add", 1, EL), ("reduce", TREE, ROW)),
@@ -183,21 +246,58 @@ ROW_OPS: dict[str, list[Phase]] = {
                ("log", 1, ROW)), writes=True),
         Phase((("sub", 1, EL),), reads="y", writes=True),
     ],
-    "LayerNormalization": [
-        Phase((("add", 1, EL), ("reduce", TREE, ROW), ("mul", 1, ROW))),  # mean
-        Phase((("sub", 1, EL), ("mul", 1, EL), ("add", 1, EL),  # (x - mean)^2 summed
-               ("reduce", TREE, ROW), ("mul", 1, ROW), ("add", 1, ROW), ("rsqrt", 1, ROW)),
-              writes=True),
-        Phase((("mul", 1, EL), ("mul", 1, EL), ("add", 1, EL)), reads="y", writes=True,
-              params=True),  # normalize, gamma, beta (beta dropped without B)
+    "LayerNormalization": _NORMALIZE,
+    "InstanceNormalization": _NORMALIZE,
+    "GroupNormalization": _NORMALIZE,
+    "MeanVarianceNormalization": [_MEAN, _CENTRED_VARIANCE,
+                                  Phase((("mul", 1, EL),), reads="y", writes=True)],
+    # x * rsqrt(mean(x^2) + eps) * scale
+    "RMSNormalization": [
+        Phase(_SQUARE_SUM + (("reduce", TREE, ROW), ("mul", 1, ROW), ("add", 1, ROW),
+                             ("rsqrt", 1, ROW))),
+        Phase((("mul", 1, EL), ("mul", 1, EL)), writes=True, params=True),
+    ],
+    "LpNormalization": [  # p = 2 (p = 1: "LpNormalization/p1")
+        Phase(_SQUARE_SUM + (("reduce", TREE, ROW), ("rsqrt", 1, ROW))),
+        Phase((("mul", 1, EL),), writes=True),
+    ],
+    "LpNormalization/p1": [
+        Phase(_ABS + (("add", 1, EL), ("reduce", TREE, ROW), ("recip", 1, ROW))),
+        Phase((("mul", 1, EL),), writes=True),
+    ],
+    # min and max of the whole tensor, scale and zero point, then QuantizeLinear's steps
+    "DynamicQuantizeLinear": [
+        Phase((("min", 1, EL), ("reduce", TREE, ROW), ("max", 1, EL), ("reduce", TREE, ROW),
+               ("sub", 1, ROW), ("div", 1, ROW), ("div", 1, ROW), ("cast", 1, ROW))),
+        Phase(tuple((op, n, EL) for op, n in ELEMENTWISE["QuantizeLinear"]), writes=True),
     ],
 }
 ROW_OPS["GlobalAveragePool"] = ROW_OPS["ReduceMean"]
 ROW_OPS["GlobalMaxPool"] = ROW_OPS["ReduceMax"]
-REDUCING = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "GlobalAveragePool",
-            "GlobalMaxPool")
+ROW_OPS["GlobalLpPool"] = ROW_OPS["ReduceL2"]  # p = 2
+ROW_OPS["GlobalLpPool/p1"] = ROW_OPS["ReduceL1"]
+ROW_OPS["TopK"] = []  # phases depend on k: see _topk_phases
+REDUCING = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSum",
+            "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin",
+            "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
+# per-channel (or per-column) parameter inputs of the normalizations
+PARAM_INPUTS = {"LayerNormalization": (1, 3), "InstanceNormalization": (1, 3),
+                "GroupNormalization": (1, 3), "RMSNormalization": (1, 2)}
 
-POOL_STEPS = {  # K = kh * kw, the window size
+
+def _topk_phases(k: int, L: int) -> list[Phase]:
+    """TopK over rows of L: k selection rounds (the row maximum, then a compare pass that
+    retires it) or a bitonic sort of the row (T (T + 1) / 2 compare-exchange passes,
+    T = ceil(log2 L)), whichever makes fewer element passes."""
+    T = tree_levels(L)
+    if 2 * k <= T * (T + 1) // 2:
+        steps = (("max", k, EL), ("reduce", k * T, ROW), ("sub", k, EL))
+    else:
+        steps = (("max", T * (T + 1) // 2, EL),)
+    return [Phase(steps)]
+
+
+POOL_STEPS = {  # K = the window size (kh * kw for 2-D); LpPool: see lower_pool
     "MaxPool": lambda K: [("max", K)],
     "AveragePool": lambda K: [("add", K), ("mul", 1)],
     # a depthwise convolution: one multiply and one add per tap (its weights are loaded
@@ -506,10 +606,8 @@ def lower_elementwise(ctx: LoweringContext, node: Node) -> None:
     y = node.outputs[0]
     y_shape = _shape(ctx, y)
     steps = list(ELEMENTWISE[op])
-    operands = list(node.inputs)
-    if op == "Expand":
-        operands = operands[:1]  # the shape input is not data
-    elif op == "GatherElements":
+    operands = list(node.inputs)[:DATA_INPUTS.get(op)]
+    if op == "GatherElements":
         data, idx = operands[0], operands[1]
         same = _shape(ctx, data) == _shape(ctx, idx)
         operands = [idx, data] if same else [idx]  # a differently shaped table: indices only
@@ -519,14 +617,40 @@ def lower_elementwise(ctx: LoweringContext, node: Node) -> None:
             steps = list(POW_CONST[float(e.reshape(-1)[0])])
             operands = operands[:1]  # x*x or sqrt(x): the exponent is not loaded
     elif op in VARIADIC:
-        steps = [(steps[0][0], max(1, len([t for t in operands if t]) - 1))]
+        steps = [(steps[0][0], max(1, len([t for t in operands if t]) - 1))] + steps[1:]
+    elif op == "LRN":
+        steps[1] = ("add", int(node.attrs["size"]))
     elif op == "BatchNormalization":
         _check_batchnorm(ctx, node)
         return _lower_batchnorm(ctx, node, steps)
     em = LayerEmitter(ctx, node, "vector unit")
-    sources = _operand_views(ctx, operands, y_shape)
+    if op in ("QuantizeLinear", "DequantizeLinear"):
+        sources = _quant_views(ctx, node, y_shape)
+    else:
+        sources = _operand_views(ctx, operands, y_shape)
     emit_views(em, y_shape, sources, [View(ctx.addr(y), row_major(y_shape))], steps)
     em.finish()
+
+
+def _quant_views(ctx, node, y_shape) -> list[View]:
+    """x, and the scale and zero point: one value, one per channel of ``axis``, or blocks
+    along ``axis`` (blocked quantization: block_size elements share one)."""
+    r = len(y_shape)
+    views = [broadcast_view(ctx.addr(node.inputs[0]), _shape(ctx, node.inputs[0]), y_shape)]
+    axis = _axis(node, max(r, 1), node.attrs.get("axis", 1)) if r else 0
+    for t in node.inputs[1:3]:
+        if not t:
+            continue
+        shape = _shape(ctx, t)
+        if len(shape) == r and r:  # blocked: same rank, the axis divided into blocks
+            views.append(broadcast_view(ctx.addr(t), shape, y_shape))
+        elif prod(shape) > 1:  # per axis
+            strides = [0] * r
+            strides[axis] = 1
+            views.append(View(ctx.addr(t), strides))
+        else:
+            views.append(View(ctx.addr(t), [0] * r))
+    return views
 
 
 def _check_batchnorm(ctx, node):
@@ -668,26 +792,51 @@ def lower_gather(ctx: LoweringContext, node: Node) -> None:
 
 # --------------------------------------------------------------------------- rows
 
+# where each row op reduces: one axis (attribute, default), every axis from one on, ...
+_ONE_AXIS = {"Softmax": -1, "LogSoftmax": -1, "Hardmax": -1, "LpNormalization": -1,
+             "ArgMax": 0, "ArgMin": 0, "TopK": -1}
+_TAIL = ("LayerNormalization", "RMSNormalization")
+
+
 def _row_geometry(ctx, node):
-    """(O, L, I), the input's element strides for [O, L, I], and phases for a row op."""
+    """(O, L, I): the input seen as [O, L, I] with the L axis reduced."""
     op = node.op_type
     x = node.inputs[0]
     shape = _shape(ctx, x)
     r = len(shape)
-    if op in ("GlobalAveragePool", "GlobalMaxPool"):
+    if op in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "InstanceNormalization",
+              "GroupNormalization"):
         if r < 3:
             raise NpusimError(f"{op} '{node.name}': needs an input with spatial axes "
                               f"(N, C, ...), got shape {shape}")
+        if op == "InstanceNormalization":  # per image and channel, over the spatial axes
+            return shape[0] * shape[1], prod(shape[2:]), 1
+        if op == "GroupNormalization":  # per image and group of channels
+            groups = int(node.attrs["num_groups"])
+            if groups < 1 or shape[1] % groups:
+                raise NpusimError(f"GroupNormalization '{node.name}': num_groups = {groups} "
+                                  f"does not divide the {shape[1]} channels")
+            return shape[0] * groups, prod(shape[1:]) // groups, 1
         # NHWC in DRAM (as conv.py writes it): [N, H*W, C]
         return shape[0], prod(shape[2:]), shape[1]
-    if op == "Softmax" or op == "LogSoftmax":
-        ax = _axis(node, r, node.attrs.get("axis", -1))
+    if op == "DynamicQuantizeLinear":
+        return 1, max(1, prod(shape)), 1
+    if op in _ONE_AXIS or op in ("CumSum", "CumProd"):
+        if op in _ONE_AXIS:
+            value = node.attrs.get("axis", _ONE_AXIS[op])
+        else:
+            value = const_value(ctx, node.inputs[1])
+            if value is None:
+                raise NpusimError(f"{op} '{node.name}': the axis input is not a constant")
+            value = np.asarray(value).reshape(-1)[0]
+        ax = _axis(node, r, value)
         return prod(shape[:ax]), shape[ax] if r else 1, prod(shape[ax + 1:])
-    if op == "LayerNormalization":
+    if op in _TAIL:
         ax = _axis(node, r, node.attrs.get("axis", -1))
         return prod(shape[:ax]), prod(shape[ax:]), 1
-    # ReduceX: axes from the attribute (opset < 18), a constant input, or the shapes
-    axes = node.attrs.get("axes")
+    # ReduceX and MeanVarianceNormalization: axes from the attribute (ReduceX before opset
+    # 18), a constant input, or the shapes
+    axes = node.attrs.get("axes", [0, 2, 3] if op == "MeanVarianceNormalization" else None)
     from_shapes = False
     if axes is None and len(node.inputs) > 1 and node.inputs[1]:
         axes = const_value(ctx, node.inputs[1])
@@ -723,37 +872,67 @@ def _reduced_axes_from_shapes(x_shape, y_shape, keepdims):
     return axes
 
 
-def _resolve(phases, L, has_beta):
+def _resolve(phases, L, n_params):
     """Steps of each phase with TREE replaced by the tree depth; beta dropped if absent."""
     out = []
     for ph in phases:
         steps = [(op, tree_levels(L) if p == TREE else p, on) for op, p, on in ph.steps]
-        if ph.params and not has_beta:
+        if ph.beta and n_params < 2:
             steps = steps[:-1]
         out.append((ph, steps))
     return out
 
 
+def _row_phases(ctx, node, L):
+    """The phases of a row op; k of TopK; p of the Lp ops."""
+    op = node.op_type
+    if op == "TopK":
+        return _topk_phases(_topk_k(ctx, node), L)
+    if op in ("LpNormalization", "GlobalLpPool"):
+        p = int(node.attrs.get("p", 2))
+        if p not in (1, 2):
+            raise NpusimError(f"{op} '{node.name}': p = {p}; ONNX defines p = 1 or 2")
+        return ROW_OPS[op if p == 2 else f"{op}/p1"]
+    return ROW_OPS[op]
+
+
+def _topk_k(ctx, node) -> int:
+    k = const_value(ctx, node.inputs[1]) if len(node.inputs) > 1 else None
+    if k is None:  # opset 1 attribute, else the output shape tells
+        k = node.attrs.get("k")
+    if k is None:
+        x_shape, y_shape = _shape(ctx, node.inputs[0]), _shape(ctx, node.outputs[0])
+        ax = _axis(node, len(x_shape), node.attrs.get("axis", -1))
+        k = y_shape[ax]
+    return int(np.asarray(k).reshape(-1)[0])
+
+
 def lower_rows(ctx: LoweringContext, node: Node) -> None:
-    """Reductions, Softmax, LayerNormalization, global pooling: whole rows per tile (or a
-    row streamed in chunks by one group when it does not fit)."""
+    """Reductions, Softmax, normalizations, scans, TopK, global pooling: whole rows per
+    tile (or a row streamed in chunks by one group when it does not fit).
+
+    Every output of the op is stored with the same box: [rows, n, columns] with n = 1 for a
+    reduction, k for TopK (values and indices), L otherwise; DynamicQuantizeLinear's scalar
+    scale and zero point stay on chip (their consumers read them from DRAM for free)."""
     op = node.op_type
     prec = ctx.precision
-    x, y = node.inputs[0], node.outputs[0]
+    x = node.inputs[0]
     O, L, I = _row_geometry(ctx, node)
-    reduces = op in REDUCING
-    params = [t for t in node.inputs[1:3] if t] if op == "LayerNormalization" else []
-    phases = _resolve(ROW_OPS[op], L, len(params) > 1)
+    lo, hi = PARAM_INPUTS.get(op, (0, 0))
+    params = [t for t in node.inputs[lo:hi] if t]
+    phases = _resolve(_row_phases(ctx, node, L), L, len(params))
     n_par = len(params)
+    outs = [node.outputs[0]] + ([t for t in node.outputs[1:2] if t] if op == "TopK" else [])
+    n_out = len(outs)
     cap = ctx.budget.spad_half // prec
     cores = ctx.config.num_cores
     q = max(1, ctx.config.dma.request_bytes // prec)
-    out_per_row = 1 if reduces else L  # output elements per row of the tile
+    out_len = 1 if op in REDUCING else _topk_k(ctx, node) if op == "TopK" else L
+    full = out_len == L and op != "TopK"  # the output streams with the input chunks
 
-    if (L + out_per_row) * 1 + n_par * L <= cap:  # whole rows fit: tile along O (and I)
+    if (L + n_out * out_len) + n_par * L <= cap:  # whole rows fit: tile along O (and I)
         chunked = False
-        l = L
-        per_u = L + out_per_row  # elements one column of one row needs (input + output)
+        per_u = L + n_out * out_len  # elements one column of one row needs (in + out)
         u = min(I, max(1, (cap - n_par * L) // per_u))
         if O < cores:  # too few rows for every core: split the columns too
             u = min(u, ceil(I / ceil(cores / O)))
@@ -761,10 +940,12 @@ def lower_rows(ctx: LoweringContext, node: Node) -> None:
         t = max(1, min(O, t_fit, ceil(O / cores)))
         t = ceil(O / ceil(O / t))
         u = ceil(I / ceil(I / u))
+        l = L
     else:  # stream each row in chunks of l
         chunked = True
         t, u = 1, min(I, q)
-        l = (cap - (u if reduces else 0)) // (u * (1 if reduces else 2) + n_par)
+        kept = 0 if full else n_out * out_len * u  # reduced results held on chip
+        l = (cap - kept) // (u * (2 if full else 1) + n_par)
         if I == 1 and l >= q:
             l = l // q * q
         if l < 1:
@@ -772,21 +953,31 @@ def lower_rows(ctx: LoweringContext, node: Node) -> None:
                               f"the scratchpad ({ctx.budget.spad_half} B); raise core.spad_kib")
 
     x_strides = [L * I, I, 1]
-    y_strides = [I, 0, 1] if reduces else [L * I, I, 1]
+    y_strides = [out_len * I, I, 1]
 
     def param_dmas(k, c):
         """Scale / B over the chunk's columns (a smaller, broadcast one: all of it)."""
         n = ctx.graph.tensor(params[k]).numel
         if n == L:
-            return box_dmas(2 + k, c, [0, 1, 0], prec)[0]
-        return box_dmas(2 + k, [n], [1], prec)[0]
+            return box_dmas(2 + n_out - 1 + k, c, [0, 1, 0], prec)[0]
+        return box_dmas(2 + n_out - 1 + k, [n], [1], prec)[0]
 
-    addrs = [ctx.addr(x), ctx.addr(y)] + [ctx.addr(p) for p in params]
+    def out_stores(c):
+        return [d for j in range(n_out) for d in box_dmas(1 + j, c, y_strides, prec)[0]]
+
+    for extra in node.outputs[1:]:  # outputs not stored (or stored above): give them space
+        if extra:
+            ctx.addr(extra)
+    addrs = [ctx.addr(x)] + [ctx.addr(o) for o in outs] + [ctx.addr(p) for p in params]
     em = LayerEmitter(ctx, node, "vector unit" + (" (rows streamed in chunks)" if chunked else ""))
 
     def steps_of(steps, rows, elements, with_row):
         return [(op_, elements if on == EL else rows, p) for op_, p, on in steps
                 if on == EL or with_row]
+
+    def param_bases(l0):
+        return [a + (l0 * prec if ctx.graph.tensor(p).numel == L else 0)
+                for a, p in zip(addrs[1 + n_out:], params)]
 
     for o0 in range(0, O, t):
         tc = min(t, O - o0)
@@ -794,17 +985,15 @@ def lower_rows(ctx: LoweringContext, node: Node) -> None:
             uc = min(u, I - i0)
             rows = tc * uc
             em.group()
+            y_base = [a + (o0 * out_len * I + i0) * prec for a in addrs[1:1 + n_out]]
             if not chunked:
-                c = [tc, L, uc]
-                loads = box_dmas(0, c, x_strides, prec)[0]
+                loads = box_dmas(0, [tc, L, uc], x_strides, prec)[0]
                 for k in range(n_par):
-                    loads += param_dmas(k, c)
+                    loads += param_dmas(k, [tc, L, uc])
                 steps = [s for _, ph_steps in phases
                          for s in steps_of(ph_steps, rows, rows * L, True)]
-                stores = box_dmas(1, c, y_strides, prec)[0]
-                bases = [addrs[0] + (o0 * L * I + i0) * prec,
-                         addrs[1] + (o0 * (I if reduces else L * I) + i0) * prec] + addrs[2:]
-                em.tile(bases, loads, steps, stores)
+                bases = [addrs[0] + (o0 * L * I + i0) * prec] + y_base + param_bases(0)
+                em.tile(bases, loads, steps, out_stores([tc, out_len, uc]))
                 continue
             for pi, (ph, ph_steps) in enumerate(phases):
                 for l0 in range(0, L, l):
@@ -818,51 +1007,72 @@ def lower_rows(ctx: LoweringContext, node: Node) -> None:
                             loads += param_dmas(k, c)
                     steps = steps_of(ph_steps, rows, rows * lc, last_chunk)
                     stores = []
-                    if ph.writes:
-                        stores = box_dmas(1, c, y_strides, prec)[0]
-                    elif reduces and last_chunk and pi == len(phases) - 1:
-                        stores = box_dmas(1, c, y_strides, prec)[0]
+                    if full and ph.writes:
+                        stores = out_stores(c)
+                    elif not full and last_chunk and pi == len(phases) - 1:
+                        stores = out_stores([tc, out_len, uc])
                     xo = o0 * L * I + l0 * I + i0
-                    yo = (o0 * I + i0) if reduces else xo
-                    bases = [addrs[0] + xo * prec, addrs[1] + yo * prec] + [
-                        a + (l0 * prec if ctx.graph.tensor(p).numel == L else 0)
-                        for a, p in zip(addrs[2:], params)]
+                    bases = [addrs[0] + xo * prec] + (
+                        [addrs[1] + xo * prec] if full else y_base) + param_bases(l0)
                     em.tile(bases, loads, steps, stores)
     em.finish()
 
 
 # --------------------------------------------------------------------------- pooling
 
-def lower_pool(ctx: LoweringContext, node: Node) -> None:
-    """MaxPool / AveragePool, and depthwise Conv (one filter per channel: no reduction
-    across channels, so it runs on the vector unit rather than the array), over NHWC
-    activations: a tile is ``p`` output rows (all columns, ``c`` channels) of one image;
-    it loads the input rows their windows need."""
-    from npusim.lowering.conv import _pads  # the same padding rules as Conv
+def begin_pads(node: Node, in_sizes, out_sizes, kernel, strides, dil) -> list[int]:
+    """Padding before each spatial axis (ONNX ``pads`` or ``auto_pad``), any number of axes."""
+    n = len(in_sizes)
+    auto = node.attrs.get("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        out = []
+        for i in range(n):
+            total = max(0, (out_sizes[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1
+                        - in_sizes[i])
+            out.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
+        return out
+    if auto == "VALID":
+        return [0] * n
+    pads = list(node.attrs.get("pads", [0] * (2 * n)))
+    return [int(v) for v in pads[:n]]
 
+
+def lower_pool(ctx: LoweringContext, node: Node) -> None:
+    """MaxPool / AveragePool / LpPool over 1, 2 or 3 spatial axes, and depthwise Conv (one
+    filter per channel: no reduction across channels, so it runs on the vector unit rather
+    than the array), over channels-last activations: a tile is ``p`` output rows of the
+    first spatial axis (everything of the other spatial axes, ``c`` channels) of one image;
+    it loads the input rows their windows need."""
     op = node.op_type
     x, y = node.inputs[0], node.outputs[0]
     x_shape, y_shape = _shape(ctx, x), _shape(ctx, y)
-    if len(x_shape) != 4:
-        raise NpusimError(f"{op} '{node.name}': only 2-D pooling (4-D input NCHW) is "
-                          f"supported, got input shape {x_shape}")
+    if not 3 <= len(x_shape) <= 5:
+        raise NpusimError(f"{op} '{node.name}': pooling needs 1 to 3 spatial axes (input "
+                          f"N, C, ...), got input shape {x_shape}")
     if len(node.outputs) > 1 and node.outputs[1]:
         raise NpusimError(f"{op} '{node.name}': the Indices output is not supported; npusim "
                           f"lowers MaxPool with its values output only")
-    N, C, H, W = x_shape
-    _, _, P, Q = y_shape
+    N, C, H = x_shape[:3]
+    W = prod(x_shape[3:])  # the other spatial axes, whole in every tile
+    P, Q = y_shape[2], prod(y_shape[3:])
+    n_sp = len(x_shape) - 2
     depthwise = op == "Conv"
-    if depthwise:
-        kh, kw = _shape(ctx, node.inputs[1])[2:]
-    else:
-        kh, kw = node.attrs["kernel_shape"]
-    strides = tuple(node.attrs.get("strides", [1, 1]))
-    dil = tuple(node.attrs.get("dilations", [1, 1]))
-    pad_t, _ = _pads(node, (H, W), (P, Q), (kh, kw), strides, dil)
+    kernel = list(_shape(ctx, node.inputs[1])[2:]) if depthwise \
+        else list(node.attrs["kernel_shape"])
+    strides = list(node.attrs.get("strides", [1] * n_sp))
+    dil = list(node.attrs.get("dilations", [1] * n_sp))
+    pad_t = begin_pads(node, x_shape[2:], y_shape[2:], kernel, strides, dil)[0]
+    kh = kernel[0]
     prec = ctx.precision
     cap = ctx.budget.spad_half // prec
     cores = ctx.config.num_cores
-    steps = POOL_STEPS[op](kh * kw)
+    K = prod(kernel)
+    if op == "LpPool":
+        p_norm = int(node.attrs.get("p", 2))
+        steps = ([("mul", K), ("add", K), ("sqrt", 1)] if p_norm == 2
+                 else [("sub", K), ("max", K), ("add", K)])
+    else:
+        steps = POOL_STEPS[op](K)
     bias = node.inputs[2] if depthwise and len(node.inputs) > 2 and node.inputs[2] else None
     bias = bias or (ctx.folded_bias.get(node.name) if depthwise else None)
     if bias:
@@ -892,7 +1102,7 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
     xa, ya = ctx.addr(x), ctx.addr(y)
     em = LayerEmitter(ctx, node, "vector unit")
     if depthwise:
-        em.info.macs = N * P * Q * C * kh * kw
+        em.info.macs = N * P * Q * C * K
         wa = ctx.addr(node.inputs[1])
         ba = ctx.addr(bias) if bias else 0
     for n in range(N):
@@ -909,9 +1119,9 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
                 el = pc * Q * cc
                 bases = [xa + ((n * H + h_lo) * W * C + c0) * prec,
                          ya + ((n * P + p0) * Q * C + c0) * prec]
-                if depthwise:  # the channels' kh x kw weights (and bias) come along
-                    loads = loads + box_dmas(2, [cc * kh * kw], [1], prec)[0]
-                    bases.append(wa + c0 * kh * kw * prec)
+                if depthwise:  # the channels' window weights (and bias) come along
+                    loads = loads + box_dmas(2, [cc * K], [1], prec)[0]
+                    bases.append(wa + c0 * K * prec)
                     if bias:
                         loads = loads + box_dmas(3, [cc], [1], 4)[0]
                         bases.append(ba + c0 * 4)
@@ -924,9 +1134,10 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
 
 LOWERINGS: dict = {
     **{op: lower_elementwise for op in ELEMENTWISE},
-    **{op: lower_rows for op in ROW_OPS},
+    **{op: lower_rows for op in ROW_OPS if "/" not in op},
     "MaxPool": lower_pool,
     "AveragePool": lower_pool,
+    "LpPool": lower_pool,
     "Transpose": lower_transpose,
     "Concat": lower_concat,
     "Split": lower_split,
