@@ -296,8 +296,9 @@ def _ort_internal_ops_to_contrib(model: ModelProto) -> bool:
     return changed
 
 
-def _opset(model: ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+def _opset(model: ModelProto) -> int | None:
+    """The default domain's opset; None when the model imports none (e.g. ai.onnx.ml only)."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
 
 
 def _upgrade_opset(model: ModelProto, where: str) -> ModelProto:
@@ -305,7 +306,7 @@ def _upgrade_opset(model: ModelProto, where: str) -> ModelProto:
     one form of each op (Softmax over one axis, Resize instead of Upsample, Pad, Split, Slice
     and Squeeze taking their parameters as inputs)."""
     version = _opset(model)
-    if version >= MIN_OPSET:
+    if version is None or version >= MIN_OPSET:
         return model
     try:
         return version_converter.convert_version(model, MIN_OPSET)

@@ -29,6 +29,7 @@ functions, ONNX's reference evaluator and ONNX Runtime's session cover every op.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from math import prod
 
@@ -43,6 +44,12 @@ STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 # Folded results with at most this many elements are computed and kept by value (shape
 # tensors, position ids, scales); larger ones keep their shape only.
 VALUE_MAX = 1 << 16
+
+# Ops that only make constants from shapes or constants: once the dims are bound every
+# instance is folded (an instance whose inputs depend on input data cannot be shaped and
+# is reported as such), so lowering never sees them.
+ALWAYS_FOLDED = {"Constant", "Shape", "Size", "ConstantOfShape", "Range", "EyeLike",
+                 "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix"}
 
 # Ops whose result is not a function of their inputs: never folded.
 NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -187,12 +194,17 @@ class _Pass:
                 self.unshaped[o] = node
 
     def fold_shape_of(self, node, ins) -> bool:
-        """Shape and Size of a tensor whose shape is known are constants."""
-        if node.op_type not in ("Shape", "Size") or node.domain not in ("", "ai.onnx"):
+        """Shape, Size and EyeLike of a tensor whose shape is known are constants."""
+        if node.op_type not in ("Shape", "Size", "EyeLike") or node.domain not in ("", "ai.onnx"):
             return False
         x = ins[0] if ins else None
         if x is None or x.shape is None:
             return False
+        if node.op_type == "EyeLike":  # depends on the shape only: a weight-like constant
+            attrs = {a.name: a.i for a in node.attribute}
+            self.tensors[node.output[0]] = Tensor(attrs.get("dtype", x.elem_type), x.shape, True)
+            self.folded += 1
+            return True
         if node.op_type == "Size":
             value = np.array(prod(x.shape), dtype=np.int64)
         else:
@@ -227,9 +239,9 @@ class _Pass:
             if o and (st is None or st[1] is None or prod(st[1]) > VALUE_MAX):
                 if _known(st):
                     return False  # known and large: shape only
-                if node.op_type in ("ConstantOfShape", "Expand", "Tile", "Range", "Resize",
-                                    "Upsample", "Pad", "EyeLike"):
-                    return False  # could be large: only shape inference may size it
+                size = _size_from_values(node, ins)
+                if size is None or size > VALUE_MAX:
+                    return False  # could be large: keep the shape only
         try:
             values = _reference_run(node, [t.value if t is not None else None for t in ins],
                                     self.opsets)
@@ -287,6 +299,9 @@ class _Pass:
             inferred = onnx.shape_inference.infer_node_outputs(schema, node, types, data,
                                                                opset_imports=opsets)
         except Exception as e:  # noqa: BLE001 - inconsistent inputs: say so at the node
+            if all(t.value is not None for t in known.values()) and self.foldable(
+                    node, [known.get(n) for n in node.input if n]):
+                return {}  # a constant: the reference evaluator may still compute it
             raise NpusimError(f"{self.where}: node '{node.name or node.op_type}' "
                               f"({node.op_type}): shape inference failed: "
                               f"{_first_line(e)}; input shapes "
@@ -316,6 +331,34 @@ class _Pass:
         return dict(self.ort_cache[key])
 
 
+# ops whose output can be far larger than their inputs: sized from the input values first
+_GROWING = {"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad",
+            "EyeLike", "OneHot"}
+
+
+def _size_from_values(node, ins) -> int | None:
+    """Elements of the output of a growing op, from its inputs' values (None: unknown);
+    other ops are no larger than their inputs."""
+    op = node.op_type
+    vals = [None if t is None else t.value for t in ins]
+    try:
+        if op not in _GROWING:
+            return max((int(np.asarray(v).size) for v in vals if v is not None), default=1)
+        if op == "ConstantOfShape":
+            return int(np.prod(np.asarray(vals[0]).reshape(-1)))
+        if op == "Range":
+            start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in vals[:3])
+            return max(0, int(np.ceil((limit - start) / delta))) if delta else None
+        if op == "Expand":
+            return int(np.prod(np.broadcast_shapes(np.asarray(vals[0]).shape,
+                                                   tuple(np.asarray(vals[1]).reshape(-1)))))
+        if op == "Tile":
+            return int(np.asarray(vals[0]).size * np.prod(np.asarray(vals[1]).reshape(-1)))
+    except Exception:  # noqa: BLE001 - odd values: unknown
+        return None
+    return None
+
+
 def _reference_run(node: onnx.NodeProto, values: list, opsets: dict[str, int]) -> list:
     from onnx.reference import ReferenceEvaluator
 
@@ -334,7 +377,9 @@ def _reference_run(node: onnx.NodeProto, values: list, opsets: dict[str, int]) -
         [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs if o])
     ev = ReferenceEvaluator(graph, opsets=dict(opsets))
     feeds = {n: np.asarray(v) for n, v in zip(names, values) if n}
-    results = ev.run(None, feeds)
+    with np.errstate(all="ignore"), warnings.catch_warnings():  # log(0) is -inf, as ONNX says
+        warnings.simplefilter("ignore")
+        results = ev.run(None, feeds)
     it = iter(results)
     return [next(it) if o else None for o in outs]
 
@@ -401,4 +446,4 @@ def infer_static(model: onnx.ModelProto, weights: set[str], where: str) -> Shape
     return Shaped(p.nodes, tensors, p.folded, p.unshaped)
 
 
-__all__ = ["Shaped", "Tensor", "infer_static", "VALUE_MAX"]
+__all__ = ["ALWAYS_FOLDED", "Shaped", "Tensor", "infer_static", "VALUE_MAX"]

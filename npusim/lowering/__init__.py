@@ -12,12 +12,13 @@ from typing import Callable
 from npusim.config import NpuConfig
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Graph, Node
+from npusim.frontend.shapes import ALWAYS_FOLDED
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import lower_conv
 from npusim.lowering.gemm import lower_gemm, lower_matmul
 from npusim.lowering import attention, conv_transpose, einsum, movement, vector
 from npusim.lowering.fusion import plan_fusions
-from npusim.lowering.layout import lower_free, lower_relabel
+from npusim.lowering.layout import lower_empty, lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
 from npusim.program import Program, ProgramBuilder
 
@@ -38,6 +39,43 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
     **conv_transpose.LOWERINGS,
     **attention.LOWERINGS,
 }
+
+
+# Standard ONNX ops npusim does not lower, and why (the up-front error quotes the reason).
+# Every op of the standard set is in LOWERINGS, folded by the front end
+# (frontend.shapes.ALWAYS_FOLDED), mapped to a float op (frontend.quantized.QUANTIZED) or
+# here; tests/test_onnx_package.py checks it for the installed onnx.
+_SEQUENCES = "sequence and optional values: npusim lowers tensors only"
+_CONTROL = ("data-dependent control flow (an If is inlined when its condition is a "
+            "constant); export the model with loops unrolled")
+_RANDOM = "random number generation: no NPU cost model"
+_DATA_SIZED = "the output size depends on the data, which npusim never reads"
+_NOT_NPU = "not NPU work (strings, image decoding, training losses)"
+_NOT_YET = "no lowering yet"
+CANNOT_LOWER: dict[str, str] = {
+    **dict.fromkeys(["SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase",
+                     "SequenceInsert", "SequenceLength", "SequenceMap", "SplitToSequence",
+                     "ConcatFromSequence", "Optional", "OptionalGetElement",
+                     "OptionalHasElement"], _SEQUENCES),
+    **dict.fromkeys(["If", "Loop", "Scan"], _CONTROL),
+    **dict.fromkeys(["LSTM", "GRU", "RNN"], "recurrent cells: no lowering yet; export them "
+                                            "unrolled (MatMul/Gemm per step)"),
+    **dict.fromkeys(["Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
+                     "RandomUniform", "RandomUniformLike"], _RANDOM),
+    **dict.fromkeys(["NonZero", "Unique", "Compress", "NonMaxSuppression"], _DATA_SIZED),
+    **dict.fromkeys(["StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
+                     "TfIdfVectorizer", "ImageDecoder", "SoftmaxCrossEntropyLoss",
+                     "NegativeLogLikelihoodLoss"], _NOT_NPU),
+    **dict.fromkeys(["DFT", "STFT", "Det", "RoiAlign", "MaxRoiPool", "GridSample",
+                     "AffineGrid", "DeformConv", "Col2Im", "MaxUnpool", "LinearAttention",
+                     "CausalConvWithState"], _NOT_YET),
+}
+
+
+def _why_not(op: str) -> str:
+    if op in ALWAYS_FOLDED:
+        return "made from shapes or constants only, but these depend on input values"
+    return CANNOT_LOWER.get(op, "")
 
 
 def unsupported_ops(graph: Graph) -> dict[str, list[str]]:
@@ -72,6 +110,7 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
         raise NpusimError(f"unsupported = {unsupported!r}: must be 'error' or 'zero-cost'")
     missing = unsupported_ops(graph)
     listing = [f"  {op}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
+               + (f" ({_why_not(op)})" if _why_not(op) else "")
                for op, names in sorted(missing.items())]
     if missing and unsupported == "error":
         raise NpusimError(
@@ -101,7 +140,10 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
             continue
         before = builder.n_layers
         ctx.node_precision = node.precision
-        LOWERINGS.get(node.op_type, lower_free)(ctx, node)
+        lower = LOWERINGS.get(node.op_type, lower_free)
+        if all(graph.tensor(t).numel == 0 for t in node.outputs if t in graph.tensors):
+            lower = lower_empty  # nothing to compute (a zero-sized axis)
+        lower(ctx, node)
         ctx.node_precision = None
         if node.origin:  # results name the op the model has (QLinearConv, not Conv)
             for layer in range(before, builder.n_layers):

@@ -7,9 +7,9 @@ and the tensor written. Tiles load each source box once (a repeated operand is n
 again), run the vector steps over the tile's elements and store the box.
 
 =================  =========================================================================
-Pad                the input copied into the interior (DMA in, DMA out); each border slab
+Pad,               the input copied into the interior (DMA in, DMA out); each border slab
                    written by one move pass over its elements (a constant; edge, reflect and
-                   wrap values come from the interior on chip and cost the same pass)
+CenterCropPad      wrap values come from the interior on chip and cost the same pass)
 Tile               one move pass over the output; each tile loads the input block once
 Resize, Upsample   nearest: one move pass over the output; linear: ``2^k`` mul and
                    ``2^k - 1`` add passes, cubic: ``4^k`` and ``4^k - 1`` (``k`` resized
@@ -74,10 +74,14 @@ def _pad_begins_ends(ctx, node, r: int) -> tuple[list[int], list[int]]:
 
 
 def lower_pad(ctx: LoweringContext, node: Node) -> None:
+    """Pad, and CenterCropPad (each axis cropped or padded around its centre)."""
     x, y = node.inputs[0], node.outputs[0]
     x_shape, y_shape = _shape(ctx, x), _shape(ctx, y)
     r = len(y_shape)
-    begins, _ = _pad_begins_ends(ctx, node, r)
+    if node.op_type == "CenterCropPad":
+        begins = [(o - i) // 2 if o >= i else -((i - o) // 2) for i, o in zip(x_shape, y_shape)]
+    else:
+        begins, _ = _pad_begins_ends(ctx, node, r)
     out0 = [max(0, b) for b in begins]
     in0 = [max(0, -b) for b in begins]
     extent = [max(0, min(xd - i, yd - o)) for xd, yd, i, o in zip(x_shape, y_shape, in0, out0)]
@@ -268,6 +272,7 @@ def lower_one_hot(ctx: LoweringContext, node: Node) -> None:
 
 LOWERINGS: dict = {
     "Pad": lower_pad,
+    "CenterCropPad": lower_pad,
     "Tile": lower_tile,
     "Resize": lower_resize,
     "Upsample": lower_resize,

@@ -169,6 +169,8 @@ ELEMENTWISE: dict[str, list[tuple[str, int]]] = {
     "Acosh": [("mul", 1), ("sub", 1), ("sqrt", 1), ("add", 1), ("log", 1)],
     "Atanh": [("add", 1), ("sub", 1), ("div", 1), ("log", 1), ("mul", 1)],
     "Trilu": [("max", 1)],  # keep or zero each element: a select
+    "SwiGLU": [("mul", 1), ("sigmoid", 1), ("mul", 1), ("mul", 1)],  # A*sigmoid(alpha*A)*B
+    "ReverseSequence": [(MOVE, 1)],  # rows copied in reverse order
     # quantization: x / scale (a multiply by the reciprocal) + zero point, round, saturate
     "QuantizeLinear": [("mul", 1), ("add", 1), ("cast", 1), ("max", 1), ("min", 1)],
     "DequantizeLinear": [("sub", 1), ("mul", 1)],
@@ -179,7 +181,7 @@ ELEMENTWISE: dict[str, list[tuple[str, int]]] = {
 POW_CONST = {2.0: [("mul", 1)], 0.5: [("sqrt", 1)]}  # Pow with a known constant exponent
 VARIADIC = ("Max", "Min", "Sum", "Mean")  # the first step takes number of inputs - 1 passes
 # inputs that are not data (a shape, a diagonal offset, a type template): not loaded
-DATA_INPUTS = {"Expand": 1, "Trilu": 1, "CastLike": 1}
+DATA_INPUTS = {"Expand": 1, "Trilu": 1, "CastLike": 1, "ReverseSequence": 1}
 
 EL, ROW = "element", "row"  # a step over every element, or over one value per row
 TREE = -1  # passes placeholder: ceil(log2(L)) levels of the reduce tree
@@ -637,7 +639,6 @@ def _quant_views(ctx, node, y_shape) -> list[View]:
     along ``axis`` (blocked quantization: block_size elements share one)."""
     r = len(y_shape)
     views = [broadcast_view(ctx.addr(node.inputs[0]), _shape(ctx, node.inputs[0]), y_shape)]
-    axis = _axis(node, max(r, 1), node.attrs.get("axis", 1)) if r else 0
     for t in node.inputs[1:3]:
         if not t:
             continue
@@ -646,7 +647,7 @@ def _quant_views(ctx, node, y_shape) -> list[View]:
             views.append(broadcast_view(ctx.addr(t), shape, y_shape))
         elif prod(shape) > 1:  # per axis
             strides = [0] * r
-            strides[axis] = 1
+            strides[_axis(node, r, node.attrs.get("axis", 1))] = 1
             views.append(View(ctx.addr(t), strides))
         else:
             views.append(View(ctx.addr(t), [0] * r))
@@ -850,6 +851,9 @@ def _row_geometry(ctx, node):
         else:
             axes = list(range(r))
     axes = sorted({_axis(node, r, a, "axis") for a in np.asarray(axes).reshape(-1)})
+    if op == "MeanVarianceNormalization" and r == 4 and axes == [0, 2, 3]:
+        # per channel over batch and pixels: adjacent in channels-last activations
+        return 1, shape[0] * shape[2] * shape[3], shape[1]
     red = [a for a in axes if shape[a] > 1]
     if red and any(shape[j] > 1 for j in range(red[0], red[-1] + 1) if j not in axes):
         raise NpusimError(f"{op} '{node.name}': reducing axes {axes} of shape {shape}, which "
@@ -918,6 +922,14 @@ def lower_rows(ctx: LoweringContext, node: Node) -> None:
     prec = ctx.precision
     x = node.inputs[0]
     O, L, I = _row_geometry(ctx, node)
+    if O * L * I == 0:  # an empty input: the outputs are the reduction's identity, written
+        em = LayerEmitter(ctx, node, "vector unit (fill)")
+        for out in node.outputs:
+            if out and ctx.graph.tensor(out).numel:
+                shape = _shape(ctx, out)
+                emit_views(em, shape, [], [View(ctx.addr(out), row_major(shape))], [(MOVE, 1)])
+        em.finish()
+        return
     lo, hi = PARAM_INPUTS.get(op, (0, 0))
     params = [t for t in node.inputs[lo:hi] if t]
     phases = _resolve(_row_phases(ctx, node, L), L, len(params))
@@ -1056,7 +1068,7 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
     W = prod(x_shape[3:])  # the other spatial axes, whole in every tile
     P, Q = y_shape[2], prod(y_shape[3:])
     n_sp = len(x_shape) - 2
-    depthwise = op == "Conv"
+    depthwise = op in ("Conv", "FusedConv")  # (conv.py hands depthwise convolutions here)
     kernel = list(_shape(ctx, node.inputs[1])[2:]) if depthwise \
         else list(node.attrs["kernel_shape"])
     strides = list(node.attrs.get("strides", [1] * n_sp))
@@ -1072,7 +1084,7 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
         steps = ([("mul", K), ("add", K), ("sqrt", 1)] if p_norm == 2
                  else [("sub", K), ("max", K), ("add", K)])
     else:
-        steps = POOL_STEPS[op](K)
+        steps = POOL_STEPS["Conv" if depthwise else op](K)
     bias = node.inputs[2] if depthwise and len(node.inputs) > 2 and node.inputs[2] else None
     bias = bias or (ctx.folded_bias.get(node.name) if depthwise else None)
     if bias:
