@@ -17,13 +17,14 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
 
 from npusim import __version__
-from npusim.errors import NpusimError
+from npusim.errors import NpusimError, NpusimWarning
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3
@@ -808,8 +809,20 @@ def sweep(
     print(f"written {out}")
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """NpusimWarning as ``warning: ...`` on stderr (other warnings as Python shows them)."""
+    if issubclass(category, NpusimWarning):
+        _print_err(f"warning: {message}")
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
+
+
+_default_showwarning = warnings.showwarning
+
+
 def main() -> None:
     """Entry point of the ``npusim`` script."""
+    warnings.showwarning = _show_warning
     app(prog_name="npusim")
 
 

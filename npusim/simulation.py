@@ -46,7 +46,7 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
     the times between tokens), per-partition utilization and per-stream DRAM traffic.
     """
     from npusim.engine import EngineRun
-    from npusim.lowering import lower_into
+    from npusim.lowering import capacity_warnings, lower_into
     from npusim.program import ProgramBuilder
     from npusim.scheduling import place
     from npusim.serving.server import LlmServer
@@ -109,7 +109,7 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
     prog, raw = run.prog, run.result()
     result = collect("+".join(dict.fromkeys(Path(r.model).stem for r in requests)), cfg,
                      prog, raw)
-    result.warnings = warnings
+    result.warnings = warnings + capacity_warnings(builder, cfg)
     _request_results(result, requests, streams, servers, prog, run, placement)
     _finish_trace(result, prog, raw)
     return result

@@ -97,8 +97,20 @@ def lower_graph(graph: Graph, config: NpuConfig, mapping: MappingTable | None = 
     builder = ProgramBuilder()
     warnings = lower_into(builder, graph, config, mapping, unsupported)
     program = builder.build()
-    program.warnings += warnings
+    program.warnings += warnings + capacity_warnings(builder, config)
     return program
+
+
+def capacity_warnings(builder: ProgramBuilder, config: NpuConfig) -> list[str]:
+    """A warning when the tensors laid out so far (weights, activations, KV caches; nothing
+    is freed) need more DRAM than ``memory.capacity_gib`` (0: unbounded)."""
+    cap = config.memory.capacity_gib
+    used = builder.next_free_address
+    if not cap or used <= cap * 2**30:
+        return []
+    return [f"the workload's tensors take {used / 2**30:.2f} GiB of DRAM, more than "
+            f"memory.capacity_gib = {cap} GiB (npusim lays every tensor out once and frees "
+            f"none; the run goes on)"]
 
 
 def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
