@@ -311,8 +311,14 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
     t.add_column(overflow="fold")
     if overrides:
         t.add_row("overrides", escape(" ".join(overrides)))
-    if dims:
-        t.add_row("dims", escape(" ".join(f"{k}={v}" for k, v in dims.items())))
+    assumed = result.extra.get("assumed_dims") or {}
+    if dims or assumed:
+        text = " ".join(f"{k}={v}" for k, v in {**dims, **assumed}.items())
+        if assumed:
+            text += (f"  ({', '.join(assumed)}: the model's example "
+                     f"{'value' if len(assumed) == 1 else 'values'}, as no --dim gave "
+                     f"{'it' if len(assumed) == 1 else 'them'})")
+        t.add_row("dims", escape(text))
     t.add_row("total cycles", f"[bold]{total:,}[/]  ({human_seconds(result.seconds)} at "
                               f"{cfg.core_freq_mhz} MHz)")
     t.add_row("layers", f"{len(result.layers)}")

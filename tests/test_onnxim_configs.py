@@ -143,3 +143,17 @@ def test_cli_prints_each_warning_once_and_runs():
     assert len(lines) == 2 and "Traceback" not in out.stderr
     assert any("icnt_injection_ports_per_core = 16" in l for l in lines)
     assert int(out.stdout.strip()) > 0
+
+
+def test_a_workload_larger_than_dram_size_warns():
+    from npusim.lowering import capacity_warnings
+    from npusim.program import ProgramBuilder
+
+    cfg = load_config("server", ["memory.capacity_gib=1"])
+    b = ProgramBuilder()
+    b.allocate(2**30 - b.next_free_address)  # the address space up to 1 GiB: exactly full
+    assert capacity_warnings(b, cfg) == []
+    b.allocate(1)
+    (text,) = capacity_warnings(b, cfg)
+    assert "more than memory.capacity_gib = 1 GiB" in text
+    assert capacity_warnings(b, load_config("server")) == []  # 0: unbounded

@@ -83,6 +83,20 @@ def default_dims(path: str | Path) -> dict[str, int]:
     return {}
 
 
+def with_example_dims(path: str | Path, dims: dict[str, int] | None
+                      ) -> tuple[dict[str, int] | None, dict[str, int]]:
+    """``dims`` completed with a bundled model's example dims (``npusim.default_dims``) for
+    the symbolic dims not given, and the ones so assumed. A model that is not bundled is
+    left alone: its unbound dims stay an error naming them."""
+    path = Path(path).resolve()
+    if path.parent != models_dir().resolve():
+        return dims, {}
+    given = dict(dims or {})
+    example = default_dims(path)
+    assumed = {d: example[d] for d in symbolic_dims(path)[1] if d not in given and d in example}
+    return ({**given, **assumed} or None), assumed
+
+
 def load_model(name_or_path: str | Path, dims: dict[str, int] | None = None) -> Graph:
     """:func:`load_graph` on a file path or a bundled model name."""
     return load_graph(resolve_model_path(name_or_path), dims)
