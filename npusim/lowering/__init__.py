@@ -72,17 +72,33 @@ CANNOT_LOWER: dict[str, str] = {
 }
 
 
+# Lowered op types whose lowering takes only some forms yet: (can it lower this node?, why
+# not). Such nodes are listed up front like the op types above.
+_CONV_2D = (lambda g, n: len(g.shape(n.inputs[0])) == 4,
+            "1-D and 3-D convolutions: the convolution lowering takes 2-D ones only yet")
+LIMITS: dict[str, tuple[Callable[[Graph, Node], bool], str]] = {
+    "Conv": _CONV_2D, "FusedConv": _CONV_2D,
+}
+
+
 def _why_not(op: str) -> str:
     if op in ALWAYS_FOLDED:
         return "made from shapes or constants only, but these depend on input values"
-    return CANNOT_LOWER.get(op, "")
+    return CANNOT_LOWER.get(op) or (LIMITS[op][1] if op in LIMITS else "")
+
+
+def _lowerable(graph: Graph, node: Node) -> bool:
+    if node.op_type not in LOWERINGS:
+        return False
+    limit = LIMITS.get(node.op_type)
+    return limit is None or node.inputs[0] not in graph.tensors or limit[0](graph, node)
 
 
 def unsupported_ops(graph: Graph) -> dict[str, list[str]]:
     """Op type -> names of the nodes npusim cannot lower."""
     missing: dict[str, list[str]] = {}
     for node in graph.nodes:
-        if node.op_type not in LOWERINGS:
+        if not _lowerable(graph, node):
             missing.setdefault(node.op_type, []).append(node.name)
     return missing
 
@@ -152,7 +168,7 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
             continue
         before = builder.n_layers
         ctx.node_precision = node.precision
-        lower = LOWERINGS.get(node.op_type, lower_free)
+        lower = LOWERINGS[node.op_type] if _lowerable(graph, node) else lower_free
         if all(graph.tensor(t).numel == 0 for t in node.outputs if t in graph.tensors):
             lower = lower_empty  # nothing to compute (a zero-sized axis)
         lower(ctx, node)
