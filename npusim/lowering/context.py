@@ -44,6 +44,15 @@ class LoweringContext:
             self.address[tensor] = self.builder.allocate(nbytes)
         return self.address[tensor]
 
+    def scratch(self, name: str, shape) -> str:
+        """An internal tensor of a lowering (a GEMM's output before a layout move, a
+        transposed convolution's columns): registered in the graph and given DRAM space."""
+        from npusim.frontend.graph import TensorInfo
+
+        self.graph.tensors[name] = TensorInfo(name, tuple(int(d) for d in shape), 1, False)
+        self.addr(name)
+        return name
+
     def alias(self, tensor: str, same_as: str) -> None:
         """``tensor`` occupies the same bytes as ``same_as`` (a pure relabelling)."""
         self.address[tensor] = self.addr(same_as)

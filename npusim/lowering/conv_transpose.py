@@ -17,7 +17,7 @@ from __future__ import annotations
 from math import prod
 
 from npusim.errors import NpusimError
-from npusim.frontend.graph import Node, TensorInfo
+from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.gemm import GemmProblem, emit_gemm
 from npusim.lowering.vector import LayerEmitter, View, emit_views, row_major
@@ -44,8 +44,7 @@ def lower_conv_transpose(ctx: LoweringContext, node: Node) -> None:
     prec = ctx.precision
     rows = N * prod(sp_in)
     M = Mg * K
-    cols = f"{node.name}::columns"
-    g.tensors[cols] = TensorInfo(cols, (groups, rows, M), 1, False)
+    cols = ctx.scratch(f"{node.name}::columns", (groups, rows, M))
     col_addr = ctx.addr(cols)
 
     offsets = [(gi * Cg * prec, gi * Cg * M * prec, gi * rows * M * prec)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from math import prod
 
 from npusim.errors import NpusimError
-from npusim.frontend.graph import Node, TensorInfo
+from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.gemm import GemmProblem, emit_gemm
 from npusim.lowering.vector import MOVE, LayerEmitter, View, emit_views, row_major
@@ -56,18 +56,11 @@ def parse_equation(node: Node, shapes: list[tuple[int, ...]]) -> tuple[list[str]
     return out, rhs
 
 
-def _scratch(ctx: LoweringContext, node: Node, tag: str, shape) -> str:
-    name = f"{node.name}::{tag}"
-    ctx.graph.tensors[name] = TensorInfo(name, tuple(int(d) for d in shape), 1, False)
-    ctx.addr(name)
-    return name
-
-
 def _move(ctx: LoweringContext, node: Node, tag: str, src: str, term: str, order: str,
           sizes: dict[str, int], dst: str | None = None) -> str:
     """A layer writing ``src`` (letters ``term``) in letter order ``order``."""
     shape = [sizes[c] for c in order]
-    dst = dst or _scratch(ctx, node, tag, shape)
+    dst = dst or ctx.scratch(f"{node.name}::{tag}", shape)
     strides = dict(zip(term, row_major([sizes[c] for c in term])))
     sub = Node(name=f"{node.name}/{tag}", op_type=node.op_type, inputs=[src], outputs=[dst])
     em = LayerEmitter(ctx, sub, "vector unit (einsum operand layout)")
@@ -126,7 +119,8 @@ def lower_einsum(ctx: LoweringContext, node: Node) -> None:
     elif b != seq(batch + red + free_b):
         w = _move(ctx, node, "b_layout", w, b, seq(batch + red + free_b), sizes)
     canonical = seq(batch + free_a + free_b)
-    out = y if rhs == canonical else _scratch(ctx, node, "gemm", [sizes[c] for c in canonical])
+    out = y if rhs == canonical else ctx.scratch(f"{node.name}::gemm",
+                                                 [sizes[c] for c in canonical])
     offsets = [(i * N * C * prec, i * C * M * prec, i * N * M * prec) for i in range(Bn)]
     prob = GemmProblem(N=N, C=C, M=M, batch_offsets=offsets, x_addr=ctx.addr(x),
                        x_row_stride=(N if x_trans else C) * prec, x_trans=x_trans,

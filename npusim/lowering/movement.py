@@ -38,12 +38,8 @@ import numpy as np
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
-from npusim.lowering.vector import (MOVE, LayerEmitter, View, _axis, const_value, emit_views,
-                                    row_major)
-
-
-def _shape(ctx, t):
-    return ctx.graph.shape(t)
+from npusim.lowering.vector import (MOVE, LayerEmitter, View, _axis, _shape, const_value,
+                                    emit_views, row_major)
 
 
 def _per_core(ctx, shape) -> int:
