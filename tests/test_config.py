@@ -21,7 +21,7 @@ from npusim.config import (
     onnxim_to_dict,
     parse_override,
 )
-from npusim.errors import NpusimError
+from npusim.errors import NpusimError, NpusimWarning
 
 DATA = Path(__file__).parent / "data"
 
@@ -385,7 +385,8 @@ def test_onnxim_tpuv4_translation():
 
 
 def test_onnxim_flat_layout_and_ideal_dram():
-    c = load_config(DATA / "onnxim_gemmini_8x8_c1_flat.json")
+    with pytest.warns(NpusimWarning, match="icnt_type = 'booksim2'"):
+        c = load_config(DATA / "onnxim_gemmini_8x8_c1_flat.json")
     assert (c.num_cores, c.precision) == (1, 1)
     assert (c.core.systolic.width, c.core.systolic.height) == (8, 8)
     assert (c.core.spad_kib, c.core.accum_kib) == (64, 16)
