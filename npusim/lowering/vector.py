@@ -104,6 +104,7 @@ from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
 from npusim.kernels import isa
 from npusim.lowering.context import LoweringContext
+from npusim.lowering.conv import begin_pads  # the padding rule of Conv
 from npusim.program import Instr, LayerInfo
 
 MOVE = "cast"  # a data move through the vector unit: one 1-cycle pass, no arithmetic
@@ -1142,23 +1143,6 @@ def lower_rows(ctx: LoweringContext, node: Node) -> None:
 
 
 # --------------------------------------------------------------------------- pooling
-
-def begin_pads(node: Node, in_sizes, out_sizes, kernel, strides, dil) -> list[int]:
-    """Padding before each spatial axis (ONNX ``pads`` or ``auto_pad``), any number of axes."""
-    n = len(in_sizes)
-    auto = node.attrs.get("auto_pad", "NOTSET")
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        out = []
-        for i in range(n):
-            total = max(0, (out_sizes[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1
-                        - in_sizes[i])
-            out.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
-        return out
-    if auto == "VALID":
-        return [0] * n
-    pads = list(node.attrs.get("pads", [0] * (2 * n)))
-    return [int(v) for v in pads[:n]]
-
 
 def lower_pool(ctx: LoweringContext, node: Node) -> None:
     """MaxPool / AveragePool / LpPool over 1, 2 or 3 spatial axes, and depthwise Conv (one
