@@ -452,8 +452,9 @@ def test_onnxim_errors():
 
     data = _tpuv4()
     for core in data["core_config"].values():
-        core["core_type"] = "systolic_os"
-    assert "'systolic_os' is not supported" in error_of(onnxim_to_dict, data)
+        core["core_type"] = "systolic_tiled"
+    msg = error_of(onnxim_to_dict, data)
+    assert "core_type = 'systolic_tiled' is not supported" in msg and "'systolic_os'" in msg
 
     data = _tpuv4()
     del data["dram_freq"]
@@ -462,6 +463,21 @@ def test_onnxim_errors():
     data = _tpuv4()
     data["precision"] = 3
     assert "ONNXim key precision = 3" in error_of(onnxim_to_dict, data)
+
+
+def test_onnxim_output_stationary_core_is_the_dataflow_error(tmp_path):
+    # ONNXim's systolic_os is core.systolic.dataflow = "os": rejected by the config's own
+    # check, which lists the dataflows npusim models
+    data = _tpuv4()
+    data["dram_type"] = "simple"
+    for core in data["core_config"].values():
+        core["core_type"] = "systolic_os"
+    assert onnxim_to_dict(data)["core"]["systolic"]["dataflow"] == "os"
+    p = tmp_path / "os.json"
+    p.write_text(json.dumps(data))
+    msg = error_of(load_config, str(p))
+    assert "os.json" in msg
+    assert "core.systolic.dataflow = 'os' is not a valid choice: must be one of 'ws'" in msg
 
 
 def test_onnxim_range_errors_go_through_validation(tmp_path):

@@ -87,6 +87,9 @@ TOP_KEYS = ("num_cores", "core_freq", "core_config", "dram_type", "dram_freq",
             "icnt_type", "icnt_latency", "icnt_freq", "precision", "scheduler", "partition",
             *(k for k in SILENT_KEYS | set(UNMODELLED) if k not in CORE_KEYS))
 
+# ONNXim's core types -> core.systolic.dataflow, which the config's validation checks
+# against the dataflows npusim models (kernels/isa.py DATAFLOWS)
+CORE_TYPES = {"systolic_ws": "ws", "systolic_os": "os"}
 # "ideal" is npusim's own extra value; "ramulator"/"ramulator2" are the cycle-level DRAM
 # of the standard their dram_config_path describes (see _dram_memory)
 DRAM_TYPES = ("simple", "ramulator", "ramulator2", "ideal")
@@ -171,9 +174,6 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
         _warn(f"ONNXim config {source} has no accum_spad_size: using spad_size = "
               f"{merged['spad_size']} KB, as ONNXim did when one sram_size set both")
 
-    if merged["core_type"] != "systolic_ws":
-        raise NpusimError(f"ONNXim key core_type = {merged['core_type']!r} is not supported: "
-                          f"npusim simulates weight-stationary arrays ('systolic_ws') only")
     precision = _get(merged, "precision", Rule("choice", choices=PRECISIONS))
     width = _get(merged, "core_width", Rule("int", 1, 4096))
     req = _get(merged, "dram_req_size", Rule("pow2", 8, 4096))
@@ -207,7 +207,8 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
         "scheduler": {"policy": _lookup(merged, "scheduler", SCHEDULERS),
                       "partitions": _partitions(merged, num_cores)},
         "core": {
-            "systolic": {"width": width, "height": merged["core_height"]},
+            "systolic": {"width": width, "height": merged["core_height"],
+                         "dataflow": _lookup(merged, "core_type", CORE_TYPES)},
             "vector": {"lanes": lanes, "alus": alus, "latency": latency},
             "spad_kib": merged["spad_size"],
             "accum_kib": merged["accum_spad_size"],
