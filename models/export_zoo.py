@@ -429,8 +429,8 @@ def build_cnn(arch: str) -> Built:
                  {"output": out_axes}, lambda d: args(d["batch_size"], d["height"], d["width"]))
 
 
-def _cnn_entry(arch: str, description: str) -> Entry:
-    dims = {"batch_size": 1, "height": 64, "width": 64}
+def _cnn_entry(arch: str, description: str, size: int = 64) -> Entry:
+    dims = {"batch_size": 1, "height": size, "width": size}
     return Entry(arch, description, lambda: build_cnn(arch),
                  lambda d: zoo_cnn.macs(arch, d["batch_size"], d["height"], d["width"]), dims,
                  ort=None)
@@ -467,7 +467,7 @@ ENTRIES: list[Entry] = [
     _cnn_entry("mobilenetv3", "MobileNetV3-Large (torchvision's), hardswish, squeeze-excitation"),
     _cnn_entry("efficientnet_b0", "EfficientNet-B0 (torchvision's), SiLU, squeeze-excitation"),
     _cnn_entry("unet", "UNet: 4-level encoder (max-pool) and decoder (nearest 2x upsample + "
-               "conv, skip concat), GroupNorm + SiLU, 32..256 channels"),
+               "conv, skip concat), GroupNorm + SiLU, 32..256 channels", size=32),
 ]
 
 
