@@ -585,19 +585,18 @@ class Manifest:
     def __init__(self, dirs: list[Path]):
         self.dirs = dirs
         self.path = dirs[0] / "manifest.json"
-        self.files: dict[str, dict] = {}
-        if self.path.is_file():
-            self.files = {f["file"]: f for f in json.loads(self.path.read_text())["files"]}
 
     def add(self, record: dict) -> None:
-        self.files[record["file"]] = record
-        self.write()
-
-    def write(self) -> None:
+        """Add or replace ``record`` (read the file anew: another exporter, e.g. the Keras
+        one in its own environment, may have added records meanwhile)."""
+        files = {}
+        if self.path.is_file():
+            files = {f["file"]: f for f in json.loads(self.path.read_text())["files"]}
+        files[record["file"]] = record
         doc = {"description": "npusim's model zoo: graph-only framework exports "
                               "(models/export_zoo.py rebuilds them)",
                "mac_rule": MAC_RULE,
-               "files": [self.files[k] for k in sorted(self.files)]}
+               "files": [files[k] for k in sorted(files)]}
         text = json.dumps(doc, indent=1) + "\n"
         for d in self.dirs:
             d.mkdir(parents=True, exist_ok=True)
