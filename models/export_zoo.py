@@ -17,8 +17,8 @@ Each model is written the ways a user gets an ONNX file:
 - ``-ort`` after either: ONNX Runtime's offline optimizer as ONNXim users run it, the
   transformer optimizer (``onnxruntime.transformers.optimizer.optimize_model`` with the
   model type) for transformers, the graph optimizer at ``ORT_ENABLE_EXTENDED`` for CNNs;
-- ``-tf2onnx``: a Keras model converted by tf2onnx (``--keras``, run in an environment with
-  TensorFlow and tf2onnx; see :func:`export_keras`).
+- ``-tf2onnx``: a Keras model converted by tf2onnx (``models/zoo_keras.py``, run in an
+  environment with TensorFlow and tf2onnx but no torch).
 
 Files are graph-only: every weight initializer keeps its name, dims and dtype but its data
 points at an external file ``<name>.weights.bin`` that is never written (small integer and
@@ -30,8 +30,9 @@ architecture (functions ``*_macs`` below) and checked here against an independen
 torch's ``FlopCounterMode`` over the same forward pass (FLOPs / 2; attention runs on the
 math backend so its matmuls are seen). A MAC is one multiply-accumulate of a matrix product
 or convolution: every MatMul/Gemm/Conv, including the attention score (Q.K^T) and context
-(P.V) products, the LM head of causal language models, depthwise and 1x1 convolutions, squeeze-excitation FCs; nothing element-wise
-(norms, softmax, activations, pooling, resize) counts. That is what npusim reports as
+(P.V) products, the LM head of causal language models, depthwise and 1x1 convolutions,
+squeeze-excitation FCs; nothing element-wise (norms, softmax, activations, pooling, resize)
+counts. That is what npusim reports as
 ``macs`` per layer.
 
 Transformers keep their real widths (BERT-base, GPT-2 small, T5-small, ViT-B/16) with
@@ -51,11 +52,10 @@ import shutil
 import sys
 import tempfile
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -85,8 +85,8 @@ def graph_only(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
     g = model.graph
     keep_nodes = []
     for node in g.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1 \
-                and node.attribute[0].name == "value" and len(node.output) == 1:
+        if (node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+                and len(node.attribute) == 1 and node.attribute[0].name == "value"):
             t = node.attribute[0].t
             if _drop(t):
                 init = TensorProto()
@@ -172,7 +172,6 @@ class Built:
     out_axes: dict
     test_args: Callable[[dict], tuple]  # inputs at the manifest's dims (for the MAC check)
     grouped_args: tuple | None = None  # structure for dynamo's dynamic_shapes (varargs)
-    extra: dict = field(default_factory=dict)
 
 
 def _hf_silence():
@@ -564,13 +563,11 @@ def count_macs(b: Built, dims: dict) -> int:
     return fc.get_total_flops() // 2
 
 
-def _save_graph_only(src: Path, dst: Path, name: str, meta: dict) -> int:
+def _save_graph_only(src: Path, dst: Path, name: str) -> int:
+    """``src`` without its weight data at ``dst``, otherwise as the exporter wrote it (no
+    npusim metadata either: a zoo file is a user's file, its dims are bound with --dim)."""
     model = onnx.load(str(src), load_external_data=False)
     model = graph_only(model, name)
-    del model.metadata_props[:]
-    for k, v in meta.items():
-        p = model.metadata_props.add()
-        p.key, p.value = k, v
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_suffix(".tmp")
     onnx.save(model, str(tmp))
@@ -646,9 +643,7 @@ def export_entry(entry: Entry, out: Path, manifest: Manifest, publish: list[Path
         else:
             optimizer = None
         fname = f"{entry.name}-{variant}.onnx"
-        meta = {"npusim.default_dims": ",".join(f"{k}={v}" for k, v in dims.items()
-                                                if "+" not in k)}
-        size = _save_graph_only(src, out / fname, fname[:-5], meta)
+        size = _save_graph_only(src, out / fname, fname[:-5])
         record = {"file": fname, "model": entry.name, "description": entry.description,
                   "exporter": {"ts": "torch.onnx.export(dynamo=False)",
                                "dynamo": "torch.onnx.export(dynamo=True)"}[exporter],

@@ -19,7 +19,6 @@ import shutil
 from pathlib import Path
 
 import onnx
-from onnx import TensorProto
 
 import export_zoo as zoo
 
@@ -102,8 +101,7 @@ def export_llama3_8b(out: Path, publish: list[Path], work: Path, manifest: zoo.M
     src = work / "llama3_8b-dynamo.onnx"
     onnx.save(model, str(src))
     fname = "llama3_8b-dynamo.onnx"
-    meta = {"npusim.default_dims": ",".join(f"{k}={v}" for k, v in dims.items())}
-    size = zoo._save_graph_only(src, out / fname, fname[:-5], meta)
+    size = zoo._save_graph_only(src, out / fname, fname[:-5])
     manifest.add({"file": fname, "model": "llama3_8b",
                   "description": f"HF LlamaForCausalLM, Llama-3-8B config {c}, SDPA, decoder "
                                  "with past and position_ids, LM head; exported on meta "

@@ -67,8 +67,7 @@ def main(argv=None) -> None:
         proto = onnx.load(str(src), load_external_data=False)
         batch = proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param
         dims = {batch: DIMS_BATCH}
-        meta = {"npusim.default_dims": f"{batch}={DIMS_BATCH}"}
-        size = zoo._save_graph_only(src, a.out / fname, fname[:-5], meta)
+        size = zoo._save_graph_only(src, a.out / fname, fname[:-5])
     manifest = zoo.Manifest([a.out, *a.publish])
     manifest.add({"file": fname, "model": "keras_mobilenetv2",
                   "description": f"keras.applications.MobileNetV2 (alpha 1.0, {IMAGE}x{IMAGE}, "
