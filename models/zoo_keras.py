@@ -1,9 +1,10 @@
 """The zoo's Keras export: ``keras.applications.MobileNetV2`` (random weights, built from
 its definition: ``weights=None`` downloads nothing) converted by tf2onnx, as a TensorFlow
-user gets an ONNX file. NHWC input with a dynamic batch (tf2onnx names that dim itself).
+user gets an ONNX file, and the same after ONNX Runtime's graph optimizer. NHWC input with
+a dynamic batch (tf2onnx names that dim itself).
 
-Run in an environment with TensorFlow and tf2onnx (they need no torch):
-``pip install tensorflow-cpu tf2onnx && python models/zoo_keras.py``. It adds its file to
+Run in an environment with TensorFlow, tf2onnx and ONNX Runtime (they need no torch):
+``pip install tensorflow-cpu tf2onnx onnxruntime && python models/zoo_keras.py``. It adds its file to
 ``tests/data/zoo/manifest.json`` (``--publish DIR`` copies there too).
 """
 
@@ -59,26 +60,33 @@ def main(argv=None) -> None:
     counted = keras_layer_macs(model) * DIMS_BATCH
     if counted != analytic:
         raise SystemExit(f"mobilenetv2 (Keras): analytic MACs {analytic} != Keras count {counted}")
-    fname = "keras_mobilenetv2-tf2onnx.onnx"
+    import onnxruntime
+
+    versions = {"tensorflow": tf.__version__, "keras": keras.__version__,
+                "tf2onnx": tf2onnx.__version__, "onnx": onnx.__version__,
+                "onnxruntime": onnxruntime.__version__}
+    manifest = zoo.Manifest([a.out, *a.publish])
     with tempfile.TemporaryDirectory(prefix="npusim-zoo-") as work:
-        src = Path(work) / fname
+        raw = Path(work) / "keras_mobilenetv2-tf2onnx.onnx"
         spec = (tf.TensorSpec((None, IMAGE, IMAGE, 3), tf.float32, name="input"),)
-        tf2onnx.convert.from_keras(model, input_signature=spec, opset=17, output_path=str(src))
-        proto = onnx.load(str(src), load_external_data=False)
+        tf2onnx.convert.from_keras(model, input_signature=spec, opset=17, output_path=str(raw))
+        proto = onnx.load(str(raw), load_external_data=False)
         batch = proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param
         dims = {batch: DIMS_BATCH}
-        size = zoo._save_graph_only(src, a.out / fname, fname[:-5])
-    manifest = zoo.Manifest([a.out, *a.publish])
-    manifest.add({"file": fname, "model": "keras_mobilenetv2",
-                  "description": f"keras.applications.MobileNetV2 (alpha 1.0, {IMAGE}x{IMAGE}, "
-                                 "1000 classes), NHWC input, dynamic batch",
-                  "exporter": "tf2onnx.convert.from_keras", "optimized": None, "dims": dims,
-                  "macs": analytic, "macs_keras_count": counted, "bytes": size,
-                  "versions": {"tensorflow": tf.__version__, "keras": keras.__version__,
-                               "tf2onnx": tf2onnx.__version__, "onnx": onnx.__version__}})
-    for d in a.publish:
-        shutil.copyfile(a.out / fname, d / fname)
-    print(f"wrote {fname} ({size / 1e3:.0f} kB, {analytic:,} MACs at {dims})")
+        optimized = Path(work) / "keras_mobilenetv2-tf2onnx-ort.onnx"
+        zoo.ort_graph_optimize(raw, optimized)
+        for src, how in ((raw, None), (optimized, "onnxruntime graph optimizer, ORT_ENABLE_EXTENDED")):
+            fname = src.name
+            size = zoo._save_graph_only(src, a.out / fname, fname[:-5])
+            manifest.add({"file": fname, "model": "keras_mobilenetv2",
+                          "description": f"keras.applications.MobileNetV2 (alpha 1.0, {IMAGE}x"
+                                         f"{IMAGE}, 1000 classes), NHWC input, dynamic batch",
+                          "exporter": "tf2onnx.convert.from_keras", "optimized": how,
+                          "dims": dims, "macs": analytic, "macs_keras_count": counted,
+                          "bytes": size, "versions": versions})
+            for d in a.publish:
+                shutil.copyfile(a.out / fname, d / fname)
+            print(f"wrote {fname} ({size / 1e3:.0f} kB, {analytic:,} MACs at {dims})")
 
 
 if __name__ == "__main__":
