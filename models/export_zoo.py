@@ -185,7 +185,8 @@ def _hf_silence():
 BERT = dict(hidden=768, heads=12, inter=3072, vocab=30522)
 
 
-def bert_macs(d: dict, layers: int = LAYERS, h: int = BERT["hidden"], i: int = BERT["inter"]) -> int:
+def bert_macs(d: dict, layers: int = LAYERS, h: int = BERT["hidden"],
+              i: int = BERT["inter"]) -> int:
     """Per layer 4*S*h^2 (Q, K, V, output) + 2*S^2*h (scores, context) + 2*S*h*i (FFN);
     the pooler h^2 on the first token; times the batch."""
     B, S = d["batch_size"], d["sequence_length"]
@@ -216,7 +217,8 @@ def build_bert(attn: str = "sdpa", layers: int = LAYERS) -> Built:
     names = ["input_ids", "attention_mask", "token_type_ids"]
     bs = {0: "batch_size", 1: "sequence_length"}
     return Built(Encoder().eval(), args(2, 16), names, ["last_hidden_state", "pooler_output"],
-                 {n: bs for n in names}, {"last_hidden_state": bs, "pooler_output": {0: "batch_size"}},
+                 {n: bs for n in names},
+                 {"last_hidden_state": bs, "pooler_output": {0: "batch_size"}},
                  lambda d: args(d["batch_size"], d["sequence_length"]))
 
 
@@ -257,12 +259,12 @@ def _decoder_with_past(lm, layers: int, kv_heads: int, head_dim: int, position_i
     inputs = ["input_ids", "attention_mask"] + (["position_ids"] if position_ids else []) + kv
     outputs = ["logits"] + [f"present.{i}.{w}" for i in range(layers) for w in ("key", "value")]
     bs = {0: "batch_size", 1: "sequence_length"}
-    in_axes = {"input_ids": bs, "attention_mask": {0: "batch_size", 1: "past_sequence_length + sequence_length"}}
+    total = "past_sequence_length + sequence_length"
+    in_axes = {"input_ids": bs, "attention_mask": {0: "batch_size", 1: total}}
     if position_ids:
         in_axes["position_ids"] = bs
     in_axes |= {n: {0: "batch_size", 2: "past_sequence_length"} for n in kv}
-    out_axes = {"logits": bs} | {n: {0: "batch_size", 2: "past_sequence_length + sequence_length"}
-                                  for n in outputs[1:]}
+    out_axes = {"logits": bs} | {n: {0: "batch_size", 2: total} for n in outputs[1:]}
     return Built(DecoderWithPast().eval(), args(2, 5, 7), inputs, outputs, in_axes, out_axes,
                  lambda d: args(d["batch_size"], d["sequence_length"], d["past_sequence_length"]),
                  grouped_args=(2,))
@@ -362,7 +364,8 @@ def build_vit() -> Built:
     def args(B):
         return (torch.randn(B, 3, VIT["image"], VIT["image"]),)
 
-    return Built(Encoder().eval(), args(2), ["pixel_values"], ["last_hidden_state", "pooler_output"],
+    return Built(Encoder().eval(), args(2), ["pixel_values"],
+                 ["last_hidden_state", "pooler_output"],
                  {"pixel_values": {0: "batch_size"}},
                  {"last_hidden_state": {0: "batch_size"}, "pooler_output": {0: "batch_size"}},
                  lambda d: args(d["batch_size"]))
@@ -510,8 +513,8 @@ def export_dynamo(b: Built, path: Path | None, optimize: bool = True):
     else:
         shapes = tuple(per_input)
     with torch.no_grad():
-        program = torch.onnx.export(b.module, b.args, None if path is None else str(path), dynamo=True,
-                                    input_names=b.inputs, output_names=b.outputs,
+        program = torch.onnx.export(b.module, b.args, None if path is None else str(path),
+                                    dynamo=True, input_names=b.inputs, output_names=b.outputs,
                                     dynamic_shapes=shapes, optimize=optimize, verbose=False)
     return program
 
@@ -540,14 +543,17 @@ def ort_transformer_optimize(src: Path, dst: Path, entry: Entry) -> str:
 
 
 def ort_graph_optimize(src: Path, dst: Path) -> None:
+    """ONNX Runtime's offline graph optimizer at ORT_ENABLE_EXTENDED (FusedConv, FusedGemm,
+    ...): a session that saves its optimized model, as ORT's documentation shows (npusim's
+    ``--optimize extended`` runs the same); the weights go to an external file."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     so.optimized_model_filepath = str(dst)
-    so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
-                                dst.name + ".data")
-    so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    prefix = "session.optimized_model_external_initializers_"
+    so.add_session_config_entry(prefix + "file_name", dst.name + ".data")
+    so.add_session_config_entry(prefix + "min_size_in_bytes", "1024")
     ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
 
 
@@ -613,20 +619,18 @@ def _versions() -> dict:
 
 def export_entry(entry: Entry, out: Path, manifest: Manifest, publish: list[Path], work: Path,
                  log=print) -> None:
+    """Export ``entry``'s variants into ``out`` (graph-only) and the manifest, after checking
+    its MAC formula against torch's count."""
     b = entry.build()
     versions = _versions()
-    checked = {}
+    analytic = entry.macs(entry.dims)
+    counted = count_macs(b, entry.dims)
+    if counted != analytic:
+        raise SystemExit(f"{entry.name}: analytic MACs {analytic} != torch's count {counted} "
+                         f"at {entry.dims}")
     for variant in entry.variants:
         exporter, _, opt = variant.partition("-")
         dims = dims_for(entry, exporter)
-        analytic = entry.macs(dims)
-        key = tuple(sorted(entry.dims.items()))
-        if key not in checked:
-            counted = count_macs(b, entry.dims)
-            if counted != analytic:
-                raise SystemExit(f"{entry.name}: analytic MACs {analytic} != torch's count "
-                                 f"{counted} at {entry.dims}")
-            checked[key] = counted
         raw = work / f"{entry.name}-{exporter}.onnx"
         if not raw.exists():
             log(f"  {entry.name}: {exporter} export")
@@ -648,7 +652,7 @@ def export_entry(entry: Entry, out: Path, manifest: Manifest, publish: list[Path
                   "exporter": {"ts": "torch.onnx.export(dynamo=False)",
                                "dynamo": "torch.onnx.export(dynamo=True)"}[exporter],
                   "optimized": optimizer, "dims": dims, "macs": analytic,
-                  "macs_torch_count": checked[key], "bytes": size, "versions": versions}
+                  "macs_torch_count": counted, "bytes": size, "versions": versions}
         manifest.add(record)
         for d in publish:
             shutil.copyfile(out / fname, d / fname)

@@ -4,8 +4,8 @@ user gets an ONNX file, and the same after ONNX Runtime's graph optimizer. NHWC 
 a dynamic batch (tf2onnx names that dim itself).
 
 Run in an environment with TensorFlow, tf2onnx and ONNX Runtime (they need no torch):
-``pip install tensorflow-cpu tf2onnx onnxruntime && python models/zoo_keras.py``. It adds its file to
-``tests/data/zoo/manifest.json`` (``--publish DIR`` copies there too).
+``pip install tensorflow-cpu tf2onnx onnxruntime && python models/zoo_keras.py``. It adds
+its files to ``tests/data/zoo/manifest.json`` (``--publish DIR`` copies there too).
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def main(argv=None) -> None:
         dims = {batch: DIMS_BATCH}
         optimized = Path(work) / "keras_mobilenetv2-tf2onnx-ort.onnx"
         zoo.ort_graph_optimize(raw, optimized)
-        for src, how in ((raw, None), (optimized, "onnxruntime graph optimizer, ORT_ENABLE_EXTENDED")):
+        ort_opt = "onnxruntime graph optimizer, ORT_ENABLE_EXTENDED"
+        for src, how in ((raw, None), (optimized, ort_opt)):
             fname = src.name
             size = zoo._save_graph_only(src, a.out / fname, fname[:-5])
             manifest.add({"file": fname, "model": "keras_mobilenetv2",
