@@ -438,8 +438,9 @@ def _cnn_entry(arch: str, description: str, size: int = 64) -> Entry:
                  ort=None)
 
 
-_DEC_DIMS_TS = {"batch_size": 1, "sequence_length": 8, "past_sequence_length": 24,
-                "past_sequence_length + sequence_length": 32}
+# decoders with past: the mask's length "past_sequence_length + sequence_length" (the
+# TorchScript files' dim name) is computed from these by npusim's front end
+_DEC_DIMS = {"batch_size": 1, "sequence_length": 8, "past_sequence_length": 24}
 
 ENTRIES: list[Entry] = [
     Entry("bert", f"HF BertModel, BERT-base widths (768/12 heads/3072), {LAYERS} layers, "
@@ -451,14 +452,14 @@ ENTRIES: list[Entry] = [
           ort="bert", heads=12, hidden=768, variants=("ts", "ts-ort")),
     Entry("gpt2", f"HF GPT2LMHeadModel, GPT-2 small widths, {LAYERS} layers, SDPA, as "
           "Optimum's decoder with past (KV cache inputs and present outputs), LM head",
-          lambda: build_gpt2("sdpa"), gpt2_macs, _DEC_DIMS_TS, ort="gpt2", heads=12, hidden=768),
+          lambda: build_gpt2("sdpa"), gpt2_macs, _DEC_DIMS, ort="gpt2", heads=12, hidden=768),
     Entry("gpt2_eager", "as gpt2, eager attention", lambda: build_gpt2("eager"), gpt2_macs,
-          _DEC_DIMS_TS, ort="gpt2", heads=12, hidden=768, variants=("ts", "ts-ort")),
+          _DEC_DIMS, ort="gpt2", heads=12, hidden=768, variants=("ts", "ts-ort")),
     Entry("llama_eager", f"HF LlamaForCausalLM, small config {LLAMA}, eager attention, "
           "decoder with past and position_ids, LM head", lambda: build_llama("eager"),
-          llama_macs, _DEC_DIMS_TS, ort="gpt2", heads=LLAMA["heads"], hidden=LLAMA["hidden"]),
+          llama_macs, _DEC_DIMS, ort="gpt2", heads=LLAMA["heads"], hidden=LLAMA["hidden"]),
     Entry("llama_sdpa", "as llama_eager, SDPA attention", lambda: build_llama("sdpa"),
-          llama_macs, _DEC_DIMS_TS, ort="gpt2", heads=LLAMA["heads"], hidden=LLAMA["hidden"]),
+          llama_macs, _DEC_DIMS, ort="gpt2", heads=LLAMA["heads"], hidden=LLAMA["hidden"]),
     Entry("vit", f"HF ViTModel, ViT-B/16 widths, {LAYERS} layers, {VIT['image']}x"
           f"{VIT['image']} images (fixed by the position embeddings), pooler", build_vit,
           vit_macs, {"batch_size": 1}, ort="vit", heads=12, hidden=768),
@@ -474,11 +475,12 @@ ENTRIES: list[Entry] = [
 
 
 def dims_for(entry: Entry, exporter: str) -> dict:
-    """The dims a file of ``entry`` written by ``exporter`` takes (the dynamo exporter names
-    the attention mask's length ``total_sequence_length``)."""
+    """The dims a file of ``entry`` written by ``exporter`` takes: the dynamo exporter names
+    the attention mask's length ``total_sequence_length``, a dim of its own to bind (the
+    TorchScript one names it by the expression, which npusim computes)."""
     d = dict(entry.dims)
-    if exporter == "dynamo" and "past_sequence_length + sequence_length" in d:
-        d["total_sequence_length"] = d.pop("past_sequence_length + sequence_length")
+    if exporter == "dynamo" and "past_sequence_length" in d:
+        d["total_sequence_length"] = d["past_sequence_length"] + d["sequence_length"]
     return d
 
 

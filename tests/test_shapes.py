@@ -183,3 +183,73 @@ def test_users_model_with_an_unbound_dim_stays_an_error(tmp_path):
         in res.output
     with pytest.raises(NpusimError, match="unbound"):
         load_model(copy)
+
+
+# --------------------------------------------------------------------------- dim expressions
+
+def _cache_model(tmp_path, total="past_sequence_length + sequence_length", masked=True):
+    """A decoder step as PyTorch's TorchScript exporter names it: the attention mask covers
+    the cache and the new tokens, its length named by the expression (``masked``: the mask
+    multiplies cache and tokens, so its length must agree with theirs)."""
+    nodes = [helper.make_node("Concat", ["past", "x"], ["kv"], axis=1),
+             helper.make_node("Mul", ["kv", "mask"], ["y"]) if masked
+             else helper.make_node("Relu", ["mask"], ["y"])]
+    inputs = [vi("x", ["batch_size", "sequence_length"]),
+              vi("past", ["batch_size", "past_sequence_length"]),
+              vi("mask", ["batch_size", total])]
+    return save(tmp_path, nodes, inputs, [vi("y", 2)], name="cache")
+
+
+def test_a_dim_named_by_an_expression_is_computed_from_the_others(tmp_path):
+    path = _cache_model(tmp_path)
+    g = load_graph(path, {"batch_size": 2, "sequence_length": 8, "past_sequence_length": 24})
+    assert g.shape("mask") == (2, 32) and g.shape("y") == (2, 32)
+    # what a user binds: the names, not the expression
+    assert npusim.frontend.symbolic_dims(path)[1] == ["batch_size", "sequence_length",
+                                                     "past_sequence_length"]
+
+
+def test_an_explicit_value_wins_over_the_expression(tmp_path):
+    path = _cache_model(tmp_path, masked=False)
+    dims = {"batch_size": 1, "sequence_length": 8, "past_sequence_length": 24,
+            "past_sequence_length + sequence_length": 40}
+    g = load_graph(path, dims)
+    assert g.shape("mask") == (1, 40) and g.shape("kv") == (1, 32)
+
+
+@pytest.mark.parametrize("total,value", [("(a + 2) * b // 5", 2), ("a*b - 1", 7),
+                                         ("a // 3 + b", 3)])
+def test_dim_expressions_follow_integer_arithmetic(tmp_path, total, value):
+    x = helper.make_node("Identity", ["m"], ["y"])
+    path = save(tmp_path, [x], [vi("a_in", ["a"]), vi("b_in", ["b"]), vi("m", [total])],
+                [vi("y", 1)], name="expr")
+    assert load_graph(path, {"a": 4, "b": 2}).shape("y") == (value,)
+
+
+def test_an_expression_with_an_unbound_name_names_the_missing_dim(tmp_path):
+    path = _cache_model(tmp_path)
+    with pytest.raises(NpusimError) as e:
+        load_graph(path, {"batch_size": 1, "past_sequence_length": 24})
+    msg = str(e.value)
+    assert ("unbound symbolic dimension(s) 'sequence_length' (used by input 'x', "
+            "'past_sequence_length + sequence_length' of input 'mask'); "
+            "pass --dim sequence_length=VALUE") in msg
+
+
+def test_a_dim_expression_must_come_out_positive(tmp_path):
+    path = _cache_model(tmp_path, total="sequence_length - past_sequence_length")
+    with pytest.raises(NpusimError, match=r"dimension 'sequence_length - past_sequence_length' "
+                                          r"is -16 with sequence_length=8, past_sequence_length"
+                                          r"=24; a dimension must be a positive integer"):
+        load_graph(path, {"batch_size": 1, "sequence_length": 8, "past_sequence_length": 24})
+
+
+@pytest.mark.parametrize("name", ["__import__('os').getpid() + 1", "n ** 2", "n / 2", "-n"])
+def test_a_name_that_is_not_dim_arithmetic_is_a_plain_name(tmp_path, name):
+    # parsed with ast and never run: a call, a power, true division or a lone sign is not
+    # an expression npusim evaluates, so the dim is an ordinary name to bind
+    path = save(tmp_path, [helper.make_node("Identity", ["x"], ["y"])],
+                [vi("x", [name])], [vi("y", 1)], name="plain")
+    with pytest.raises(NpusimError, match="unbound symbolic dimension"):
+        load_graph(path, {})
+    assert load_graph(path, {name: 3}).shape("y") == (3,)

@@ -17,6 +17,7 @@ import onnx
 import pytest
 
 import npusim
+from npusim.frontend import load_graph
 
 ZOO = Path(__file__).resolve().parent / "data" / "zoo"
 MANIFEST = json.loads((ZOO / "manifest.json").read_text())
@@ -88,6 +89,20 @@ def test_zoo_file_simulates_on_the_full_preset(name, config):
     r = npusim.simulate(str(ZOO / name), config, dims=entry["dims"])
     assert r.total_cycles > 0
     assert sum(layer["macs"] for layer in r.layers) == entry["macs"]
+
+
+def test_torchscript_decoders_bind_the_cache_length_from_its_expression():
+    """The TorchScript exporter names the mask's length 'past_sequence_length +
+    sequence_length'; the manifest binds only the names and the front end computes it."""
+    files = [f for f in FILES if f["exporter"] == "torch.onnx.export(dynamo=False)"
+             and "past_sequence_length" in f["dims"]]
+    assert len(files) == 8
+    for f in files:
+        assert list(f["dims"]) == ["batch_size", "sequence_length", "past_sequence_length"]
+        graph = load_graph(ZOO / f["file"], f["dims"])
+        d = f["dims"]
+        assert graph.shape("attention_mask") == (d["batch_size"], d["past_sequence_length"]
+                                                 + d["sequence_length"])
 
 
 @pytest.mark.parametrize("entry", BENCH_FILES, ids=[f["file"][:-5] for f in BENCH_FILES])

@@ -9,7 +9,9 @@ then gives every intermediate tensor a concrete static shape.
 
 from __future__ import annotations
 
+import ast
 import heapq
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +61,9 @@ def resolve_model_path(name_or_path: str | Path) -> Path:
 
 def symbolic_dims(path: str | Path) -> tuple[int, list[str]]:
     """Node count and the names of the model's symbolic input dims, read straight from the
-    protobuf (no shape inference), e.g. to know which ``--dim`` values a model takes."""
+    protobuf (no shape inference), e.g. to know which ``--dim`` values a model takes. A dim
+    named by an expression of others (:func:`dim_expression`) is computed from them: it
+    contributes their names, not its own."""
     proto = _read_model(Path(path))
     weights = {t.name for t in proto.graph.initializer}
     names: list[str] = []
@@ -67,9 +71,60 @@ def symbolic_dims(path: str | Path) -> tuple[int, list[str]]:
         if vi.name in weights or not vi.type.HasField("tensor_type"):
             continue
         for d in vi.type.tensor_type.shape.dim:
-            if d.HasField("dim_param") and d.dim_param not in names:
-                names.append(d.dim_param)
+            if d.HasField("dim_param"):
+                expr = dim_expression(d.dim_param)
+                for name in [d.dim_param] if expr is None else _names_in(expr):
+                    if name not in names:
+                        names.append(name)
     return len(proto.graph.node), names
+
+
+# + - * // on dims (what exporters write in a dim's name, e.g. PyTorch's
+# "past_sequence_length + sequence_length" for a cache plus the new tokens)
+_DIM_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+            ast.FloorDiv: operator.floordiv}
+
+
+def dim_expression(name: str) -> ast.expr | None:
+    """A symbolic dim whose name is arithmetic on other dims' names, parsed (never run as
+    Python): names and integers joined by ``+ - * //`` (with parentheses). None for a plain
+    name, or a name that is not such an expression."""
+    try:
+        tree = ast.parse(name, mode="eval").body
+    except SyntaxError:
+        return None
+
+    def arithmetic(n) -> bool:
+        if isinstance(n, ast.BinOp):
+            return type(n.op) in _DIM_OPS and arithmetic(n.left) and arithmetic(n.right)
+        return isinstance(n, ast.Name) or (isinstance(n, ast.Constant) and type(n.value) is int)
+
+    return tree if isinstance(tree, ast.BinOp) and arithmetic(tree) else None
+
+
+def _names_in(expr: ast.expr) -> list[str]:
+    """The dim names an expression reads, in the order they are written."""
+    names = sorted((n for n in ast.walk(expr) if isinstance(n, ast.Name)),
+                   key=lambda n: n.col_offset)
+    return list(dict.fromkeys(n.id for n in names))
+
+
+def _eval_dim(where: str, name: str, expr: ast.expr, values: dict[str, int]) -> int:
+    """The value of the dim ``name`` (parsed as ``expr``) from the dims in ``values``."""
+    def value(e) -> int:
+        if isinstance(e, ast.BinOp):
+            left, right = value(e.left), value(e.right)
+            if isinstance(e.op, ast.FloorDiv) and right == 0:
+                return 0
+            return _DIM_OPS[type(e.op)](left, right)
+        return values[e.id] if isinstance(e, ast.Name) else e.value
+
+    result = value(expr)
+    if result < 1:
+        bound = ", ".join(f"{n}={values[n]}" for n in _names_in(expr))
+        raise NpusimError(f"{where}: dimension '{name}' is {result} with {bound}; a dimension "
+                          f"must be a positive integer")
+    return result
 
 
 def default_dims(path: str | Path) -> dict[str, int]:
@@ -248,7 +303,9 @@ def _topo_sort(g: onnx.GraphProto, where: str) -> None:
 
 
 def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str) -> None:
-    """Replace symbolic input dims by the values in ``dims``; unknown or missing names fail."""
+    """Replace symbolic input dims by the values in ``dims``; unknown or missing names fail.
+    A dim named by an expression of other dims (:func:`dim_expression`) takes its value
+    from theirs unless ``dims`` gives it explicitly."""
     for name, value in dims.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise NpusimError(f"--dim {name}={value!r}: a dimension must be a positive integer")
@@ -272,17 +329,33 @@ def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str) -> None:
             f"{where}: input dimension(s) {', '.join(unnamed)} have neither a size nor a name, "
             "so they cannot be bound; give the model static or named input dims"
         )
-    unknown = sorted(set(dims) - set(graph_dims))
+    exprs = {d: e for d in graph_dims if (e := dim_expression(d)) is not None}
+    free = list(dict.fromkeys(n for d in graph_dims
+                              for n in (_names_in(exprs[d]) if d in exprs else [d])))
+    unknown = sorted(set(dims) - set(graph_dims) - set(free))
     if unknown:
-        names = ", ".join(sorted(graph_dims)) or "none (all input dims are static)"
+        names = ", ".join(sorted(free)) or "none (all input dims are static)"
         raise NpusimError(
             f"{where} has no dimension named {', '.join(repr(u) for u in unknown)}; "
             f"its symbolic dims are: {names}"
         )
-    unbound = sorted(set(graph_dims) - set(dims))
-    if unbound:
-        parts = [f"'{d}' (used by input {', '.join(repr(i) for i in graph_dims[d])})" for d in unbound]
-        flags = " ".join(f"--dim {d}=VALUE" for d in unbound)
+    values = dict(dims)
+    uses: dict[str, list[str]] = {}  # unbound name -> where it is used
+    for d, inputs in graph_dims.items():
+        if d in values:  # given (an explicit value wins over an expression's)
+            continue
+        if d not in exprs:
+            uses.setdefault(d, []).extend(f"input {i!r}" for i in inputs)
+            continue
+        missing = [n for n in _names_in(exprs[d]) if n not in values]
+        for n in missing:
+            uses.setdefault(n, []).extend(f"'{d}' of input {i!r}" for i in inputs)
+        if not missing:
+            values[d] = _eval_dim(where, d, exprs[d], values)
+    if uses:
+        unbound = sorted(uses)
+        parts = [f"'{n}' (used by {', '.join(dict.fromkeys(uses[n]))})" for n in unbound]
+        flags = " ".join(f"--dim {n}=VALUE" for n in unbound)
         raise NpusimError(
             f"{where} has unbound symbolic dimension(s) {', '.join(parts)}; pass {flags}"
         )
@@ -292,8 +365,8 @@ def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str) -> None:
         if not vi.type.HasField("tensor_type"):
             continue
         for d in vi.type.tensor_type.shape.dim:
-            if d.HasField("dim_param") and d.dim_param in dims:
-                d.dim_value = dims[d.dim_param]
+            if d.HasField("dim_param") and d.dim_param in values:
+                d.dim_value = values[d.dim_param]
 
 
 def _ort_internal_ops_to_contrib(model: ModelProto) -> bool:
