@@ -61,32 +61,14 @@ def test_files_are_graph_only_and_small():
     assert total < 20e6
 
 
-def _by_file(name: str) -> dict:
-    return next(f for f in FILES if f["file"] == name)
-
-
-# The zoo tests the front end (loading, shapes, lowering), not DRAM timing (tested on its
-# own elsewhere): with the cycle-level DRAM stepped, weight streaming on ``mobile`` makes
-# a ResNet-50 take 5 s instead of 1 s. So every file runs with ideal memory, and a few run
-# on the full presets as well.
-IDEAL_MEMORY = ["memory.type=ideal"]
-FULL_PRESET_FILES = ["bert_eager-ts-ort.onnx", "llama_sdpa-dynamo.onnx", "mobilenetv3-ts.onnx"]
-
-
 @pytest.mark.parametrize("config", ["mobile", "server"])
 @pytest.mark.parametrize("entry", FILES, ids=[f["file"][:-5] for f in FILES])
 def test_zoo_file_simulates_with_its_analytic_macs(entry, config):
-    r = npusim.simulate(str(ZOO / entry["file"]), config, dims=entry["dims"],
-                        overrides=IDEAL_MEMORY)
-    assert r.total_cycles > 0
-    assert sum(layer["macs"] for layer in r.layers) == entry["macs"]
-
-
-@pytest.mark.parametrize("config", ["mobile", "server"])
-@pytest.mark.parametrize("name", FULL_PRESET_FILES)
-def test_zoo_file_simulates_on_the_full_preset(name, config):
-    entry = _by_file(name)
-    r = npusim.simulate(str(ZOO / name), config, dims=entry["dims"])
+    """On the presets as they are, cycle-level DRAM included (the CNNs at 64x64 images,
+    UNet 32x32; transformers at 2 layers and 32 tokens): the 92 runs take about 50 s of
+    CPU on this 2-core machine (70 s wall at load 2; 25 s with ideal memory), within what
+    the suite can spend, so no run is simplified."""
+    r = npusim.simulate(str(ZOO / entry["file"]), config, dims=entry["dims"])
     assert r.total_cycles > 0
     assert sum(layer["macs"] for layer in r.layers) == entry["macs"]
 
