@@ -96,14 +96,16 @@ def main() -> int:
               f"{row['lower_seconds']:.1f} s, MACs {row['macs']:,} (manifest "
               f"{entry['macs']:,}), target < {TARGET_SECONDS:.0f} s: "
               f"{'met' if row['met'] else 'MISSED'}")
+    folder = args.dir.resolve()
+    folder = folder.relative_to(REPO) if folder.is_relative_to(REPO) else folder
     record = {"benchmark": "load + shape (issue 14)", "date": time.strftime("%Y-%m-%d"),
               "machine": f"{platform.machine()}, {platform.python_version()}",
-              "repeat": args.repeat, "files": str(args.dir), "cases": rows}
+              "repeat": args.repeat, "files": str(folder), "cases": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     md = ["# Load + shape benchmark", "",
           f"{record['date']}, {record['machine']}, best of {args.repeat} fresh processes, files "
-          f"from `{args.dir}`.", "",
+          f"from `{folder}`.", "",
           "| case | nodes (folded) | load + shape best / median | import | lowering (server) | "
           "MACs = manifest | target < 10 s |", "|---|---|---|---|---|---|---|"]
     for r in rows:
