@@ -328,6 +328,18 @@ def test_long_reduction_accumulates_in_chunks(tmp_path):
     assert loaded(r) == 80000
 
 
+def test_a_row_op_that_keeps_values_takes_no_prefix():
+    """A streamed row's prefix result is written by the first pass and read back by the
+    next; a reduction stores only its kept values, so there is nowhere to read it from."""
+    from types import SimpleNamespace as NS
+    from npusim.lowering.vector import emit_row_layer
+    ctx = NS(precision=1, budget=NS(spad_half=1 << 16),
+             config=NS(num_cores=1, dma=NS(request_bytes=64)))
+    with pytest.raises(ValueError, match="no prefix"):
+        emit_row_layer(NS(ctx=ctx), O=1, L=80000, x=0, y=1 << 20, keep=1,
+                       prefix=("relu",), op="ReduceSum")
+
+
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_layer_normalization(tmp_path, with_bias):
     ins = ["x", "g", "b"] if with_bias else ["x", "g"]

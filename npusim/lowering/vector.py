@@ -966,8 +966,9 @@ def emit_row_layer(em: LayerEmitter, *, O: int, L: int, I: int = 1, x: int | Non
     gathers = [v for v in inputs if v.kind == "gather"]
     if (gathers or pitch) and I != 1:
         raise ValueError("row gathers and a row pitch need I == 1")
-    if (params or bcast) and keep:
-        raise ValueError("a row op that keeps values per row has no per-column operands")
+    if (params or bcast or prefix) and keep:  # (a long row's prefix result has no home)
+        raise ValueError("a row op that keeps values per row takes no per-column operands "
+                         "and no prefix")
     if x is None and not prefix:
         raise ValueError("rows made of inputs alone need a prefix that combines them")
     el_prefix = tuple((o, 1, EL) for o in prefix)
