@@ -240,3 +240,29 @@ def test_the_next_tile_computes_while_the_output_moves_out(tmp_path):
     assert sum(c["tiles"] for c in r.cores) == 2
     first = 10 + 14 + FILL + 9 * 64 + DRAIN
     assert r.total_cycles == first + FILL + 9 * 64 + DRAIN + 64
+
+
+def test_line_in_onnxim_convws_orientation_names_the_width_p(tmp_path):
+    # ONNXim's ConvWS keys a layer by Q = height, P = width. The rows_of_10 layer (4 output
+    # rows of 10) written that way round, "P10 Q4", is found and runs as the same one tile
+    x, w, y, strides, (n_x, n_w, n_y), stream, extra = CASES["rows_of_10"]
+    r = run(tmp_path, x, w, y, strides,
+            mapping="[T] N1 C3 M8 P10 Q4 S3 R3 - [O] N1 C1 M1 P1 Q1 S1 R1 - "
+                    "[I] N1 C3 M8 P10 Q4 S3 R3")
+    assert r.layers[0]["mapping_source"].endswith(":1")
+    assert r.total_cycles == n_x + n_w + FILL + stream + extra + DRAIN + n_y
+
+
+def test_inner_tile_read_in_the_orientation_its_total_matched(tmp_path):
+    # the same layer cut in two along its width, ONNXim's way round: [I] P5 Q4 is 4 rows of
+    # 5 pixels (read as 5 rows of 4 it would take three tiles). Each tile: 9 blocks of 4 rows
+    # of max(5, 4) = 5 cycles, and the next preload adds 8 - 5 = 3 after each but the last
+    x, w, y = (1, 3, 6, 12), (8, 3, 3, 3), (1, 8, 4, 10)
+    path = conv_model(tmp_path, x, w, y, (1, 1))
+    mfile = tmp_path / "by_width.mapping"
+    mfile.write_text("[T] N1 C3 M8 P10 Q4 S3 R3 - [O] N1 C1 M1 P2 Q1 S1 R1 - "
+                     "[I] N1 C3 M8 P5 Q4 S3 R3\n")
+    r = npusim.simulate(str(path), CONFIG, mapping=str(mfile))
+    assert r.layers[0]["mapping_source"].endswith(":1")
+    assert sum(c["tiles"] for c in r.cores) == 2
+    assert r.layers[0]["systolic_cycles"] == 2 * 9 * 4 * 5

@@ -30,7 +30,7 @@ from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
 from npusim.lowering.array import Block, Stream, emit_schedule, wait_for
 from npusim.lowering.context import LoweringContext
-from npusim.lowering.mapping import LoopCounts
+from npusim.lowering.mapping import LoopCounts, Mapping
 from npusim.lowering.tiling import (ACC_BYTES, ConvShape, ConvTile, choose_conv_tile,
                                     conv_tile_fits)
 from npusim.program import Instr, LayerInfo
@@ -57,6 +57,26 @@ def begin_pads(node: Node, in_dims, out_dims, kernel, strides, dil) -> tuple[int
         return (0,) * rank
     pads = list(node.attrs.get("pads", [0] * (2 * rank)))
     return tuple(pads[:rank])
+
+
+def _lookup_conv_mapping(ctx: LoweringContext, key: LoopCounts, rows: int,
+                         cols: int) -> tuple[Mapping | None, bool]:
+    """The mapping line of a conv layer with ``rows x cols`` outputs, and whether it names
+    the rows P.
+
+    ONNXim's mapping format names the two output dims P and Q, in two orientations: its
+    conv mapper writes Gemmini's output rows as P (``calc_conv_mapping`` prints
+    ``P{orows} Q{ocols}``, as do the lines published with Gemmini's RTL counts), while its
+    ``ConvWS`` keys a layer by Q = height, P = width and reads the inner P as the width. A
+    line written for ONNXim about a non-square layer therefore has P = width. npusim looks
+    the layer up with P = rows first, then, when the layer is not square, with P = columns,
+    and reads the inner tile in the orientation whose ``[T]`` matched. A square layer's
+    ``[T]`` cannot tell: P is rows, as the mapper writes it.
+    """
+    m = ctx.lookup_mapping(LoopCounts(**dict(key.as_dict(), P=rows, Q=cols)))
+    if m is not None or rows == cols:
+        return m, True
+    return ctx.lookup_mapping(LoopCounts(**dict(key.as_dict(), P=cols, Q=rows))), False
 
 
 def _window(s: ConvShape, in_dim: int, pad: int, d: int, o0: int, t: int) -> tuple[int, int, int]:
@@ -106,10 +126,11 @@ def lower_conv(ctx: LoweringContext, node: Node) -> None:
                      macs=Nb * prod(out_dims) * Mtot * Cg * prod(kernel), mapping="",
                      mapping_source="")
     tile = None
-    if rank <= 2:  # ONNXim's mapping lines name two spatial dims: P/Q rows/columns
-        P, Q = ((1,) + out_dims)[-2:]
+    if rank <= 2:  # ONNXim's mapping lines name two spatial dims, P and Q
+        rows, cols = ((1,) + out_dims)[-2:]
         S, R = ((1,) + kernel)[-2:]
-        mapping = ctx.lookup_mapping(LoopCounts(N=Nb, C=Ctot, M=Mtot, P=P, Q=Q, S=S, R=R))
+        mapping, p_is_rows = _lookup_conv_mapping(ctx, LoopCounts(N=Nb, C=Ctot, M=Mtot, S=S,
+                                                                   R=R), rows, cols)
         if mapping is not None:
             inner = mapping.inner
             if inner.S < S or inner.R < R:
@@ -117,7 +138,8 @@ def lower_conv(ctx: LoweringContext, node: Node) -> None:
                                         f"(inner S{inner.S} R{inner.R}); npusim needs S{S} R{R}")
             if inner.N != 1:
                 raise ctx.mapping_error(node, mapping, "inner N must be 1 for convolutions")
-            box = (min(inner.P, P), min(inner.Q, Q))[-rank:]
+            tile_rows, tile_cols = (inner.P, inner.Q) if p_is_rows else (inner.Q, inner.P)
+            box = (min(tile_rows, rows), min(tile_cols, cols))[-rank:]
             tile = ConvTile(box, min(inner.C, s.C), min(inner.M, s.M))
             ok, why = conv_tile_fits(b, s, tile)
             if not ok:

@@ -1,8 +1,10 @@
 """Accuracy against Gemmini's RTL: every case of ../shared/validation/gemmini_rtl_public.json
-and gemmini_rtl_conv.json (copies in tests/data), simulated with the mapping the RTL ran.
+and gemmini_rtl_conv.json (copies in tests/data) and of the check set
+tests/data/gemmini_rtl_onnxim_tests.json, simulated with the mapping the RTL ran.
 
 Prints npusim cycles, RTL cycles and the error per case, the wall seconds of each
-simulation, and writes results/validation/gemmini_rtl.{json,md}.
+simulation, the mean and worst error per file, and writes
+results/validation/gemmini_rtl.{json,md}.
 
     python tests/benchmarks/bench_accuracy.py [--out FILE]
 
@@ -52,11 +54,18 @@ def main() -> int:
                   f"{rows[-1]['error_percent']:+6.2f}%  {wall:.2f} s", flush=True)
     worst = max(abs(r["error_percent"]) for r in rows)
     mean = sum(abs(r["error_percent"]) for r in rows) / len(rows)
+    per_file = {}
+    for name in dict.fromkeys(r["file"] for r in rows):
+        errs = [abs(r["error_percent"]) for r in rows if r["file"] == name]
+        per_file[name] = {"cases": len(errs), "mean_abs_error_percent": sum(errs) / len(errs),
+                          "max_abs_error_percent": max(errs)}
+        print(f"{name:34s} {len(errs):2d} cases: mean |error| {per_file[name]['mean_abs_error_percent']:.2f}%, "
+              f"worst {per_file[name]['max_abs_error_percent']:.2f}%")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=REPO).stdout.strip()
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit,
               "python": platform.python_version(), "core": ref["core"], "cases": rows,
-              "mean_abs_error_percent": mean, "max_abs_error_percent": worst}
+              "per_file": per_file, "mean_abs_error_percent": mean, "max_abs_error_percent": worst}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     lines = ["| layer | file | npusim | RTL | error |", "|---|---|---:|---:|---:|"]
@@ -66,7 +75,10 @@ def main() -> int:
         f"# Accuracy against Gemmini RTL\n\n{report['date']}, commit {commit}; one 8x8 "
         f"weight-stationary core, int8, 32-byte DMA requests, ideal memory; each case with "
         f"the mapping the RTL ran.\n\n" + "\n".join(lines)
-        + f"\n\nMean |error| {mean:.2f}%, worst {worst:.2f}%.\n")
+        + "\n\n" + "\n".join(f"{name}: {v['cases']} cases, mean |error| "
+                                 f"{v['mean_abs_error_percent']:.2f}%, worst "
+                                 f"{v['max_abs_error_percent']:.2f}%." for name, v in per_file.items())
+        + f"\n\nAll {len(rows)} cases: mean |error| {mean:.2f}%, worst {worst:.2f}%.\n")
     print(f"mean |error| {mean:.2f}%, worst {worst:.2f}%; wrote {args.out}")
     return 0
 
