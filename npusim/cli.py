@@ -17,13 +17,14 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
 
 from npusim import __version__
-from npusim.errors import NpusimError
+from npusim.errors import NpusimError, NpusimWarning
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3
@@ -339,8 +340,14 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
     t.add_column(overflow="fold")
     if overrides:
         t.add_row("overrides", escape(" ".join(overrides)))
-    if dims:
-        t.add_row("dims", escape(" ".join(f"{k}={v}" for k, v in dims.items())))
+    assumed = result.extra.get("assumed_dims") or {}
+    if dims or assumed:
+        text = " ".join(f"{k}={v}" for k, v in {**dims, **assumed}.items())
+        if assumed:
+            text += (f"  ({', '.join(assumed)}: the model's example "
+                     f"{'value' if len(assumed) == 1 else 'values'}, as no --dim gave "
+                     f"{'it' if len(assumed) == 1 else 'them'})")
+        t.add_row("dims", escape(text))
     t.add_row("total cycles", f"[bold]{total:,}[/]  ({human_seconds(result.seconds)} at "
                               f"{cfg.core_freq_mhz} MHz)")
     t.add_row("layers", f"{len(result.layers)}")
@@ -841,8 +848,20 @@ def sweep(
     print(f"written {out}")
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """NpusimWarning as ``warning: ...`` on stderr (other warnings as Python shows them)."""
+    if issubclass(category, NpusimWarning):
+        _print_err(f"warning: {message}")
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
+
+
+_default_showwarning = warnings.showwarning
+
+
 def main() -> None:
     """Entry point of the ``npusim`` script."""
+    warnings.showwarning = _show_warning
     app(prog_name="npusim")
 
 

@@ -246,6 +246,9 @@ class MemoryConfig:
     ranks: int = _int(0, 16, default=0)                # "dram": 0 = the standard's count
     latency: int = _int(0, 100000, default=0)          # memory cycles, used by "simple"
     channel_bytes_per_cycle: int = _int(0, 4096, default=0)  # "dram": from the standard
+    # capacity in GiB (ONNXim dram_size); 0: unbounded. A workload whose tensors need more
+    # DRAM address space runs with a warning (as ONNXim's language scheduler warns)
+    capacity_gib: int = _int(0, 1 << 20, default=0)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
 
     @property
