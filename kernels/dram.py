@@ -5,8 +5,8 @@ latency, window, sibling). Issuing a command pushes forward the earliest cycle o
 ``next`` command at the nodes the rules reach; a command is legal when the current cycle
 has reached those bounds. Bounds are kept per rank (``rdy_rank``: what every bank group
 of the rank must wait, channel and rank rules), per bank group (``rdy_group``) and per bank
-(``rdy_bank``), and the engine compiles the rules into dense delays by relation to the
-command's target (``mt.delay_rank``: its rank, another rank; ``mt.delay_group``: its
+(``rdy_bank``), and ``npusim.dram.tables`` compiles the rules into dense delays by relation
+to the command's target (``mt.delay_rank``: its rank, another rank; ``mt.delay_group``: its
 group, and what reaches the other groups of the rank further than the rank's row;
 ``mt.delay_bank``: its bank, another bank of the group). Issuing is then a max of eight
 delays per rank, for the target group and bank, and for other groups or banks only when a

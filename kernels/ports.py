@@ -21,9 +21,9 @@ through the functions below:
   the producer), and stamps each packet with the tick from which the consumer may take it
   (``A_TIME``/``P_TIME``: arrival or ready tick; non-decreasing along a ring, so a
   consumer only ever looks at the head);
-- a push rings the consumer's bell, and a pop rings the producer's bell (it may have been
-  waiting for room). A bell is the first edge of the listener's clock at which it must
-  look again (``bells[SIDE_*]`` per side; ``CP_BELL``/``MP_BELL`` per core and channel,
+- a push rings the consumer's bell, and a pop from a full ring rings the producer's bell
+  (a producer waits on a ring only when it is full). A bell is the first edge of the
+  listener's clock at which it must look again (``bells[SIDE_*]`` per side; ``CP_BELL``/``MP_BELL`` per core and channel,
   for the units that step endpoints one by one). The listener lowers its own wake time to
   its bell when it next runs and resets the bell: no unit ever writes another's wake time;
 - the network side also learns *which* of its input rings turned non-empty (``fresh``: a
@@ -148,9 +148,11 @@ def inj_push(rg, p, c, t, ch, d, entry, addr):
 @kernel(inline=True)
 def inj_pop(rg, p, c, t):
     """The network side takes the head of core c's injection ring at tick t."""
-    rg.cport[CP_INJ_HEAD, c] = ring_next(rg.cport[CP_INJ_HEAD, c], rg.inj.shape[2])
+    q = rg.inj.shape[2]
+    rg.cport[CP_INJ_HEAD, c] = ring_next(rg.cport[CP_INJ_HEAD, c], q)
     rg.cport[CP_INJ_COUNT, c] -= 1
-    _ring_core(rg, c, align_up(t, p.core_period))
+    if rg.cport[CP_INJ_COUNT, c] == q - 1:
+        _ring_core(rg, c, align_up(t, p.core_period))
 
 
 # ------------------------------------------------------------------ core c: arr (in)
@@ -178,7 +180,7 @@ def arr_push(rg, p, c, arrival, d, entry, sent):
 
 @kernel(inline=True)
 def arr_pop(rg, c):
-    """Core c takes the head of its arrival ring."""
+    """Core c takes the head of its arrival ring (never full: nobody waits for room)."""
     rg.cport[CP_ARR_HEAD, c] = ring_next(rg.cport[CP_ARR_HEAD, c], rg.arr.shape[2])
     rg.cport[CP_ARR_COUNT, c] -= 1
 
@@ -216,9 +218,11 @@ def ch_in_push(rg, p, ch, t, arrival, core, d, entry, sent, addr):
 @kernel(inline=True)
 def ch_in_pop(rg, p, ch, t):
     """Channel ch takes the head of its input ring at tick t."""
-    rg.mport[MP_IN_HEAD, ch] = ring_next(rg.mport[MP_IN_HEAD, ch], rg.ch_in.shape[2])
+    q = rg.ch_in.shape[2]
+    rg.mport[MP_IN_HEAD, ch] = ring_next(rg.mport[MP_IN_HEAD, ch], q)
     rg.mport[MP_IN_COUNT, ch] -= 1
-    ring_bell(rg, SIDE_NET, align_up(t, p.noc_period))
+    if rg.mport[MP_IN_COUNT, ch] == q - 1:
+        ring_bell(rg, SIDE_NET, align_up(t, p.noc_period))
 
 
 # ------------------------------------------------------------------ channel ch: ch_out (out)
@@ -248,6 +252,8 @@ def ch_out_push(rg, p, ch, ready, core, d, entry, sent):
 @kernel(inline=True)
 def ch_out_pop(rg, p, ch, t):
     """The network side takes the head of channel ch's output ring at tick t."""
-    rg.mport[MP_OUT_HEAD, ch] = ring_next(rg.mport[MP_OUT_HEAD, ch], rg.ch_out.shape[2])
+    q = rg.ch_out.shape[2]
+    rg.mport[MP_OUT_HEAD, ch] = ring_next(rg.mport[MP_OUT_HEAD, ch], q)
     rg.mport[MP_OUT_COUNT, ch] -= 1
-    _ring_channel(rg, p, ch, align_up(t + 1, p.mem_period), t)
+    if rg.mport[MP_OUT_COUNT, ch] == q - 1:
+        _ring_channel(rg, p, ch, align_up(t + 1, p.mem_period), t)

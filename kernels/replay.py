@@ -17,7 +17,7 @@ from .ports import ch_in_push, ch_out_pop, take_fresh
 from .state import *  # noqa: F403  (field indices of the state tables)
 
 
-@kernel
+@kernel(inline=True)
 def _feed(st, rg, mt, p, addrs, writes, cursor, t):
     """Send requests in trace order until one finds its channel's queue full."""
     n = addrs.shape[0]
@@ -32,7 +32,7 @@ def _feed(st, rg, mt, p, addrs, writes, cursor, t):
     return -1
 
 
-@kernel
+@kernel(inline=True)
 def _take_responses(glob, rg, p, cursor, t):
     """Take every response the channels have produced: the output rings that turned
     non-empty (``rg.fresh``), each emptied at once; G_END is the last one's DRAM cycle."""

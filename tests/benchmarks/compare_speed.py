@@ -23,10 +23,8 @@ import datetime as _dt
 import json
 import os
 import subprocess
-import sys
+import tempfile
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
 
 CHILD = r"""
 import json, sys, time, importlib.util
@@ -104,8 +102,12 @@ REPEATS = {"llama_mha_2layers": 1}
 
 
 def run_child(python: str, case: str, repeats: int) -> list[dict]:
-    out = subprocess.run([python, "-c", CHILD, case, str(repeats), str(Path(__file__).parent)],
-                         capture_output=True, text=True, cwd=REPO)
+    # run outside any checkout: ``python -c`` puts the working directory first on sys.path,
+    # which would import that checkout's npusim instead of the interpreter's own
+    with tempfile.TemporaryDirectory() as cwd:
+        out = subprocess.run([python, "-c", CHILD, case, str(repeats),
+                              str(Path(__file__).resolve().parent)],
+                             capture_output=True, text=True, cwd=cwd)
     if out.returncode != 0:
         raise RuntimeError(f"{python} {case}: {out.stderr.strip()[-1500:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -125,12 +127,13 @@ def main() -> None:
               "load_before": os.getloadavg()[0], "cases": {}}
     print("| case | cycles | A kernel s | B kernel s | B/A kernel | A CPU s | B CPU s | B/A CPU |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    pythons = {"a": os.path.abspath(args.a), "b": os.path.abspath(args.b)}
     for case in cases:
         runs = {"a": [], "b": []}
         reps = REPEATS.get(case, 3)
         for _ in range(args.rounds):
             for v in ("a", "b"):
-                runs[v] += run_child(getattr(args, v), case, reps)
+                runs[v] += run_child(pythons[v], case, reps)
         cycles = {r["cycles"] for v in runs for r in runs[v]}
         best = {v: {k: min(r[k] for r in runs[v]) for k in ("kernel_seconds", "cpu_seconds")}
                 for v in runs}
