@@ -245,11 +245,48 @@ def _bank_unlink(st, ch, side, nb, k):
 
 
 @kernel(inline=True)
+def _bank_state_time(st, p, ch, rank, nb, cmd, cyc):
+    """Keep the time the rank has at least one bank active (DRAM background energy), as
+    DRAMPower counts it: a bank is active from its ACT until its PRE, the PREA that closes
+    it, the auto-precharge of an RDA / WRA (at the later of its tRAS and the RD->PRE /
+    WR->PRE time), and every bank of a rank from a REF until tRFC later. Kept at command
+    issue from closes already known, so it costs a few adds per command, none per cycle;
+    ``npusim.energy.dram.rank_active_cycles`` finishes the sum at the end of the run."""
+    mark = st.drank[RK_ACTIVE_MARK, ch, rank]
+    if st.drank[RK_OPEN_BANKS, ch, rank] > 0:
+        st.drank[RK_ACTIVE_CYCLES, ch, rank] += cyc - mark
+    else:
+        st.drank[RK_ACTIVE_CYCLES, ch, rank] += max(
+            0, min(cyc, st.drank[RK_ACTIVE_UNTIL, ch, rank]) - mark)
+    st.drank[RK_ACTIVE_MARK, ch, rank] = cyc
+    if cmd == ACT:
+        st.drank[RK_OPEN_BANKS, ch, rank] += 1
+        st.dbank[B_ACT_CYCLE, ch, nb] = cyc
+    elif cmd == PRE:
+        st.drank[RK_OPEN_BANKS, ch, rank] -= 1
+        st.dch[DC_BANK_CLOSES, ch] += 1
+    elif cmd == PREA:
+        st.dch[DC_BANK_CLOSES, ch] += st.drank[RK_OPEN_BANKS, ch, rank]
+        st.drank[RK_OPEN_BANKS, ch, rank] = 0
+    elif cmd == REF:
+        st.drank[RK_ACTIVE_UNTIL, ch, rank] = max(st.drank[RK_ACTIVE_UNTIL, ch, rank],
+                                                  cyc + p.d_rfc)
+    elif cmd == RDA or cmd == WRA:
+        close = cyc + (p.d_close_rd if cmd == RDA else p.d_close_wr)
+        close = max(close, st.dbank[B_ACT_CYCLE, ch, nb] + p.d_ras)
+        st.dbank[B_AUTO_CLOSE, ch, nb] = close
+        st.drank[RK_OPEN_BANKS, ch, rank] -= 1
+        st.drank[RK_ACTIVE_UNTIL, ch, rank] = max(st.drank[RK_ACTIVE_UNTIL, ch, rank], close)
+        st.dch[DC_BANK_CLOSES, ch] += 1
+
+
+@kernel(inline=True)
 def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
     """Issue ``cmd`` now: bank state, timing bounds, statistics and the command log."""
     G = p.d_bankgroups
     B = p.d_banks
     nb = (rank * G + bg) * B + bank
+    _bank_state_time(st, p, ch, rank, nb, cmd, cyc)
     if cmd == ACT:
         st.dbank[B_OPEN_ROW, ch, nb] = row
         _bank_row_changed(st, ch, nb)
@@ -268,6 +305,7 @@ def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
         st.dch[DC_REFS, ch] += 1
     if cmd == RD or cmd == RDA or cmd == WR or cmd == WRA:
         st.dch[DC_BUS_BUSY, ch] += p.d_bl
+        st.dch[DC_RD_CMDS + cmd - RD, ch] += 1  # RD, WR, RDA, WRA in command order
     # the picks of every bank whose row or bounds moved
     if _apply_rules(st, mt, p, ch, rank, bg, bank, cmd, cyc):
         for i in range(rank * G * B, (rank + 1) * G * B):

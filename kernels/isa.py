@@ -92,5 +92,11 @@ L_RELEASE = 5  # core cycle before which the layer may not start (a request's ar
 L_REQUEST = 6  # which request it belongs to (a row of ProgramArrays.req)
 N_LAYER_COLS = 7
 
+# Dataflows of the systolic array (config ``core.systolic.dataflow``; Params.sa_dataflow is
+# the index). Each has a schedule in npusim/lowering/array.py and a timing rule in
+# kernels/systolic.py.
+DATAFLOWS = ("ws",)
+DATAFLOW_WS = 0
+
 # Times are int64 ticks of the global time base; "never" is this.
 NEVER = 2**62

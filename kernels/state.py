@@ -38,7 +38,7 @@ from collections import namedtuple
 PARAM_FIELDS = (
     "n_cores", "core_period", "noc_period", "mem_period", "skip",
     # systolic array and vector unit
-    "sa_width", "sa_height", "sa_min_cycles", "acc_latency", "vec_width",
+    "sa_dataflow", "sa_width", "sa_height", "sa_min_cycles", "acc_latency", "vec_width",
     # instruction queues
     "ld_queue", "st_queue", "ex_queue",
     # DMA, NoC (noc_type: names.NOC_TYPES) and memory (mem_type: names.MEMORY_TYPES)
@@ -48,6 +48,9 @@ PARAM_FIELDS = (
     "d_ranks", "d_bankgroups", "d_banks", "d_cl", "d_cwl", "d_bl", "d_refi", "d_refresh",
     "d_closed_page", "d_rq", "d_wq", "d_wq_high", "d_wq_low", "d_bursts", "d_burst_bits",
     "d_bpr_bits", "d_ipoly",
+    # DRAM power bookkeeping (kernels/dram.py _bank_state_time): tRAS, tRFC, and when an
+    # auto-precharge closes the bank after an RDA / WRA (the standard's RD->PRE, WR->PRE)
+    "d_ras", "d_rfc", "d_close_rd", "d_close_wr",
     # scheduling (names.POLICIES)
     "policy",
     # tracing (kernels/trace.py): on/off, bin width (ticks), command-log window (ticks)
@@ -137,9 +140,9 @@ N_PART_FIELDS = 2
 (L_PREDS_LEFT, L_TILES_LEFT, L_START, L_END, L_SA_CYCLES, L_VU_CYCLES, L_LD_BYTES,
  L_ST_BYTES, L_NEXT_GROUP, L_READY_SEQ, L_NOTIFY) = range(11)
 N_LAYER_FIELDS = 11
-# core
+# core (C_SA_LAST_CHUNK: when the last chunk of the array's latest GEMM enters it)
 (C_WAKE, C_SEQ, C_GROUP_NEXT, C_GROUP_END, C_SA_PRELOAD_READY, C_SA_STREAM_FREE,
- C_SA_GEMM_START, C_VU_FREE, C_EX_POS, C_OUTSTANDING, C_BUSY_SINCE, C_SA_DONE,
+ C_SA_LAST_CHUNK, C_VU_FREE, C_EX_POS, C_OUTSTANDING, C_BUSY_SINCE, C_SA_DONE,
  # statistics
  C_SA_STREAM, C_SA_MACS, C_VU_BUSY, C_VU_OPS, C_BUSY, C_LD_REQUESTS, C_ST_REQUESTS,
  C_LD_BYTES, C_ST_BYTES, C_TILES, C_READ_LAT_SUM, C_READ_LAT_N) = range(24)
@@ -226,12 +229,16 @@ N_CHAN_FIELDS = 6
 # (DC_CAND_*: the controller's next choice, kept between visits while nothing it depends
 #  on changes: request, command, the cycle it becomes legal, whether it is a row hit, and
 #  whether the response ring was full when it was chosen; DC_CAND_VALID 0 = look again;
-#  DC_ACTIVE_*: how many banks have requests in each queue (dact))
+#  DC_ACTIVE_*: how many banks have requests in each queue (dact);
+#  DC_RD_CMDS..DC_WRA_CMDS: column commands issued, DC_BANK_CLOSES: banks that went from
+#  open to precharged (PRE, each open bank of a PREA, the auto-precharge of RDA / WRA), as
+#  DRAMPower counts precharges)
 (DC_WAKE, DC_RQ_COUNT, DC_WQ_COUNT, DC_DRAINING, DC_READS, DC_WRITES, DC_READ_BYTES,
  DC_WRITE_BYTES, DC_ACTS, DC_PRES, DC_REFS, DC_CMDS, DC_BUS_BUSY, DC_LAT_SUM,
  DC_LAT_N, DC_CAND_VALID, DC_CAND_K, DC_CAND_CMD, DC_CAND_AT, DC_CAND_HIT,
- DC_CAND_OUT_FULL, DC_SEQ, DC_ACTIVE_R, DC_ACTIVE_W) = range(24)
-N_DCH_FIELDS = 24
+ DC_CAND_OUT_FULL, DC_SEQ, DC_ACTIVE_R, DC_ACTIVE_W, DC_RD_CMDS, DC_WR_CMDS, DC_RDA_CMDS,
+ DC_WRA_CMDS, DC_BANK_CLOSES) = range(29)
+N_DCH_FIELDS = 29
 # dreq
 # (E_RBG/E_NB: flat bank-group and bank index; E_SEQ: arrival number, which orders the
 #  requests by age; E_NEXT/E_PREV: the next younger / older request of the same bank and
@@ -256,12 +263,19 @@ PK_BANK_BITS = 16  # banks per channel <= 16 ranks x 16 groups x 64 (npusim.dram
 # dgroup (the bound of a bank's group on its picks' column command / other command)
 GB_COLUMN, GB_OTHER = range(2)
 N_GB_FIELDS = 2
-# dbank (B_HITS, B_MISSES, B_CONFLICTS in class order; B_READS, B_WRITES in dir order)
-B_OPEN_ROW, B_HITS, B_MISSES, B_CONFLICTS, B_READS, B_WRITES = range(6)
-N_DBANK_FIELDS = 6
-# drank
-RK_NEXT_REF, RK_PENDING = range(2)
-N_DRANK_FIELDS = 2
+# dbank (B_HITS, B_MISSES, B_CONFLICTS in class order; B_READS, B_WRITES in dir order;
+#  B_ACT_CYCLE: the DRAM cycle of the bank's last ACT, B_AUTO_CLOSE: the cycle the last
+#  auto-precharge (RDA / WRA) closed or will close the bank)
+(B_OPEN_ROW, B_HITS, B_MISSES, B_CONFLICTS, B_READS, B_WRITES, B_ACT_CYCLE,
+ B_AUTO_CLOSE) = range(8)
+N_DBANK_FIELDS = 8
+# drank (RK_OPEN_BANKS..RK_ACTIVE_CYCLES: time with at least one bank of the rank active,
+#  for DRAM background energy, kept at command issue (kernels/dram.py _bank_state_time):
+#  banks open with no close in sight, the cycle the rank stays active until by closes
+#  already known (auto-precharge, refresh), the cycle the sum is taken up to, the sum)
+(RK_NEXT_REF, RK_PENDING, RK_OPEN_BANKS, RK_ACTIVE_UNTIL, RK_ACTIVE_MARK,
+ RK_ACTIVE_CYCLES) = range(6)
+N_DRANK_FIELDS = 6
 # cmd_log
 (LG_CYCLE, LG_CHANNEL, LG_RANK, LG_BANKGROUP, LG_BANK, LG_ROW, LG_COLUMN, LG_COMMAND,
  LG_CORE, LG_REQUEST) = range(10)

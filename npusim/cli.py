@@ -284,6 +284,35 @@ def write_json_atomic(path: Path, data: Any) -> None:
 # --------------------------------------------------------------------------- summary
 
 
+def energy_headline(e: dict) -> str:
+    """Joules, average power, pJ/MAC and TOPS/W, then the three largest components."""
+    from rich.markup import escape
+
+    parts = [f"[bold]{human_joules(e['total_j'])}[/]", f"{e['average_power_w']:.3g} W"]
+    if e.get("pj_per_mac"):
+        parts += [f"{e['pj_per_mac']:.3g} pJ/MAC", f"{e['tops_per_w']:.3g} TOPS/W"]
+    top = sorted(e["components_j"].items(), key=lambda kv: -kv[1])[:3]
+    share = ", ".join(f"{k} {_pct(v / e['total_j'])}" for k, v in top if e["total_j"])
+    return (", ".join(parts) + (f"  ({escape(share)}; table {escape(e['table']['name'])})"
+                                if share else ""))
+
+
+def human_joules(j: float) -> str:
+    for unit, scale in (("J", 1.0), ("mJ", 1e-3), ("uJ", 1e-6), ("nJ", 1e-9)):
+        if abs(j) >= scale:
+            return f"{j / scale:.3g} {unit}"
+    return f"{j * 1e12:.3g} pJ"
+
+
+def _dram_energy_line(e: dict | None) -> str:
+    if not e:
+        return "- (the standard has no [power] currents)"
+    total = e["total_j"]
+    big = sorted(e["components_j"].items(), key=lambda kv: -kv[1])[:3]
+    return (f"{human_joules(total)}, {e['pj_per_bit']:.3g} pJ/bit, {e['average_power_w']:.3g} W  ("
+            + ", ".join(f"{k.removeprefix('dram_')} {_pct(v / total)}" for k, v in big) + ")")
+
+
 def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: dict[str, int],
                    console) -> None:
     """A compact, readable summary of one run."""
@@ -322,6 +351,8 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
         share = _pct(mem["bandwidth_gbps"] / mem["peak_gbps"])
         bw += f" of {mem['peak_gbps']:.1f} GB/s peak ({share})"
     t.add_row("memory bandwidth", bw)
+    if result.energy:
+        t.add_row("energy", energy_headline(result.energy))
     cps = sim.get("cycles_per_second")
     speed = f"{human_count(cps)} simulated cycles/s" if cps else "-"
     t.add_row("wall time", f"{wall_seconds:.2f} s  (simulating {sim['wall_seconds']:.2f} s, "
@@ -631,6 +662,7 @@ def dram(
         ("row hits / misses / conflicts", f"{hits:,} / {misses:,} / {conflicts:,}"),
         ("bandwidth", f"{stats['bandwidth_gbps']:.2f} GB/s of {stats['peak_gbps']:.1f} peak "
                       f"({100 * stats['bandwidth_utilization']:.1f}% bus busy)"),
+        ("energy", _dram_energy_line(stats["energy"])),
         ("speed", f"{human_count(stats['requests_per_second'] or 0)} requests/s"),
     ]
     width = max(len(k) for k, _ in rows)

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from npusim.config import NpuConfig
+from npusim.kernels.isa import DATAFLOWS
 from npusim.kernels.names import MEMORY_TYPES, NOC_TYPES
 from npusim.kernels.state import PARAM_FIELDS, Params
 
@@ -41,7 +42,7 @@ def make_params(cfg: NpuConfig, tb: TimeBase, skip: bool, trace=None) -> Params:
     values = dict(
         n_cores=cfg.num_cores, core_period=tb.core_period, noc_period=tb.noc_period,
         mem_period=tb.mem_period, skip=int(skip),
-        sa_width=core.systolic.width, sa_height=core.systolic.height,
+        sa_dataflow=DATAFLOWS.index(core.systolic.dataflow), sa_width=core.systolic.width, sa_height=core.systolic.height,
         sa_min_cycles=core.systolic.min_gemm_cycles, acc_latency=1,
         vec_width=core.vector.lanes * core.vector.alus,
         ld_queue=core.ld_queue, st_queue=core.st_queue, ex_queue=core.ex_queue,

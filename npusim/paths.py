@@ -12,3 +12,26 @@ def configs_dir() -> Path:
 def models_dir() -> Path:
     """Folder of the bundled ONNX models (`models/` in the repository)."""
     return Path(str(resources.files("npusim.models")))
+
+
+def bundled_names(folder: Path) -> list[str]:
+    """Names of the bundled ``<name>.toml`` files of a data folder (``configs/dram`` ...)."""
+    return sorted(p.stem for p in folder.glob("*.toml")) if folder.is_dir() else []
+
+
+def resolve_data_file(name, folder: Path, what: str, suffixes=(".toml",), also: str = "") -> Path:
+    """A bundled ``folder/<name>.toml`` by bare name, or a file path (anything with one of
+    ``suffixes``, a path separator, or an existing file); errors name what would be valid."""
+    from npusim.errors import NpusimError
+
+    s = str(name)
+    p = Path(s)
+    if p.suffix.lower() in suffixes or p.is_file() or "/" in s or "\\" in s:
+        if not p.is_file():
+            raise NpusimError(f"{what} file {s} does not exist")
+        return p
+    p = folder / f"{s}.toml"
+    if not p.is_file():
+        raise NpusimError(f"unknown {what} {s!r}: bundled ones are "
+                          f"{', '.join(bundled_names(folder))} (files in {folder}){also}")
+    return p

@@ -6,11 +6,13 @@ Everything is derived from the final kernel state once, after the run; the JSON 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from npusim import __version__
 from npusim.config import NpuConfig, config_to_dict
+from npusim.energy import energy_report
 from npusim.engine import RawRun
 from npusim.kernels import state as ks
 from npusim.program import Program
@@ -35,6 +37,13 @@ class Result:
     requests: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     trace: Any = None  # the xarray.Dataset of a traced run (npusim.trace)
+    energy: dict[str, Any] = field(default_factory=dict)  # npusim.energy.energy_report
+    energy_seconds: float = 0.0  # host seconds the energy accounting took
+
+    @property
+    def energy_j(self) -> float:
+        """Joules the run took (``energy["total_j"]``)."""
+        return self.energy["total_j"]
 
     @property
     def seconds(self) -> float:
@@ -59,11 +68,13 @@ class Result:
             "simulation": {"wall_seconds": self.wall_seconds,
                            "compile_seconds": self.compile_seconds,
                            "event_steps": self.event_steps,
+                           "energy_seconds": self.energy_seconds,
                            "cycles_per_second": (self.total_cycles / self.wall_seconds
                                                  if self.wall_seconds > 0 else None)},
             "config": config_to_dict(self.config),
             "warnings": self.warnings,
             "requests": self.requests,
+            "energy": self.energy,
             **self.extra,
         }
 
@@ -94,9 +105,13 @@ def collect(model: str, cfg: NpuConfig, prog: Program, raw: RawRun) -> Result:
         })
     layers = [_layer_stats(cfg, prog, st, i, P) for i in range(len(prog.layers))]
     memory = _memory_stats(cfg, raw, total)
+    t0 = time.perf_counter()
+    energy = energy_report(cfg, prog, st, tb, total, layers)
+    energy_seconds = time.perf_counter() - t0
     return Result(model=model, config=cfg, total_cycles=total, cores=cores, layers=layers,
                   memory=memory, wall_seconds=raw.wall_seconds,
-                  compile_seconds=raw.compile_seconds, event_steps=int(st.glob[ks.G_STEPS]))
+                  compile_seconds=raw.compile_seconds, event_steps=int(st.glob[ks.G_STEPS]),
+                  energy=energy, energy_seconds=energy_seconds)
 
 
 def _memory_stats(cfg: NpuConfig, raw: RawRun, core_cycles: int) -> dict[str, Any]:

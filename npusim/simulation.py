@@ -122,6 +122,8 @@ def _request_results(result, requests, streams, servers, prog, run, placement) -
     stream_of_layer = prog.layer[:, isa.L_REQUEST]
     moved = run.st.cores.layer_st[ks.L_LD_BYTES] + run.st.cores.layer_st[ks.L_ST_BYTES]
     per_stream = np.bincount(stream_of_layer, weights=moved, minlength=len(streams))
+    joules = np.bincount(stream_of_layer, weights=[l["energy_j"] for l in result.layers],
+                         minlength=len(streams))
     freq = result.config.core_freq_mhz * 1e6
     rows: dict[int, dict] = {}
     for srv in servers:
@@ -138,7 +140,8 @@ def _request_results(result, requests, streams, servers, prog, run, placement) -
                        "arrival_cycle": req.arrival_cycle, "start_cycle": start,
                        "finish_cycle": finish, "latency_cycles": latency,
                        "dram_bytes": int(per_stream[sid]),
-                       "dram_gbps": per_stream[sid] / (latency / freq) / 1e9 if latency else 0.0}
+                       "dram_gbps": per_stream[sid] / (latency / freq) / 1e9 if latency else 0.0,
+                       "energy_j": float(joules[sid])}
     for sid, members in enumerate(streams):
         for i in members:
             rows[i]["stream"] = sid
@@ -154,7 +157,8 @@ def _request_results(result, requests, streams, servers, prog, run, placement) -
         for k, cores in enumerate(placement.partitions)]
     result.extra["llm_servers"] = [
         {"stream": srv.stream, "model": srv.spec.describe(),
-         "dram_bytes": int(per_stream[srv.stream]), "iterations": srv.iteration_results()}
+         "dram_bytes": int(per_stream[srv.stream]), "energy_j": float(joules[srv.stream]),
+         "iterations": srv.iteration_results()}
         for srv in servers]
 
 

@@ -147,6 +147,7 @@ def test_partial_latency_table_in_toml(tmp_path):
     ("scheduler.partitions", [[0], []], "scheduler.partitions = [[0], []] is not a list of non-empty lists of core indices: must be a list of core lists, e.g. [[0, 1], [2, 3]]"),
     ("memory.type", "hbm", "memory.type = 'hbm' is not a valid choice: must be one of 'ideal', 'simple', 'dram'"),
     ("noc.type", "mesh", "noc.type = 'mesh' is not a valid choice: must be one of 'crossbar'"),
+    ("core.systolic.dataflow", "os", "core.systolic.dataflow = 'os' is not a valid choice: must be one of 'ws'"),
     ("memory.controller.read_queue", 0, "memory.controller.read_queue = 0 is out of range: must be an integer in 1..1024"),
     ("memory.controller.page_policy", "lazy", "memory.controller.page_policy = 'lazy' is not a valid choice: must be one of 'open', 'closed'"),
     ("memory.channels", 3, "memory.channels = 3 is not a power of two"),

@@ -12,7 +12,7 @@ from npusim.errors import NpusimError
 from npusim.frontend import load_graph
 from npusim.lowering import lower_graph
 from npusim.lowering.mapping import parse_mapping_line
-from npusim.lowering.tiling import ACC_BYTES, Budget
+from npusim.lowering.tiling import ACC_BYTES, Budget, padded
 
 
 
@@ -105,8 +105,10 @@ def test_heuristic_tiles_fit_half_the_scratchpad_and_accumulator():
                 inner = parse_mapping_line(info.mapping).inner
                 if info.op_type == "Conv":
                     continue  # conv windows are checked by conv_tile_fits at lowering
-                assert (inner.N * inner.C + inner.C * inner.M) * cfg.precision <= b.spad_half
-                assert inner.N * inner.M * ACC_BYTES <= b.acc_half
+                # rows of the array's width: a partial block still takes whole rows
+                spad = (inner.N * padded(inner.C, b.height) + inner.C * padded(inner.M, b.width))
+                assert spad * cfg.precision <= b.spad_half
+                assert inner.N * padded(inner.M, b.width) * ACC_BYTES <= b.acc_half
 
 
 def test_unsupported_ops_are_listed_with_their_nodes(tmp_path):

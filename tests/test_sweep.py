@@ -125,6 +125,10 @@ def test_grid_equals_individual_simulate_runs(tmp_path, batched_model):
                 assert float(point.throughput_inf_s) == batch / single["seconds"]
                 assert int(point.bytes_moved) == single["bytes_moved"]
                 assert float(point.dram_bandwidth_gbps) == mem["bandwidth_gbps"]
+                energy = single["energy"]
+                assert float(point.energy_j) == energy["total_j"] > 0
+                assert float(point.avg_power_w) == energy["average_power_w"]
+                assert float(point.tops_per_w) == energy["tops_per_w"]
                 rows = mem["row_hits"] + mem["row_misses"] + mem["row_conflicts"]
                 assert float(point.row_hit_rate) == mem["row_hits"] / rows
                 util = np.mean([c["systolic_utilization"] for c in single["cores"]])

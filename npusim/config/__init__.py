@@ -24,6 +24,7 @@ from npusim.config.schema import (
     VECTOR_OPS,
     CoreConfig,
     DmaConfig,
+    EnergyConfig,
     ControllerConfig,
     MemoryConfig,
     NocConfig,
@@ -35,7 +36,7 @@ from npusim.config.schema import (
 
 __all__ = [
     "DEFAULT_PRESET", "DEFAULT_VECTOR_LATENCY", "MEMORY_TYPES", "NOC_TYPES", "POLICIES",
-    "PRECISIONS", "VECTOR_OPS", "ControllerConfig", "CoreConfig", "DmaConfig", "MemoryConfig", "NocConfig",
+    "PRECISIONS", "VECTOR_OPS", "ControllerConfig", "CoreConfig", "DmaConfig", "EnergyConfig", "MemoryConfig", "NocConfig",
     "NpuConfig", "SchedulerConfig", "SystolicConfig", "VectorConfig", "apply_overrides", "config_from_dict",
     "config_to_dict", "list_presets", "load_config", "onnxim_to_dict", "parse_override",
 ]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from npusim.errors import NpusimError
-from npusim.kernels.isa import VECTOR_OPS
+from npusim.kernels.isa import DATAFLOWS, VECTOR_OPS
 from npusim.kernels.names import MEMORY_TYPES, NOC_TYPES, POLICIES
 
 # ---------------------------------------------------------------------------------------
@@ -27,6 +27,7 @@ PRECISIONS = (1, 2, 4)
 PAGE_POLICIES = ("open", "closed")
 CHANNEL_HASHES = ("none", "ipoly")
 ADDRESS_FIELDS = ("Ro", "Bg", "Ba", "Ra", "Co", "Ch")
+ENERGY_DATATYPES = ("auto", "int8", "int16", "fp16", "bf16", "fp32")  # npusim.energy.table
 
 DEFAULT_VECTOR_LATENCY = {
     "add": 1, "sub": 1, "mul": 1, "div": 4, "max": 1, "min": 1,
@@ -119,6 +120,11 @@ def _partitions(**kw) -> Any:
     return field(metadata={"rule": Rule("partitions")}, **kw)
 
 
+def _free_table() -> Any:
+    """A table of free-form entries (checked by the section's own rule, not the schema)."""
+    return field(default_factory=dict, metadata={"free_table": True})
+
+
 def _latency_table() -> Any:
     return field(default_factory=lambda: dict(DEFAULT_VECTOR_LATENCY),
                  metadata={"latency_table": True})
@@ -130,12 +136,15 @@ def _latency_table() -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class SystolicConfig:
-    """Weight-stationary systolic array (Gemmini-like)."""
+    """Systolic array (Gemmini-like). ``dataflow`` picks its PRELOAD/GEMM schedule
+    (``npusim/lowering/array.py``) and timing rule (``kernels/systolic.py``); "ws" (weight
+    stationary) is the one modelled so far."""
 
     width: int = _int(1, 4096)          # array columns = output features
     height: int = _int(1, 4096)         # array rows = reduction depth
     # Gemmini RTL keeps the array input busy at least this many cycles per GEMM row chunk.
     min_gemm_cycles: int = _int(1, 1024, default=4)
+    dataflow: str = _choice(DATAFLOWS, default="ws")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,6 +264,34 @@ class SchedulerConfig:
         object.__setattr__(self, "partitions", tuple(tuple(p) for p in self.partitions))
 
 
+@dataclass(frozen=True, kw_only=True)
+class EnergyConfig:
+    """How actions are priced: an energy table (``configs/energy/<table>.toml``, a ``.toml``
+    path, or an Accelergy ERT ``.yaml``), the MAC datatype (``auto``: by ``precision``) and
+    single-entry overrides (``override = { "mac.int8" = 0.25 }`` or nested tables)."""
+
+    table: str = _str(nonempty=True, default="45nm")
+    datatype: str = _choice(ENERGY_DATATYPES, default="auto")
+    override: dict = _free_table()
+
+    def __hash__(self):
+        return hash((self.table, self.datatype, repr(sorted(self.override.items()))))
+
+
+def _check_energy(energy: dict) -> None:
+    """The table must load and every override must name one of its entries."""
+    from npusim.energy.table import load_energy_table
+
+    if not isinstance(energy["override"], dict):
+        raise NpusimError(f"config field energy.override must be a table of entry = value, "
+                          f"got {type(energy['override']).__name__}")
+    try:
+        table = load_energy_table(energy["table"])
+    except NpusimError as e:
+        raise NpusimError(f"config field energy.table = {energy['table']!r}: {e}") from None
+    table.with_overrides(energy["override"])
+
+
 def _check_scheduler(sched: dict, num_cores: int) -> None:
     seen: set[int] = set()
     for part in sched["partitions"]:
@@ -341,6 +378,7 @@ class NpuConfig:
     noc: NocConfig
     memory: MemoryConfig
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    energy: EnergyConfig = field(default_factory=EnergyConfig)
 
     def __post_init__(self):
         normalise(to_plain_dict(self))
@@ -407,6 +445,8 @@ def normalise_section(cls: type, data: Any, path: str) -> dict:
         sub = _join(path, f.name)
         if f.metadata.get("latency_table"):
             out[f.name] = _check_latency(sub, data.get(f.name, {}))
+        elif f.metadata.get("free_table"):
+            out[f.name] = data.get(f.name, {})
         elif _is_section(f):
             if f.name not in data and not all(_has_default(g) for g in dataclasses.fields(f.type)):
                 raise NpusimError(f"config section {sub} is missing")
@@ -427,6 +467,7 @@ def normalise(data: Any) -> dict:
     out = normalise_section(NpuConfig, data, "")
     _check_memory(out["memory"], out["core_freq_mhz"])
     _check_scheduler(out["scheduler"], out["num_cores"])
+    _check_energy(out["energy"])
     return out
 
 
@@ -465,6 +506,8 @@ def check_value_key(dotted: str) -> None:
     path = ""
     parts = dotted.split(".")
     for i, part in enumerate(parts):
+        if fields_of == "free":  # a free-form table takes any key; its section checks them
+            return
         if fields_of == "latency":
             valid = list(VECTOR_OPS)
         else:
@@ -477,6 +520,7 @@ def check_value_key(dotted: str) -> None:
         else:
             f = next(f for f in dataclasses.fields(fields_of) if f.name == part)
             fields_of = ("latency" if f.metadata.get("latency_table")
+                         else "free" if f.metadata.get("free_table")
                          else f.type if _is_section(f) else None)
         if fields_of is None and i < len(parts) - 1:
             raise NpusimError(f"config key {dotted}: {path} is a value, not a table")

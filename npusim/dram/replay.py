@@ -48,6 +48,26 @@ def read_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     return np.array(addrs, dtype=np.int64), np.array(writes, dtype=np.int64)
 
 
+def replay_energy(mem, cfg, end: int) -> dict[str, Any] | None:
+    """DRAM energy of a replay (``npusim.energy.dram``), None without [power] currents."""
+    from npusim.energy.dram import counts_from_state, dram_energy
+    from npusim.dram.standard import dram_standard
+
+    std = dram_standard(cfg)
+    if std.power is None:
+        return None
+    c = counts_from_state(mem, cfg, std, end)
+    comps = dram_energy(std, c)
+    total = sum(comps.values())
+    seconds = end / (std.freq_mhz * 1e6)
+    return {"total_j": total, "components_j": comps,
+            "average_power_w": total / seconds if seconds else 0.0,
+            "pj_per_bit": total / (c.bytes_moved * 8) * 1e12 if c.bytes_moved else None,
+            "activates": c.activates, "precharges": c.bank_closes, "read_bursts": c.reads,
+            "write_bursts": c.writes, "refreshes": c.refreshes,
+            "rank_active_cycles": c.active_cycles, "rank_cycles": c.rank_cycles}
+
+
 def replay_requests(cfg: NpuConfig, addrs: np.ndarray, writes: np.ndarray, skip: bool = True,
                     log_commands: int = 0) -> tuple[dict[str, Any], Any]:
     """Replay requests on ``cfg``'s DRAM; returns (stats, final state)."""
@@ -80,7 +100,9 @@ def replay_requests(cfg: NpuConfig, addrs: np.ndarray, writes: np.ndarray, skip:
         if code == 2:
             raise NpusimError("trace replay stalled: this is an npusim bug, please report it")
     wall = time.perf_counter() - t1
-    stats = dram_stats(st.mem, cfg, int(st.glob[ks.G_END]))
+    end = int(st.glob[ks.G_END])
+    stats = dram_stats(st.mem, cfg, end)
+    stats["energy"] = replay_energy(st.mem, cfg, end)
     stats.update({"requests": int(len(addrs)), "wall_seconds": wall,
                   "compile_seconds": compile_s,
                   "requests_per_second": len(addrs) / wall if wall > 0 else None})

@@ -55,6 +55,7 @@ import numpy as np
 
 from npusim.errors import NpusimError
 from npusim.kernels.names import COMMANDS, LEVELS, RANK_WIDE  # the kernel's numbering
+from npusim.paths import bundled_names, resolve_data_file
 COMMON_TIMINGS = ("CL", "CWL", "RCD", "RP", "RAS", "RC", "BL", "CCD_S", "CCD_L", "RRD_S",
                   "RRD_L", "FAW", "WR", "WTR_S", "WTR_L", "RTP", "RTRS", "RFC", "REFI")
 ORGANIZATION_KEYS = ("channels", "pseudo_channels", "ranks", "bank_groups", "banks_per_group",
@@ -62,7 +63,7 @@ ORGANIZATION_KEYS = ("channels", "pseudo_channels", "ranks", "bank_groups", "ban
 MAX_CYCLES = 10_000_000  # no DRAM timing is anywhere near this many cycles
 _TOP_REQUIRED = ("name", "family", "source", "freq_mhz", "data_rate_mtps", "organization",
                  "timing")
-_TOP_OPTIONAL = ("notes", "wck_ck_ratio")
+_TOP_OPTIONAL = ("notes", "wck_ck_ratio", "power")
 _RULE_KEYS = ("level", "prev", "next", "latency", "window", "sibling", "note")
 _ORG_LIMITS = {"channels": 1024, "pseudo_channels": 8, "ranks": 16, "bank_groups": 16,
                "banks_per_group": 64, "rows": 1 << 24, "columns": 1 << 16, "dq_bits": 4096,
@@ -90,6 +91,39 @@ class Rule:
         return f"{s}: {self.expr} = {self.latency}"
 
 
+CURRENTS = ("idd0", "idd2n", "idd3n", "idd4r", "idd4w", "idd5b", "idd2p", "idd3p", "idd6",
+            "ibeta")
+"""IDD currents of a supply domain (mA per device); IDD2P/IDD3P/IDD6 are informational
+(npusim does not power down) and ``ibeta`` (DRAMPower's split of IDD0 between activate and
+precharge) defaults to IDD0."""
+_DOMAIN_REQUIRED = ("volts",)
+_POWER_KEYS = ("device_dq_bits", "io_pj_per_bit", "source")
+
+
+@dataclass(frozen=True)
+class SupplyDomain:
+    """One supply (VDD, VPP, VDD1, VDD2...): its voltage and IDD currents in amperes."""
+
+    name: str
+    volts: float
+    currents: dict[str, float] = field(hash=False)  # CURRENTS -> A per device
+
+    def __getattr__(self, key: str) -> float:
+        if key in CURRENTS:
+            return self.currents[key]
+        raise AttributeError(key)
+
+
+@dataclass(frozen=True)
+class DramPower:
+    """The ``[power]`` section of a speed bin: supply domains, devices, I/O energy."""
+
+    domains: tuple[SupplyDomain, ...]
+    device_dq_bits: int
+    io_pj_per_bit: float
+    source: str
+
+
 @dataclass(frozen=True)
 class DramStandard:
     """One speed bin of one DRAM family, with its rules evaluated to cycles."""
@@ -113,6 +147,7 @@ class DramStandard:
     wck_ck_ratio: int = 1     # LPDDR5 / GDDR6: data clock over command clock (informational)
     notes: str = ""
     path: str = ""
+    power: DramPower | None = field(default=None, hash=False)  # currents ([power]), if given
 
     # ---- derived organisation -------------------------------------------------------
     @property
@@ -186,6 +221,17 @@ class DramStandard:
         out["prev_start"] = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         return out
 
+    def auto_precharge_cycles(self, column: str) -> int:
+        """Cycles from a ``column`` command (RD or WR) with auto-precharge to the moment the
+        bank precharges: the earliest PRE the standard allows after it at the same bank
+        (tRTP after a read, write recovery after a write), as DRAMPower times it."""
+        lat = [r.latency for r in self.rules_for(column, "PRE")
+               if r.level == LEVELS.index("bank") and not r.sibling]
+        if not lat:
+            raise NpusimError(f"{self.name}: the family has no bank-level {column} -> PRE rule, "
+                              f"so an auto-precharge has no time")
+        return max(lat)
+
     def rules_for(self, prev: str | None = None, next: str | None = None) -> list[Rule]:
         """Rules filtered by command names (for inspection and tests)."""
         return [r for r in self.rules
@@ -203,22 +249,11 @@ def dram_dir() -> Path:
 
 def list_standards() -> list[str]:
     """Names of the bundled speed bins."""
-    d = dram_dir()
-    return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+    return bundled_names(dram_dir())
 
 
 def _resolve(name_or_path: str | Path) -> Path:
-    s = str(name_or_path)
-    p = Path(s)
-    if s.endswith(".toml") or p.is_file() or "/" in s or "\\" in s:
-        if not p.is_file():
-            raise NpusimError(f"DRAM standard file {s} does not exist")
-        return p
-    p = dram_dir() / f"{s}.toml"
-    if not p.is_file():
-        raise NpusimError(f"unknown DRAM standard {s!r}: known standards are "
-                          f"{', '.join(list_standards())} (files in {dram_dir()})")
-    return p
+    return resolve_data_file(name_or_path, dram_dir(), "DRAM standard")
 
 
 def _read_toml(path: Path) -> dict:
@@ -405,8 +440,34 @@ def dram_standard(cfg) -> DramStandard | None:
 
 
 def load_standard(name_or_path: str | Path) -> DramStandard:
-    """A speed bin by bare name (``configs/dram/<name>.toml``) or by path to a TOML file."""
+    """A speed bin by bare name (``configs/dram/<name>.toml``) or by path to a TOML file.
+    Parsed once per file version: a run asks for its standard several times (config checks,
+    engine tables, energy), and the rule tables take milliseconds to build."""
     path = _resolve(name_or_path)
+    key = (str(path.resolve()), _content(path))
+    hit = _LOADED.get(key)
+    if hit is not None and _content(hit[1]) == hit[2]:  # and its family file is unchanged
+        return hit[0]
+    std = _load_standard(path)
+    family = _family_path(std.family, path)
+    if len(_LOADED) > 64:
+        _LOADED.clear()
+    _LOADED[key] = (std, family, _content(family))
+    return std
+
+
+_LOADED: dict[tuple[str, bytes], tuple[DramStandard, Path, bytes]] = {}
+
+
+def _content(path: Path) -> bytes:
+    """The file's bytes (cache keys: a file rewritten within one clock tick keeps its mtime)."""
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise NpusimError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _load_standard(path: Path) -> DramStandard:
     doc = _read_toml(path)
     _check_keys(path, "the speed-bin file", doc, _TOP_REQUIRED, _TOP_OPTIONAL)
     name = _str_field(path, "name", doc["name"])
@@ -465,6 +526,51 @@ def load_standard(name_or_path: str | Path) -> DramStandard:
 
     fam_path = _family_path(family, path)
     _, rules = load_family_rules(fam_path, timing)
+    power = _load_power(path, doc["power"]) if "power" in doc else None
     return DramStandard(
         name=name, family=family, source=source, freq_mhz=freq, data_rate_mtps=rate,
-        timing=timing, rules=rules, wck_ck_ratio=wck, notes=notes, path=str(path), **o)
+        timing=timing, rules=rules, wck_ck_ratio=wck, notes=notes, path=str(path), power=power,
+        **o)
+
+
+def _number(path: Path, where: str, v: Any, lo: float, hi: float) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise NpusimError(f"{path}: field {where} = {v!r} must be a number")
+    if not lo <= v <= hi:
+        raise NpusimError(f"{path}: field {where} = {v} is out of range [{lo}, {hi}]")
+    return float(v)
+
+
+def _load_power(path: Path, sec: Any) -> DramPower:
+    """The ``[power]`` section: ``device_dq_bits``, ``io_pj_per_bit``, ``source`` and one
+    table per supply domain (``[power.vdd]``: ``volts`` plus IDD currents in mA)."""
+    if not isinstance(sec, dict):
+        raise NpusimError(f"{path}: [power] must be a table")
+    domains = []
+    for key, value in sec.items():
+        if key in _POWER_KEYS:
+            continue
+        if not isinstance(value, dict):
+            raise NpusimError(f"{path}: power.{key} is not one of {', '.join(_POWER_KEYS)} "
+                              f"nor a supply-domain table ([power.vdd]: volts, idd0, ...)")
+        _check_keys(path, f"[power.{key}]", value, _DOMAIN_REQUIRED, CURRENTS)
+        volts = _number(path, f"power.{key}.volts", value["volts"], 0.1, 5.0)
+        amps = {c: _number(path, f"power.{key}.{c}", value.get(c, 0), 0, 100_000) / 1000
+                for c in CURRENTS}
+        if "ibeta" not in value:
+            amps["ibeta"] = amps["idd0"]
+        domains.append(SupplyDomain(key, volts, amps))
+    missing = [k for k in _POWER_KEYS if k not in sec]
+    if missing or not domains:
+        raise NpusimError(f"{path}: [power] needs {', '.join(_POWER_KEYS)} and at least one "
+                          f"supply-domain table such as [power.vdd] (missing: "
+                          f"{', '.join(missing) or 'a domain'})")
+    if not any(d.idd0 > 0 and d.idd3n > 0 for d in domains):
+        raise NpusimError(f"{path}: [power] has no domain with idd0 and idd3n: the activate and "
+                          f"background currents are needed")
+    return DramPower(
+        domains=tuple(domains),
+        device_dq_bits=int(_int_field(path, "power.device_dq_bits", sec["device_dq_bits"], 1,
+                                      4096)),
+        io_pj_per_bit=_number(path, "power.io_pj_per_bit", sec["io_pj_per_bit"], 0, 1000),
+        source=_str_field(path, "power.source", sec["source"]))

@@ -23,7 +23,8 @@ def dram_params(cfg: NpuConfig) -> dict[str, int]:
     if std is None:
         names = ("d_ranks", "d_bankgroups", "d_banks", "d_cl", "d_cwl", "d_bl", "d_refi",
                  "d_refresh", "d_closed_page", "d_rq", "d_wq", "d_wq_high", "d_wq_low",
-                 "d_bursts", "d_burst_bits", "d_bpr_bits", "d_ipoly")
+                 "d_bursts", "d_burst_bits", "d_bpr_bits", "d_ipoly", "d_ras", "d_rfc",
+                 "d_close_rd", "d_close_wr")
         return {n: 1 for n in names}
     ctl = cfg.memory.controller
     t = std.timing
@@ -37,6 +38,8 @@ def dram_params(cfg: NpuConfig) -> dict[str, int]:
         d_wq_low=ctl.write_queue * ctl.write_low_pct // 100,
         d_bursts=bursts, d_burst_bits=std.burst_bytes.bit_length() - 1,
         d_bpr_bits=bursts.bit_length() - 1, d_ipoly=int(ctl.channel_hash == "ipoly"),
+        d_ras=t["RAS"], d_rfc=t["RFC"], d_close_rd=std.auto_precharge_cycles("RD"),
+        d_close_wr=std.auto_precharge_cycles("WR"),
     )
 
 

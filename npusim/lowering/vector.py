@@ -42,6 +42,8 @@ LogSoftmax             max; per row: reduce x T; sub, exp, add; per row: reduce 
 LayerNormalization     add; per row: reduce x T, mul (mean);  sub, mul (square), add;
                        per row: reduce x T, mul (variance), add (eps), rsqrt;
                        mul (normalize), mul (gamma), add (beta, when B is given)
+SimplifiedLayerNorm.   mul (square), add; per row: reduce x T, mul (mean), add (eps), rsqrt;
+                       mul (normalize), mul (gamma)                       (RMS norm)
 MaxPool                max with kh*kw passes      (every output element compares its window)
 AveragePool            add with kh*kw passes, mul (the window sum, scaled)
 Concat, Split, Slice   no vector step: DMA in, DMA out (a Concat whose inputs could be
@@ -91,6 +93,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from math import ceil, prod
+from typing import Callable
 
 import numpy as np
 
@@ -161,7 +164,8 @@ class Phase:
     steps: tuple[tuple[str, int, str], ...]  # (vector op, passes or TREE, EL or ROW)
     reads: str = "x"  # "x": the input; "y": what the previous phase wrote to the output
     writes: bool = False  # streams its element results to the output (when chunked)
-    params: bool = False  # needs the per-column parameters (LayerNormalization's Scale, B)
+    params: bool = False  # needs the per-column parameters (a norm's Scale, B)
+    shift: bool = False  # its last step adds the optional shift B (dropped without one)
 
 
 def _reduce_phase(op: str, *row_after: tuple[str, int, str]) -> list[Phase]:
@@ -191,7 +195,13 @@ ROW_OPS: dict[str, list[Phase]] = {
                ("reduce", TREE, ROW), ("mul", 1, ROW), ("add", 1, ROW), ("rsqrt", 1, ROW)),
               writes=True),
         Phase((("mul", 1, EL), ("mul", 1, EL), ("add", 1, EL)), reads="y", writes=True,
-              params=True),  # normalize, gamma, beta (beta dropped without B)
+              params=True, shift=True),  # normalize, gamma, beta (beta dropped without B)
+    ],
+    # RMS norm (ONNX Runtime's SimplifiedLayerNormalization): x * rsqrt(mean(x^2) + eps) * g
+    "SimplifiedLayerNormalization": [
+        Phase((("mul", 1, EL), ("add", 1, EL), ("reduce", TREE, ROW), ("mul", 1, ROW),
+               ("add", 1, ROW), ("rsqrt", 1, ROW))),  # mean of squares, + eps, rsqrt
+        Phase((("mul", 1, EL), ("mul", 1, EL)), writes=True, params=True),  # normalize, gamma
     ],
 }
 ROW_OPS["GlobalAveragePool"] = ROW_OPS["ReduceMean"]
@@ -232,9 +242,10 @@ class Dma:
     after: int = -1  # loads only: index (in the tile's load list) of a load to wait for
 
 
-def build_tile(loads, steps, stores) -> list[np.ndarray]:
+def build_tile(loads, steps, stores, early_stores=()) -> list[np.ndarray]:
     """Instruction rows of a tile: every load, the vector steps in a chain (the first waits
-    for the loads, two dependency slots at a time), then the stores after the last step."""
+    for the loads, two dependency slots at a time), then the stores after the last step;
+    ``early_stores`` = ((step index, stores), ...) store after an earlier step too."""
     rows = []
     for d in loads:
         rows.append(Instr.dma(True, d.slot, d.offset, d.n_outer, d.outer_stride, d.n_inner,
@@ -248,13 +259,21 @@ def build_tile(loads, steps, stores) -> list[np.ndarray]:
         joins = len(pending) - 1 if len(pending) > 2 else 0
     chain = [("add", 0, 1)] * joins + chain  # zero-element VECTOR: waits, takes no cycles
     last = None
+    step_rows = []
     for op, elements, passes in chain:
         deps = [last] if last is not None else []
         while len(deps) < 2 and pending:
             deps.append(pending.pop(0))
         rows.append(Instr.vector(op, elements, passes, deps=tuple(deps)))
         last = len(rows) - 1
+        step_rows.append(last)
     final = (last,) if last is not None else tuple(pending)
+    live = [k for k, s in enumerate(steps) if s[1] > 0 and s[2] > 0]  # steps kept in chain
+    for k, early in early_stores:
+        after = (step_rows[joins + live.index(k)],) if k in live else final
+        for d in early:
+            rows.append(Instr.dma(False, d.slot, d.offset, d.n_outer, d.outer_stride,
+                                  d.n_inner, d.inner_stride, d.run, deps=after))
     for d in stores:
         rows.append(Instr.dma(False, d.slot, d.offset, d.n_outer, d.outer_stride, d.n_inner,
                               d.inner_stride, d.run, deps=final))
@@ -262,34 +281,44 @@ def build_tile(loads, steps, stores) -> list[np.ndarray]:
 
 
 class LayerEmitter:
-    """Begins the layer of ``node`` and adds its groups and tiles (templates deduplicated)."""
+    """Begins the layer of ``node`` and adds its groups and tiles (templates deduplicated).
 
-    def __init__(self, ctx: LoweringContext, node: Node, how: str):
+    A layer that is one part of a node (attention's softmax) passes ``info`` and ``preds``;
+    it then produces ``outputs`` instead of the node's outputs."""
+
+    def __init__(self, ctx: LoweringContext, node: Node, how: str, *,
+                 info: LayerInfo | None = None, preds: list[int] | None = None,
+                 outputs: list[str] | None = None):
         g = ctx.graph
         self.ctx, self.node = ctx, node
         out = next((t for t in node.outputs if t), None)
-        self.info = LayerInfo(name=node.name, op_type=node.op_type,
-                              input_shapes=[g.shape(t) for t in node.inputs if t],
-                              output_shape=g.shape(out) if out else (), macs=0,
-                              mapping="", mapping_source=how)
-        self.layer = ctx.builder.begin_layer(self.info, ctx.preds(node))
+        self.info = info or LayerInfo(name=node.name, op_type=node.op_type,
+                                      input_shapes=[g.shape(t) for t in node.inputs if t],
+                                      output_shape=g.shape(out) if out else (), macs=0,
+                                      mapping="", mapping_source="")
+        self.info.mapping_source = how
+        self.outputs = list(node.outputs if outputs is None else outputs)
+        self.layer = ctx.builder.begin_layer(self.info,
+                                             ctx.preds(node) if preds is None else preds)
         self.n_tiles = 0
 
     def group(self) -> None:
         self.ctx.builder.begin_group()
 
-    def tile(self, bases, loads, steps, stores) -> None:
+    def tile(self, bases, loads, steps, stores, early_stores=()) -> None:
         loads, steps, stores = tuple(loads), tuple(steps), tuple(stores)
-        key = ("vector", self.layer, loads, steps, stores)
-        tpl = self.ctx.builder.template(key, lambda: build_tile(loads, steps, stores))
+        early = tuple((k, tuple(d)) for k, d in early_stores)
+        key = ("vector", self.layer, loads, steps, stores, early)
+        tpl = self.ctx.builder.template(key, lambda: build_tile(loads, steps, stores, early))
         self.ctx.builder.add_tile(tpl, tuple(bases))
         self.n_tiles += 1
 
-    def finish(self) -> None:
+    def finish(self) -> int:
         self.info.mapping_source += f": {self.n_tiles} tiles"
-        for out in self.node.outputs:
+        for out in self.outputs:
             if out:
                 self.ctx.producer_layer[out] = self.layer
+        return self.layer
 
 
 # --------------------------------------------------------------------------- boxes -> DMA
@@ -710,7 +739,7 @@ def _row_geometry(ctx, node):
     if op == "Softmax" or op == "LogSoftmax":
         ax = _axis(node, r, node.attrs.get("axis", -1))
         return prod(shape[:ax]), shape[ax] if r else 1, prod(shape[ax + 1:])
-    if op == "LayerNormalization":
+    if op in ("LayerNormalization", "SimplifiedLayerNormalization"):
         ax = _axis(node, r, node.attrs.get("axis", -1))
         return prod(shape[:ax]), prod(shape[ax:]), 1
     # ReduceX: axes from the attribute (opset < 18), a constant input, or the shapes
@@ -750,69 +779,132 @@ def _reduced_axes_from_shapes(x_shape, y_shape, keepdims):
     return axes
 
 
-def _resolve(phases, L, has_beta):
-    """Steps of each phase with TREE replaced by the tree depth; beta dropped if absent."""
-    out = []
-    for ph in phases:
-        steps = [(op, tree_levels(L) if p == TREE else p, on) for op, p, on in ph.steps]
-        if ph.params and not has_beta:
-            steps = steps[:-1]
-        out.append((ph, steps))
-    return out
+@dataclass(frozen=True)
+class RowInput:
+    """An operand of a row layer besides its input rows.
+
+    ``rows``: one value per element, laid out like the output rows (a skip, a residual);
+    ``bcast``: one value per column, the same for every row (a bias added by the prefix);
+    ``params``: the row op's per-column parameters (a norm's Scale and B), loaded by the
+    pass that applies them; both are loaded once per tile, ``elems`` of them when shorter
+    than a row (loaded whole). ``gather``: ``elems`` values per row (default: the row's
+    length) from the byte offset ``base_of(first row of the tile)``, rows ``row_stride``
+    bytes apart (attention bias rows, rotary tables, embedding rows; a stride of 0 repeats
+    one row, loaded once; at most two distinct ``base_of`` per layer)."""
+
+    addr: int
+    kind: str = "rows"
+    elems: int | None = None
+    row_stride: int = 0
+    base_of: Callable[[int], int] | None = None
 
 
-def lower_rows(ctx: LoweringContext, node: Node) -> None:
-    """Reductions, Softmax, LayerNormalization, global pooling: whole rows per tile (or a
-    row streamed in chunks by one group when it does not fit)."""
-    op = node.op_type
+def emit_row_layer(em: LayerEmitter, *, O: int, L: int, I: int = 1, x: int | None, y: int,
+                   pitch: int | None = None, reduces: bool = False,
+                   prefix: tuple[str, ...] = (), op: str | None = None,
+                   inputs: tuple[RowInput, ...] = (), sum_out: int | None = None) -> None:
+    """The one vector-row emitter: ``O * I`` rows of ``L`` values (element (o, l, i) of the
+    input at ``x + ((o * L + l) * I + i) * precision``, or ``x + (o * pitch + l) *
+    precision`` with a ``pitch`` when ``I == 1``) through the element steps ``prefix`` (fused
+    adds, masks, activations) and then the row op ``op`` (a :data:`ROW_OPS` entry) into
+    ``y`` (laid out like the input, or one value per row when the op ``reduces``);
+    ``sum_out`` also stores the rows after ``prefix`` (SkipLayerNormalization's sum).
+    ``x=None``: the rows come from ``inputs`` alone (gathered embedding rows) and the
+    prefix combines them. ``y`` (and ``rows`` inputs) share the input's layout.
+
+    Whole rows per tile when they fit half the scratchpad, at most ``ceil(O / cores)`` per
+    tile (and the ``I`` columns split when there are fewer rows than cores). A longer row is
+    streamed in chunks by one group of tiles, one pass per phase of the op (its row steps
+    after the last chunk; when there is a ``prefix``, the first pass writes its result,
+    which later passes read back). The same op therefore costs the same wherever it
+    appears: as its own node or inside attention and ONNX Runtime's fused ops."""
+    ctx = em.ctx
     prec = ctx.precision
-    x, y = node.inputs[0], node.outputs[0]
-    O, L, I = _row_geometry(ctx, node)
-    reduces = op in REDUCING
-    params = [t for t in node.inputs[1:3] if t] if op == "LayerNormalization" else []
-    phases = _resolve(ROW_OPS[op], L, len(params) > 1)
-    n_par = len(params)
     cap = ctx.budget.spad_half // prec
     cores = ctx.config.num_cores
     q = max(1, ctx.config.dma.request_bytes // prec)
-    out_per_row = 1 if reduces else L  # output elements per row of the tile
+    rows_in = [v for v in inputs if v.kind == "rows"]
+    bcast = [v for v in inputs if v.kind == "bcast"]
+    params = [v for v in inputs if v.kind == "params"]
+    gathers = [v for v in inputs if v.kind == "gather"]
+    if (gathers or pitch) and I != 1:
+        raise ValueError("row gathers and a row pitch need I == 1")
+    if (params or bcast) and reduces:
+        raise ValueError("a reducing row op has no per-column operands")
+    if x is None and not prefix:
+        raise ValueError("rows made of inputs alone need a prefix that combines them")
+    el_prefix = tuple((o, 1, EL) for o in prefix)
+    phases = []
+    for ph in (ROW_OPS[op] if op else [Phase((), writes=True)]):
+        steps = [(o, tree_levels(L) if p == TREE else p, on) for o, p, on in ph.steps]
+        if ph.shift and len(params) < 2:
+            steps = steps[:-1]
+        phases.append((ph, steps))
+    phases[0] = (phases[0][0], list(el_prefix) + phases[0][1])
+    x_strides = [L * I, I, 1] if pitch is None else [pitch, 1, 0]
+    y_strides = [I, 0, 1] if reduces else x_strides
+    out_per_row = 1 if reduces else L
+    n_full = (x is not None) + len(rows_in) + (sum_out is not None)  # L-long rows
+    fixed = sum(v.elems or L for v in params + bcast)
+    per_u = n_full * L + out_per_row + sum(v.elems or L for v in gathers)
 
-    if (L + out_per_row) * 1 + n_par * L <= cap:  # whole rows fit: tile along O (and I)
-        chunked = False
-        l = L
-        per_u = L + out_per_row  # elements one column of one row needs (input + output)
-        u = min(I, max(1, (cap - n_par * L) // per_u))
+    if fixed + per_u <= cap:  # whole rows fit: tile along O (and I)
+        chunked, l = False, L
+        u = min(I, max(1, (cap - fixed) // per_u))
         if O < cores:  # too few rows for every core: split the columns too
             u = min(u, ceil(I / ceil(cores / O)))
-        t_fit = max(1, (cap - n_par * L) // (per_u * u))
-        t = max(1, min(O, t_fit, ceil(O / cores)))
+        t = max(1, min(O, (cap - fixed) // (per_u * u), ceil(O / cores)))
         t = ceil(O / ceil(O / t))
         u = ceil(I / ceil(I / u))
     else:  # stream each row in chunks of l
         chunked = True
         t, u = 1, min(I, q)
-        l = (cap - (u if reduces else 0)) // (u * (1 if reduces else 2) + n_par)
+        writes = n_full if reduces else n_full + 1
+        l = (cap - (u if reduces else 0) - sum(v.elems or 0 for v in gathers + params + bcast)
+             ) // (u * writes + sum(1 for v in gathers + params + bcast if v.elems is None))
         if I == 1 and l >= q:
             l = l // q * q
         if l < 1:
-            raise NpusimError(f"{op} '{node.name}': not even one column of a row fits half "
-                              f"the scratchpad ({ctx.budget.spad_half} B); raise core.spad_kib")
+            raise NpusimError(f"{em.info.op_type} '{em.info.name}': not even one column of a "
+                              f"row fits half the scratchpad ({ctx.budget.spad_half} B); "
+                              f"raise core.spad_kib")
+        em.info.mapping_source += " (rows streamed in chunks)"
+    slots: dict[int, int] = {}  # gather base function -> tile slot (2 or 3)
+    for v in gathers:
+        slots.setdefault(id(v.base_of), 2 + len(slots))
+    if len(slots) > 2:
+        raise ValueError("at most two gather bases per row layer")
 
-    x_strides = [L * I, I, 1]
-    y_strides = [I, 0, 1] if reduces else [L * I, I, 1]
+    def rows_box(addr, c, strides, slot=0):
+        return box_dmas(slot, c, strides, prec)[0] if addr is None else [
+            Dma(d.slot, d.offset + addr, d.n_outer, d.outer_stride, d.n_inner,
+                d.inner_stride, d.run) for d in box_dmas(slot, c, strides, prec)[0]]
 
-    def param_dmas(k, c):
-        """Scale / B over the chunk's columns (a smaller, broadcast one: all of it)."""
-        n = ctx.graph.tensor(params[k]).numel
-        if n == L:
-            return box_dmas(2 + k, c, [0, 1, 0], prec)[0]
-        return box_dmas(2 + k, [n], [1], prec)[0]
+    def loads_of(c, lc, src, extra: bool, with_params: bool):
+        loads = []
+        if src == "y":
+            loads = rows_box(y if not reduces else None, c, y_strides, 0 if not reduces else 1)
+        elif x is not None:
+            loads = rows_box(x, c, x_strides)
+        if extra:
+            for v in rows_in:
+                loads += rows_box(v.addr, c, x_strides)
+            for v in gathers:
+                n = v.elems or lc
+                loads += rows_box(v.addr, [c[0], n], [v.row_stride // prec, 1],
+                                  slots[id(v.base_of)])
+            for v in bcast:
+                loads += rows_box(v.addr, [v.elems or lc], [1], 1)
+        if with_params:
+            for v in params:
+                loads += rows_box(v.addr, [v.elems or lc], [1], 1)
+        return loads
 
-    addrs = [ctx.addr(x), ctx.addr(y)] + [ctx.addr(p) for p in params]
-    em = LayerEmitter(ctx, node, "vector unit" + (" (rows streamed in chunks)" if chunked else ""))
+    def out_box(c):
+        return rows_box(y, c, y_strides) if not reduces else rows_box(None, c, y_strides, 1)
 
     def steps_of(steps, rows, elements, with_row):
-        return [(op_, elements if on == EL else rows, p) for op_, p, on in steps
+        return [(o, elements if on == EL else rows, p) for o, p, on in steps
                 if on == EL or with_row]
 
     for o0 in range(0, O, t):
@@ -821,40 +913,47 @@ def lower_rows(ctx: LoweringContext, node: Node) -> None:
             uc = min(u, I - i0)
             rows = tc * uc
             em.group()
-            if not chunked:
-                c = [tc, L, uc]
-                loads = box_dmas(0, c, x_strides, prec)[0]
-                for k in range(n_par):
-                    loads += param_dmas(k, c)
-                steps = [s for _, ph_steps in phases
-                         for s in steps_of(ph_steps, rows, rows * L, True)]
-                stores = box_dmas(1, c, y_strides, prec)[0]
-                bases = [addrs[0] + (o0 * L * I + i0) * prec,
-                         addrs[1] + (o0 * (I if reduces else L * I) + i0) * prec] + addrs[2:]
-                em.tile(bases, loads, steps, stores)
-                continue
-            for pi, (ph, ph_steps) in enumerate(phases):
+            for pi, (ph, ph_steps) in enumerate(phases if chunked else phases[:1]):
                 for l0 in range(0, L, l):
                     lc = min(l, L - l0)
                     c = [tc, lc, uc]
                     last_chunk = l0 + lc >= L
-                    src = 0 if ph.reads == "x" else 1
-                    loads = box_dmas(src, c, x_strides if src == 0 else y_strides, prec)[0]
-                    if ph.params:
-                        for k in range(n_par):
-                            loads += param_dmas(k, c)
-                    steps = steps_of(ph_steps, rows, rows * lc, last_chunk)
-                    stores = []
-                    if ph.writes:
-                        stores = box_dmas(1, c, y_strides, prec)[0]
-                    elif reduces and last_chunk and pi == len(phases) - 1:
-                        stores = box_dmas(1, c, y_strides, prec)[0]
-                    xo = o0 * L * I + l0 * I + i0
-                    yo = (o0 * I + i0) if reduces else xo
-                    bases = [addrs[0] + xo * prec, addrs[1] + yo * prec] + [
-                        a + (l0 * prec if ctx.graph.tensor(p).numel == L else 0)
-                        for a, p in zip(addrs[2:], params)]
-                    em.tile(bases, loads, steps, stores)
+                    bases = [(o0 * x_strides[0] + l0 * x_strides[1] + i0 * x_strides[2]) * prec,
+                             (o0 * I + i0) * prec + y if reduces else l0 * prec]
+                    bases += [v.base_of(o0) + l0 * prec for v in
+                              {id(v.base_of): v for v in gathers}.values()]
+                    if not chunked:
+                        loads = loads_of(c, lc, "x", True, True)
+                        steps = [s for _, st in phases for s in steps_of(st, rows, rows * lc, True)]
+                        stores = out_box(c)
+                    else:
+                        src = "x" if ph.reads == "x" and not (prefix and pi > 0) else "y"
+                        loads = loads_of(c, lc, src, pi == 0, ph.params)
+                        steps = steps_of(ph_steps, rows, rows * lc, last_chunk)
+                        writes = ph.writes or (bool(prefix) and pi == 0)
+                        stores = out_box(c) if writes or (
+                            reduces and last_chunk and pi == len(phases) - 1) else []
+                    early = ()
+                    if sum_out is not None and (not chunked or pi == 0):
+                        early = ((len(prefix) - 1, rows_box(sum_out, c, x_strides)),)
+                    em.tile(bases, loads, steps, stores, early)
+                if not chunked:
+                    break
+
+
+def lower_rows(ctx: LoweringContext, node: Node) -> None:
+    """Reductions, Softmax, LayerNormalization (also RMS), global pooling: the row emitter
+    over the input viewed as [O, L, I] (``L`` the reduced axes)."""
+    op = node.op_type
+    O, L, I = _row_geometry(ctx, node)
+    n_par = 2 if op == "LayerNormalization" else 1 if op == "SimplifiedLayerNormalization" else 0
+    params = tuple(RowInput(ctx.addr(t), "params",
+                            elems=None if ctx.graph.tensor(t).numel == L
+                            else ctx.graph.tensor(t).numel)
+                   for t in node.inputs[1:1 + n_par] if t)
+    em = LayerEmitter(ctx, node, "vector unit")
+    emit_row_layer(em, O=O, L=L, I=I, x=ctx.addr(node.inputs[0]), y=ctx.addr(node.outputs[0]),
+                   reduces=op in REDUCING, op=op, inputs=params)
     em.finish()
 
 

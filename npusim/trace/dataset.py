@@ -94,6 +94,19 @@ def build_dataset(rec: TraceRecorder, result, prog) -> xr.Dataset:
                       "bank_busy_definition": BANK_BUSY_DEFINITION,
                       "bank_state_codes": ", ".join(f"{i}={s}" for i, s in
                                                     enumerate(BANK_STATES))})
+    if result.energy:
+        from npusim.energy.account import COMPONENTS
+        from npusim.energy.power import binned_power
+
+        coords["component"] = list(COMPONENTS)
+        data["power"] = _var(("time", "component"),
+                             binned_power(result.energy, data, n, width, result.total_cycles,
+                                          f_core),
+                             "W", "average power of each energy component over the bin "
+                             "(npusim.energy.power: the run's joules spread by the bin's "
+                             "activity); power x bin time sums to the result's energy")
+        attrs["energy_j"] = float(result.energy["total_j"])
+        attrs["energy_table"] = result.energy["table"]["name"]
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 

@@ -127,6 +127,13 @@ def run_python_case(case: dict[str, Any], repeat: int, first: dict[str, Any]) ->
         memory_type=r0.memory.get("type"),
         num_cores=len(r0.cores),
         deterministic=len(cycles) == len(steps) == len(reqs) == 1,
+        # energy accounting after the run (npusim.energy), host seconds; the kernel-side
+        # DRAM power counters are inside wall_seconds
+        energy_seconds_best=min(getattr(r, "energy_seconds", 0.0) for r in results),
+        energy_percent_of_wall=(100 * min(getattr(r, "energy_seconds", 0.0) for r in results)
+                                / best if best > 0 else None),
+        energy_percent_of_end_to_end=(100 * min(getattr(r, "energy_seconds", 0.0)
+                                                for r in results) / min(e for _, e in runs)),
         repeats=repeat,
     )
     if "rtl_cycles" in case:
@@ -304,7 +311,7 @@ def _config(row) -> str:
 
 
 HEAD = ["case", "model", "config", "sim cycles", "wall best s", "wall median s", "cycles/s",
-        "event steps", "DRAM requests", "requests/s", "target"]
+        "event steps", "DRAM requests", "requests/s", "energy s (% of wall)", "target"]
 
 
 def table_rows(report: dict[str, Any]) -> list[list[str]]:
@@ -319,7 +326,9 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
             _config(r), _f(r.get("simulated_cycles"), ","),
             _f(r.get("wall_seconds_best"), ".4f"), _f(r.get("wall_seconds_median"), ".4f"),
             _rate(r.get("cycles_per_second")), _f(r.get("event_steps"), ","),
-            _f(r.get("dram_requests"), ","), _rate(r.get("requests_per_second")), _target(r),
+            _f(r.get("dram_requests"), ","), _rate(r.get("requests_per_second")),
+            (f"{r['energy_seconds_best']:.4f} ({r['energy_percent_of_wall']:.1f}%)"
+             if r.get("energy_percent_of_wall") is not None else "-"), _target(r),
         ])
     return out
 
