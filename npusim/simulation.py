@@ -98,7 +98,7 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
                     trace=_trace_options(trace))
     run.notify_on(watch)
     while run.advance(progress):
-        ends = run.st.layer_st[ks.L_END]
+        ends = run.st.cores.layer_st[ks.L_END]
         new = []
         for srv in servers:
             it = srv.pending
@@ -122,9 +122,9 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
 def _request_results(result, requests, streams, servers, prog, run, placement) -> None:
     """Per-request, per-stream and per-partition numbers for ``result``."""
     P = run.tb.core_period
-    layer_start = -(-run.st.layer_st[ks.L_START] // P)
+    layer_start = -(-run.st.cores.layer_st[ks.L_START] // P)
     stream_of_layer = prog.layer[:, isa.L_REQUEST]
-    moved = run.st.layer_st[ks.L_LD_BYTES] + run.st.layer_st[ks.L_ST_BYTES]
+    moved = run.st.cores.layer_st[ks.L_LD_BYTES] + run.st.cores.layer_st[ks.L_ST_BYTES]
     per_stream = np.bincount(stream_of_layer, weights=moved, minlength=len(streams))
     layer_j = np.array([l["energy_j"] for l in result.layers])
     joules = np.bincount(stream_of_layer, weights=layer_j, minlength=len(streams))
