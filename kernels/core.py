@@ -7,16 +7,7 @@ completed and its unit's queue has room. Compute (systolic array, vector unit) i
 deterministic, so its start and completion ticks are computed at issue and the loop skips
 straight to them; DMA completes when the memory system answers.
 
-Systolic array timing (weight stationary, ``h`` x ``w``):
-
-- PRELOAD reads a weight block out of the scratchpad (``h - 1`` cycles, hidden when the
-  array is busy) and shifts it in over ``h`` cycles, into the shadow weight buffer, while
-  the previous GEMM may still be streaming. The first PRELOAD of a tile (``I_DRAIN``)
-  waits for the array to drain: starting a tile reconfigures the execute unit.
-- GEMM starts when its weights are in and the array input is free, streams its rows (in
-  chunks of at most ``h`` rows, each occupying the input for at least ``min_cycles``), and
-  its last result reaches the accumulator ``rows + w + h - 1`` cycles after it started,
-  plus the accumulator write latency. Consecutive GEMMs pipeline.
+The systolic array's timing (PRELOAD, GEMM) is in ``systolic.py``, one rule per dataflow.
 """
 
 from .jit import kernel
@@ -25,19 +16,9 @@ from . import isa
 from .ring import ring_next
 from .state import *  # noqa: F403  (field indices of the state tables)
 from .dma import dma_enqueue
+from .systolic import array_issue
 from .timebase import align_up
 from .trace import trace_dma_issue, trace_interval
-
-
-@kernel
-def gemm_stream_cycles(rows, segs, h, min_cycles):
-    """Cycles a GEMM occupies the array input: rows in chunks of <= h, each >= min_cycles."""
-    full = rows // h
-    rest = rows - full * h
-    per_seg = full * max(h, min_cycles)
-    if rest > 0:
-        per_seg += max(rest, min_cycles)
-    return segs * per_seg
 
 
 @kernel
@@ -65,28 +46,8 @@ def _ex_queue_push(st, p, c, start):
 def _issue_compute(st, prog, p, c, row, t, layer):
     """Start/finish of a PRELOAD, GEMM, VECTOR or IM2COL issued at tick t; returns finish."""
     P = p.core_period
-    op = prog.inst[row, isa.I_OP]
-    if op == isa.OP_PRELOAD:
-        read_from = t  # the scratchpad read of the weights may start at issue...
-        if prog.inst[row, isa.I_DRAIN] == 1:  # ...or only once the array has drained
-            read_from = max(t, st.core[C_SA_DONE, c])
-        start = max(read_from + (p.sa_height - 1) * P, st.core[C_SA_PRELOAD_READY, c],
-                    st.core[C_SA_GEMM_START, c])
-        done = start + p.sa_height * P
-        st.core[C_SA_PRELOAD_READY, c] = done
-    elif op == isa.OP_GEMM:
-        start = max(t, st.core[C_SA_PRELOAD_READY, c], st.core[C_SA_STREAM_FREE, c])
-        stream = gemm_stream_cycles(prog.inst[row, isa.I_ROWS], prog.inst[row, isa.I_SEGS],
-                                    p.sa_height, p.sa_min_cycles)
-        st.core[C_SA_STREAM_FREE, c] = start + stream * P
-        st.core[C_SA_GEMM_START, c] = start
-        done = start + (stream + p.sa_width + p.sa_height - 1 + p.acc_latency) * P
-        st.core[C_SA_DONE, c] = done
-        st.core[C_SA_STREAM, c] += stream
-        st.layer_st[L_SA_CYCLES, layer] += stream
-        st.core[C_SA_MACS, c] += prog.inst[row, isa.I_MACS]
-        if p.trace == 1:
-            trace_interval(st, p, isa.UNIT_SYSTOLIC, c, start, start + stream * P)
+    if prog.inst[row, isa.I_UNIT] == isa.UNIT_SYSTOLIC:
+        start, done = array_issue(st, prog, p, c, row, t, layer)
     else:
         start = max(t, st.core[C_VU_FREE, c])
         cycles = vector_cycles(prog, p, row)
@@ -163,7 +124,7 @@ def _issue(st, prog, p, c, s, t):
     st.slot[S_NEXT, c, s] = j + 1
 
 
-@kernel
+@kernel(inline=True)
 def core_issue(st, prog, p, c, t):
     """Issue at most one instruction on core c at tick t; return the core's next wake tick."""
     wake = isa.NEVER

@@ -59,7 +59,8 @@ I_PASSES = 17  # passes over the data (e.g. softmax = max, exp, sum, div)
 I_DRAIN = 18
 N_INST_COLS = 19
 
-# Vector ops, in the order of the latency table handed to the kernels.
+# Vector ops (config core.vector.latency), in the order of the latency table handed to the
+# kernels; ``reduce`` is one level of an add/compare tree.
 VECTOR_OPS = (
     "add", "sub", "mul", "div", "max", "min", "exp", "log", "sqrt", "rsqrt", "recip",
     "tanh", "sigmoid", "erf", "gelu", "pow", "cast", "reduce",
@@ -90,6 +91,12 @@ L_SUCC_LEN = 4
 L_RELEASE = 5  # core cycle before which the layer may not start (a request's arrival)
 L_REQUEST = 6  # which request it belongs to (a row of ProgramArrays.req)
 N_LAYER_COLS = 7
+
+# Dataflows of the systolic array (config ``core.systolic.dataflow``; Params.sa_dataflow is
+# the index). Each has a schedule in npusim/lowering/array.py and a timing rule in
+# kernels/systolic.py.
+DATAFLOWS = ("ws",)
+DATAFLOW_WS = 0
 
 # Times are int64 ticks of the global time base; "never" is this.
 NEVER = 2**62

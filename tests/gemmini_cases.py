@@ -1,7 +1,10 @@
-"""Build the single-layer models of ../shared/validation/gemmini_rtl_public.json.
+"""Build the single-layer models of the Gemmini RTL reference files.
 
-Shared by the accuracy test and the benchmark script: each case becomes a one-node ONNX
-model (weights as absent external data), its ONNXim mapping line, and the matching config.
+``../shared/validation/gemmini_rtl_{public,conv}.json`` are the shared references;
+``tests/data/gemmini_rtl_onnxim_tests.json`` is the check set: every other GEMM and conv
+layer whose RTL cycle count ONNXim's operator tests publish. Shared by the accuracy test
+and the benchmark script: each case becomes a one-node ONNX model (weights as absent
+external data), its ONNXim mapping line, and the matching config.
 """
 
 from __future__ import annotations
@@ -15,12 +18,24 @@ from onnx import TensorProto, helper
 
 # the shared validation folder beside the checkout; a copy travels with the repo for
 # checkouts that have no shared/ next to them
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "gemmini_rtl_public.json"
-COPY = Path(__file__).resolve().parent / "data" / "gemmini_rtl_public.json"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "validation"
+COPY = Path(__file__).resolve().parent / "data"
+FILES = ("gemmini_rtl_public.json", "gemmini_rtl_conv.json")
+CHECK_SET = "gemmini_rtl_onnxim_tests.json"  # only in tests/data
 
 
 def load_reference() -> dict:
-    return json.loads((SHARED if SHARED.exists() else COPY).read_text())
+    """Every case of the reference files and the check set (same core), each tagged with
+    its ``file``."""
+    merged: dict = {}
+    for name in FILES + (CHECK_SET,):
+        path = SHARED / name if (SHARED / name).exists() else COPY / name
+        ref = json.loads(path.read_text())
+        if merged and ref["core"] != merged["core"]:
+            raise ValueError(f"{path}: its core differs from {FILES[0]}'s")
+        merged.setdefault("core", ref["core"])
+        merged.setdefault("cases", []).extend(dict(c, file=name) for c in ref["cases"])
+    return merged
 
 
 def _weight(name: str, shape: list[int]) -> onnx.TensorProto:

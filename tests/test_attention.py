@@ -17,7 +17,6 @@ from helpers import weight
 from npusim.config import load_config
 from npusim.errors import NpusimError
 from npusim.frontend import load_graph
-from npusim.frontend.optimize import prepared_model
 from npusim.kernels import isa
 from npusim.lowering import lower_graph
 
@@ -233,13 +232,9 @@ def test_contrib_graph_without_shapes_gets_them_from_onnx_runtime(tmp_path):
     relu = helper.make_node("Relu", ["a"], ["y"], name="relu")
     path = save(tmp_path, [node, relu], [vi("x", ["batch", S, h])], [vi("y", ["batch", S, h])],
                 [("w", [h, 3 * h]), ("b", [3 * h])])
-    with pytest.raises(NpusimError, match="no static shape"):
-        load_graph(path, {"batch": B})
-    with prepared_model(path, "none", {"batch": B}) as (ready, dims):
-        assert dims is None
-        graph = load_graph(ready, dims)
-        assert graph.shape("a") == (B, S, h)
-        r = npusim.simulate(str(ready), "mobile", overrides=IDEAL)
+    graph = load_graph(path, {"batch": B})
+    assert graph.shape("a") == (B, S, h)
+    r = npusim.simulate(str(path), "mobile", overrides=IDEAL, dims={"batch": B})
     assert macs(r) == 3 * S * h * h + 2 * heads * S * S * (h // heads)
 
 
@@ -403,3 +398,53 @@ def test_rotary_embedding(tmp_path):
                 [vi("y", [B, N, S, Hd])], opset=23)
     r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
     assert vector_busy(r) == B * N * S * Hd * (LAT["mul"] + LAT["mul"] + LAT["add"])
+
+
+# --------------------------------------------------------------------------- one cost per op
+
+
+def _layer_cost(layer):
+    return layer["vector_cycles"], layer["bytes_loaded"], layer["bytes_stored"]
+
+
+@pytest.mark.parametrize("spad_kib", [64, 1])  # whole rows; rows of 600 streamed in chunks
+def test_softmax_inside_attention_costs_what_a_softmax_node_costs(tmp_path, spad_kib):
+    B, heads, S, L, d = 1, 2, 8, 600, 16
+    D = heads * d
+    mha = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], name="mha", domain=MS,
+                           num_heads=heads)
+    attn = save(tmp_path, [mha], [vi("q", [B, S, D]), vi("k", [B, L, D]), vi("v", [B, L, D])],
+                [vi("y", [B, S, D])], name="attn")
+    softmax = save(tmp_path, [helper.make_node("Softmax", ["x"], ["p"], name="sm", axis=-1)],
+                   [vi("x", [B, heads, S, L])], [vi("p", [B, heads, S, L])], name="softmax")
+    over = SCALAR_VU + [f"core.spad_kib={spad_kib}"]
+    inside = by_name(npusim.simulate(attn, "gemmini_validation", overrides=over))["mha/softmax"]
+    alone = by_name(npusim.simulate(softmax, "gemmini_validation", overrides=over))["sm"]
+    assert _layer_cost(inside) == _layer_cost(alone)
+    rows = B * heads * S
+    assert alone["vector_cycles"] == rows * L * (
+        LAT["max"] + LAT["sub"] + LAT["exp"] + LAT["add"] + LAT["div"]) \
+        + 2 * rows * T(L) * LAT["reduce"]
+    if spad_kib == 1:  # statistics pass, exp pass (written), normalizing pass (read back)
+        assert "chunks" in alone["mapping_source"] and "chunks" in inside["mapping_source"]
+        # (rows of 600 B start off the 32-byte request grid: a few partial requests more)
+        assert 3 * rows * L <= alone["bytes_loaded"] < 4 * rows * L
+        assert 2 * rows * L <= alone["bytes_stored"] < 3 * rows * L
+
+
+@pytest.mark.parametrize("H,spad_kib", [(64, 64), (600, 1)])  # the second streams chunks
+def test_skip_layer_norm_costs_an_add_plus_a_layer_norm_node(tmp_path, H, spad_kib):
+    B, S = 1, 4
+    sln = helper.make_node("SkipLayerNormalization", ["x", "skip", "g", "be"], ["y"],
+                           name="sln", domain=MS)
+    skip = save(tmp_path, [sln], [vi("x", [B, S, H]), vi("skip", [B, S, H])],
+                [vi("y", [B, S, H])], [("g", [H]), ("be", [H])], name="skip")
+    ln = helper.make_node("LayerNormalization", ["x", "g", "be"], ["y"], name="ln", axis=-1)
+    plain = save(tmp_path, [ln], [vi("x", [B, S, H])], [vi("y", [B, S, H])],
+                 [("g", [H]), ("be", [H])], name="plain")
+    over = SCALAR_VU + [f"core.spad_kib={spad_kib}"]
+    fused = by_name(npusim.simulate(skip, "gemmini_validation", overrides=over))["sln"]
+    alone = by_name(npusim.simulate(plain, "gemmini_validation", overrides=over))["ln"]
+    E = B * S * H
+    assert fused["vector_cycles"] == alone["vector_cycles"] + E * LAT["add"]
+    assert alone["vector_cycles"] == _ln(H, B * S, E)

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from helpers import config, cycles, one_tile_program
-from npusim.kernels.core import gemm_stream_cycles
+from npusim.kernels.systolic import gemm_stream_cycles
 from npusim.program import Instr
 
 H = W = 8

@@ -22,7 +22,7 @@ import npusim
 from npusim.cli import app
 from npusim.config import config_from_dict, config_to_dict
 from npusim.dram import check_command_log
-from npusim.engine import dram_standard
+from npusim.dram import dram_standard
 from npusim.trace import MAX_BINS, TraceOptions, open_trace
 from npusim.trace import record
 
@@ -299,7 +299,9 @@ def test_a_killed_run_leaves_no_trace_file(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert not out.exists()
-    assert all(p.name.startswith("run.h5.tmp-") for p in tmp_path.iterdir())
+    # (atomic.py's temp name: .run.h5.<random>.tmp, left when killed while writing)
+    assert all(p.name.startswith(".run.h5.") and p.name.endswith(".tmp")
+               for p in tmp_path.iterdir())
 
 
 def test_the_walkthrough_notebook_runs_top_to_bottom(tmp_path, monkeypatch):

@@ -38,7 +38,8 @@ Softmax over each of the ``B*N*S`` rows of ``L`` scores costs the steps of
 
 preceded by ``mul, tanh, mul`` (E) with a softcap, ``add`` (E) with an additive attention
 bias (its rows are loaded) and ``add`` (E) with a key-padding or causal mask (made on the
-fly; GroupQueryAttention is always causal). A VECTOR step of ``n`` elements takes ``ceil(n / (lanes*alus)) * latency`` cycles.
+fly; GroupQueryAttention is always causal). A VECTOR step of ``n`` elements takes
+``ceil(n / (lanes*alus)) * latency`` cycles.
 
 Data layout (addresses only; timing depends on bytes and run lengths): Q, K and V are read
 per head as contiguous ``[rows, d]`` blocks (ONNX Runtime's BNSH layout), the scores are a
@@ -69,9 +70,10 @@ Other contrib ops
     BiasSoftmax            add, then the softmax steps
     RotaryEmbedding        mul (cos), mul (sin), add; cos/sin rows loaded per token
 
-A tile holds whole rows (as many as fit half the scratchpad, at most rows / (4 * cores) so
-every core gets work); a row longer than that is cut into column chunks, each costed as
-its own tile (the cross-chunk combination of a softmax or norm is not charged).
+Every vector layer here goes through ``vector.py``'s one row emitter (``emit_row_layer``):
+the fused element steps above run as a prefix of the row op (Softmax, LayerNormalization,
+its RMS form) with the op's own step list, tiling and chunked passes, so a softmax or a norm
+inside these ops costs exactly what the plain node costs.
 
 Not supported: DecoderMaskedMultiHeadAttention, PackedAttention, PackedMultiHeadAttention,
 SparseAttention, PagedAttention, quantized contrib ops (QAttention, MatMulNBits, ...).
@@ -80,17 +82,17 @@ SparseAttention, PagedAttention, quantized contrib ops (QAttention, MatMulNBits,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import ceil, prod
-from typing import Callable
+from math import prod
 
 import numpy as np
 
 from npusim.errors import NpusimError
-from npusim.frontend.graph import Node, TensorInfo
+from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import lower_conv
 from npusim.lowering.gemm import GemmProblem, _batch_strides, emit_gemm, lower_gemm
-from npusim.program import Instr, LayerInfo
+from npusim.lowering.vector import LayerEmitter, RowInput, emit_row_layer
+from npusim.program import LayerInfo
 
 MS = "com.microsoft"
 
@@ -114,15 +116,6 @@ def _err(node: Node, why: str) -> NpusimError:
     return NpusimError(f"{node.op_type} '{node.name}': {why}")
 
 
-def _scratch(ctx: LoweringContext, node: Node, tag: str, shape) -> str:
-    """An internal tensor of the op (in DRAM), e.g. the attention scores."""
-    name = f"{node.name}::{tag}"
-    if name not in ctx.graph.tensors:
-        ctx.graph.tensors[name] = TensorInfo(name, tuple(int(d) for d in shape), 1, False)
-    ctx.addr(name)
-    return name
-
-
 def _preds(ctx: LoweringContext, tensors) -> list[int]:
     return sorted({ctx.producer_layer[t] for t in tensors if t and t in ctx.producer_layer})
 
@@ -137,11 +130,6 @@ def _layer_info(ctx: LoweringContext, layer: int) -> LayerInfo:
     return ctx.builder.layer_info(layer)
 
 
-def _tree(n: int) -> int:
-    """ceil(log2(n)): levels of the reduce tree of n values (as vector.py)."""
-    return max(0, int(n) - 1).bit_length()
-
-
 def _attr_str(node: Node, name: str, default: str = "") -> str:
     v = node.attrs.get(name, default)
     return v.decode() if isinstance(v, bytes) else str(v)
@@ -150,153 +138,20 @@ def _attr_str(node: Node, name: str, default: str = "") -> str:
 # --------------------------------------------------------------------------- vector rows
 
 
-@dataclass(frozen=True)
-class VecIn:
-    """One operand of a row layer.
-
-    ``rows``: the tile's rows of a [rows, pitch] tensor (contiguous ``cols`` of each row);
-    ``bcast``: the same ``elems`` (default ``cols``) for every row, loaded once per tile;
-    ``slot2``/``slot3``: ``elems`` per row, rows ``row_stride`` bytes apart, from a base the
-    layer computes per tile (a gather, or rows broadcast over heads).
-    """
-
-    addr: int
-    mode: str = "rows"
-    row_stride: int = 0
-    elems: int | None = None
-
-
-@dataclass(frozen=True)
-class Step:
-    op: str  # a vector op of isa.VECTOR_OPS
-    per: str = "elem"  # "elem": every element of the tile; "row": one value per row
-    passes: int = 1
-    uses: tuple[int, ...] = ()  # operands (indices) whose loads this step waits for
-
-
-def softmax_steps(L: int) -> list[Step]:
-    T = _tree(L)
-    return [Step("max"), Step("reduce", "row", T), Step("sub"), Step("exp"), Step("add"),
-            Step("reduce", "row", T), Step("div")]
-
-
-def layernorm_steps(H: int, gamma: int | None, beta: int | None) -> list[Step]:
-    T = _tree(H)
-    out = [Step("add"), Step("reduce", "row", T), Step("mul", "row"),  # mean
-           Step("sub"), Step("mul"), Step("add"), Step("reduce", "row", T),  # variance
-           Step("mul", "row"), Step("add", "row"), Step("rsqrt", "row"),
-           Step("mul"), Step("mul", uses=(gamma,) if gamma is not None else ())]
-    if beta is not None:
-        out.append(Step("add", uses=(beta,)))
-    return out
-
-
-def rmsnorm_steps(H: int, gamma: int | None) -> list[Step]:
-    T = _tree(H)
-    return [Step("mul"), Step("add"), Step("reduce", "row", T), Step("mul", "row"),
-            Step("add", "row"), Step("rsqrt", "row"), Step("mul"),
-            Step("mul", uses=(gamma,) if gamma is not None else ())]
-
-
-def _fit_rows(ctx: LoweringContext, rows: int, cols: int, inputs: list[VecIn], n_out: int,
-              where: str) -> tuple[int, int]:
-    """(rows, columns) of a tile: whole rows when one fits half the scratchpad, as many as
-    fit but at most rows / (4 * cores) (every core gets work, with double buffering)."""
-    b = ctx.budget
-    prec = ctx.precision
-    per_row = n_out * cols
-    fixed = 0
-    for v in inputs:
-        if v.mode == "bcast":
-            fixed += v.elems or cols
-        else:
-            per_row += v.elems or cols
-    half = b.spad_half // prec
-    if fixed + per_row <= half:
-        r_fit = (half - fixed) // per_row
-        n = max(ceil(rows / r_fit), min(rows, 4 * b.cores))
-        return ceil(rows / n), cols
-    # a row does not fit: stream it in column chunks (one row per tile)
-    n_full = n_out + sum(1 for v in inputs if v.elems is None)
-    other = sum(v.elems for v in inputs if v.elems is not None)
-    ct = (half - other) // max(1, n_full)
-    if ct < 1:
-        raise NpusimError(f"{where}: a row of {cols} elements cannot be tiled in half the "
-                          f"scratchpad ({b.spad_half} B); raise core.spad_kib")
-    return 1, ct
-
-
-def emit_rows(ctx: LoweringContext, *, name: str, op_type: str, rows: int, cols: int,
-              inputs: list[VecIn], steps: list[Step], out_addr: int, preds: list[int],
-              outputs, input_shapes, output_shape, pitch: int | None = None,
-              slot_fns: dict[int, Callable[[int], int]] | None = None,
-              extra_out: tuple[tuple[int, int], ...] = (), fused: list[str] | None = None,
-              macs: int = 0) -> int:
-    """One layer of ``rows`` x ``cols`` on the vector unit; returns its layer id.
-
-    Every tile loads its operands, runs ``steps`` in order (each after the previous and the
-    loads it uses) and stores its rows to ``out_addr`` (row pitch ``pitch`` elements,
-    default ``cols``); ``extra_out`` = ((addr, step index), ...) stores the tile's rows to
-    another tensor too, after that step (e.g. SkipLayerNormalization's sum output).
-    """
-    prec = ctx.precision
-    pitch = pitch or cols
-    slot_fns = slot_fns or {}
-    rt, ct = _fit_rows(ctx, max(rows, 1), cols, inputs, 1 + len(extra_out), f"{op_type} '{name}'")
-    builder = ctx.builder
-    info = LayerInfo(name=name, op_type=op_type, input_shapes=list(input_shapes),
-                     output_shape=tuple(output_shape), macs=int(macs), mapping="",
-                     mapping_source=f"vector: tiles of {rt} rows x {ct} of {rows} x {cols}",
+def emit_rows(ctx: LoweringContext, node: Node, *, name: str, rows: int, cols: int,
+              x: int | None, y: int, prefix: tuple[str, ...] = (), op: str | None = None,
+              inputs: tuple[RowInput, ...] = (), pitch: int | None = None,
+              sum_out: int | None = None, preds: list[int], outputs, input_shapes,
+              output_shape, fused: list[str] | None = None) -> int:
+    """One layer of ``rows`` x ``cols`` on the vector unit, part of ``node``, through
+    vector.py's row emitter (the same costs as the plain ops); returns its layer id."""
+    info = LayerInfo(name=name, op_type=node.op_type, input_shapes=list(input_shapes),
+                     output_shape=tuple(output_shape), macs=0, mapping="", mapping_source="",
                      fused=list(fused or []))
-    layer = builder.begin_layer(info, preds)
-
-    def rows_dma(load: bool, addr: int, nr: int, nc: int, deps=()):
-        if nc == pitch:
-            return Instr.dma(load, 0, addr, 1, 0, 1, 0, nr * nc * prec, deps=deps)
-        return Instr.dma(load, 0, addr, nr, pitch * prec, 1, 0, nc * prec, deps=deps)
-
-    def template(nr: int, nc: int):
-        def build():
-            out, loads = [], []
-            for v in inputs:
-                if v.mode == "rows":
-                    out.append(rows_dma(True, v.addr, nr, nc))
-                elif v.mode == "bcast":
-                    out.append(Instr.dma(True, 1, v.addr, 1, 0, 1, 0, (v.elems or nc) * prec))
-                else:
-                    slot = 2 if v.mode == "slot2" else 3
-                    out.append(Instr.dma(True, slot, v.addr, nr, v.row_stride, 1, 0,
-                                         (v.elems or nc) * prec))
-                loads.append(len(out) - 1)
-            done_at: list[int] = []
-            prev = None
-            for k, s in enumerate(steps):
-                uses = s.uses if (s.uses or k > 0) else tuple(range(min(2, len(loads))))
-                deps = ([prev] if prev is not None else []) + [loads[i] for i in uses]
-                if len(deps) > 2:
-                    raise AssertionError(f"step {s} of {name} waits for {len(deps)} things")
-                n = nr * nc if s.per == "elem" else nr
-                out.append(Instr.vector(s.op, n, s.passes, deps=tuple(deps)))
-                prev = len(out) - 1
-                done_at.append(prev)
-            last = (prev,) if prev is not None else tuple(loads[:2])
-            for addr, k in extra_out:
-                out.append(rows_dma(False, addr, nr, nc, deps=(done_at[k],)))
-            out.append(rows_dma(False, out_addr, nr, nc, deps=last))
-            return out
-        return builder.template(("rows", layer, nr, nc), build)
-
-    for r0 in range(0, rows, rt):
-        nr = min(rt, rows - r0)
-        for c0 in range(0, cols, ct):
-            nc = min(ct, cols - c0)
-            bases = (r0 * pitch * prec + c0 * prec, c0 * prec,
-                     (slot_fns[2](r0) if 2 in slot_fns else 0) + c0 * prec,
-                     (slot_fns[3](r0) if 3 in slot_fns else 0) + c0 * prec)
-            builder.begin_group()
-            builder.add_tile(template(nr, nc), bases)
-    _produced(ctx, layer, outputs)
-    return layer
+    em = LayerEmitter(ctx, node, "vector unit", info=info, preds=preds, outputs=list(outputs))
+    emit_row_layer(em, O=max(rows, 1), L=cols, x=x, y=y, pitch=pitch, prefix=prefix, op=op,
+                   inputs=inputs, sum_out=sum_out)
+    return em.finish()
 
 
 # --------------------------------------------------------------------------- attention core
@@ -340,7 +195,7 @@ def attention_core(ctx: LoweringContext, node: Node, a: AttnShape, q: Operand, k
     _check_heads(node, a)
     prec = ctx.precision
     B, S, L, N, Nkv, g = a.B, a.S, a.L, a.heads, a.kv_heads, a.group
-    scores = _scratch(ctx, node, "scores", (B, N, S, L))
+    scores = ctx.scratch(f"{node.name}::scores", (B, N, S, L))
     s_addr = ctx.addr(scores)
 
     offs = [(((b * N + j * g) * S * a.dqk) * prec, ((b * Nkv + j) * L * a.dqk) * prec,
@@ -359,15 +214,14 @@ def attention_core(ctx: LoweringContext, node: Node, a: AttnShape, q: Operand, k
         ctx.address[qk_out] = s_addr
         ctx.producer_layer[qk_out] = ctx.producer_layer[scores]
 
-    # softmax, in place
+    # softmax, in place: the Softmax row op after the score's fused element steps
     probs = f"{node.name}::probs"
     ctx.address[probs] = s_addr
-    inputs = [VecIn(s_addr)]
-    steps: list[Step] = []
-    fns: dict[int, Callable[[int], int]] = {}
+    inputs: list[RowInput] = []
+    prefix: list[str] = []
     deps = [scores]
     if softcap:
-        steps += [Step("mul"), Step("tanh"), Step("mul")]
+        prefix += ["mul", "tanh", "mul"]
     if bias is not None:
         bshape = (1,) * (4 - len(_shape(ctx, bias))) + tuple(_shape(ctx, bias))
         if len(bshape) != 4 or bshape[-2] not in (1, S):
@@ -380,18 +234,16 @@ def attention_core(ctx: LoweringContext, node: Node, a: AttnShape, q: Operand, k
             return ((((b if Bb > 1 else 0) * Nb + (h if Nb > 1 else 0)) * Sb)
                     + (s if Sb > 1 else 0)) * Lb * prec
 
-        inputs.append(VecIn(ctx.addr(bias), "slot2", row_stride=Lb * prec if Sb > 1 else 0,
-                            elems=Lb))
-        fns[2] = bias_row
-        steps.append(Step("add", uses=(0, 1) if not steps else (1,)))
+        inputs.append(RowInput(ctx.addr(bias), "gather", elems=Lb,
+                               row_stride=Lb * prec if Sb > 1 else 0, base_of=bias_row))
+        prefix.append("add")
         deps.append(bias)
     if mask:
-        steps.append(Step("add"))
-    steps += softmax_steps(L)
-    emit_rows(ctx, name=f"{node.name}/softmax", op_type=node.op_type, rows=B * N * S, cols=L,
-              inputs=inputs, steps=steps, out_addr=s_addr, preds=_preds(ctx, deps),
-              outputs=[probs], input_shapes=[(B, N, S, L)], output_shape=(B, N, S, L),
-              slot_fns=fns)
+        prefix.append("add")  # a key-padding or causal mask, made on the fly
+    emit_rows(ctx, node, name=f"{node.name}/softmax", rows=B * N * S, cols=L, x=s_addr,
+              y=s_addr, prefix=tuple(prefix), op="Softmax", inputs=tuple(inputs),
+              preds=_preds(ctx, deps), outputs=[probs], input_shapes=[(B, N, S, L)],
+              output_shape=(B, N, S, L))
 
     offs = [(((b * N + j * g) * S * L) * prec, ((b * Nkv + j) * L * a.dv) * prec,
              ((b * N + j * g) * S * a.dv) * prec) for b in range(B) for j in range(Nkv)]
@@ -416,28 +268,26 @@ def _prep(ctx: LoweringContext, node: Node, tag: str, src: Operand, rows: int, c
 
     ``rotary`` = (cos addr, sin addr, half width, first position); cos/sin None when the
     op computes them itself (no loads)."""
-    inputs = [VecIn(src.addr)]
-    steps: list[Step] = []
-    fns: dict[int, Callable[[int], int]] = {}
+    inputs: list[RowInput] = []
+    prefix: list[str] = []
     if bias_addr is not None:
-        inputs.append(VecIn(bias_addr, "bcast", elems=cols))
-        steps.append(Step("add", uses=(0, 1)))
+        inputs.append(RowInput(bias_addr, "bcast"))
+        prefix.append("add")
     if rotary is not None:
         cos, sin, half, pos0 = rotary
         if cos is not None and sin is not None:
             prec = ctx.precision
-            i = len(inputs)
-            inputs += [VecIn(cos, "slot2", row_stride=half * prec, elems=half),
-                       VecIn(sin, "slot2", row_stride=half * prec, elems=half)]
-            fns[2] = lambda r0: (pos0 + r0 % rows) * half * prec
-            steps += [Step("mul", uses=(0, i) if not steps else (i,)),
-                      Step("mul", uses=(i + 1,)), Step("add")]
-        else:
-            steps += [Step("mul"), Step("mul"), Step("add")]
-    emit_rows(ctx, name=f"{node.name}/{tag}", op_type=node.op_type, rows=rows, cols=cols,
-              inputs=inputs, steps=steps, out_addr=dst_addr,
+
+            def table_row(r0: int) -> int:
+                return (pos0 + r0 % rows) * half * prec
+
+            inputs += [RowInput(t, "gather", elems=half, row_stride=half * prec,
+                                base_of=table_row) for t in (cos, sin)]
+        prefix += ["mul", "mul", "add"]
+    emit_rows(ctx, node, name=f"{node.name}/{tag}", rows=rows, cols=cols, x=src.addr,
+              y=dst_addr, prefix=tuple(prefix), inputs=tuple(inputs), pitch=pitch,
               preds=_preds(ctx, src.deps + tuple(extra_deps)), outputs=[dst_tensor],
-              input_shapes=[(rows, cols)], output_shape=(rows, cols), slot_fns=fns, pitch=pitch)
+              input_shapes=[(rows, cols)], output_shape=(rows, cols))
     return Operand(dst_addr, (dst_tensor,))
 
 
@@ -449,7 +299,7 @@ def _cache(ctx: LoweringContext, node: Node, which: str, present: str | None,
     """The KV-cache buffer: the present output when the graph has it, else a scratch."""
     if present is not None:
         return ctx.addr(present), present
-    t = _scratch(ctx, node, f"{which}_cache", shape)
+    t = ctx.scratch(f"{node.name}::{which}_cache", shape)
     return ctx.addr(t), t
 
 
@@ -480,7 +330,7 @@ def lower_ms_attention(ctx: LoweringContext, node: Node) -> None:
     P = _shape(ctx, past)[3] if past else 0
     L = _shape(ctx, present)[3] if present else P + S
 
-    qkv = _scratch(ctx, node, "qkv", (B, S, Htot))
+    qkv = ctx.scratch(f"{node.name}::qkv", (B, S, Htot))
     prob = GemmProblem(N=B * S, C=Hin, M=Htot, batch_offsets=[(0, 0, 0)], x_addr=ctx.addr(x),
                        x_row_stride=Hin * prec, x_trans=False, w_addr=ctx.addr(w),
                        w_trans=False, y_addr=ctx.addr(qkv),
@@ -527,7 +377,7 @@ def _kv_side(ctx: LoweringContext, node: Node, which: str, new: Operand, rows: i
               bias_addr=bias_addr, rotary=rotary, extra_deps=(past,) if past else ())
         return Operand(c_addr, (c_t,))
     if bias_addr is not None or rotary is not None:
-        t = _scratch(ctx, node, which, (B, kv_heads, L, d))
+        t = ctx.scratch(f"{node.name}::{which}", (B, kv_heads, L, d))
         op = _prep(ctx, node, f"{which}_prep", new, rows, cols, ctx.addr(t), t,
                    bias_addr=bias_addr, rotary=rotary)
     else:
@@ -583,7 +433,7 @@ def lower_mha(ctx: LoweringContext, node: Node) -> None:
     b_addr = ctx.addr(bias) if bias else None
     q = Operand(q_addr, (q_in,))
     if b_addr is not None:
-        t = _scratch(ctx, node, "q", (B, heads, S, d))
+        t = ctx.scratch(f"{node.name}::q", (B, heads, S, d))
         q = _prep(ctx, node, "q_prep", q, B * S, heads * d, ctx.addr(t), t, bias_addr=b_addr)
     k = _kv_side(ctx, node, "k", k_new, B * Lk, heads * d, B, heads, P, L, d, past_k, pres_k,
                  b_addr + heads * d * prec if b_addr is not None else None)
@@ -630,7 +480,7 @@ def lower_gqa(ctx: LoweringContext, node: Node) -> None:
         rot_q = rot_k = (ctx.addr(cos), ctx.addr(sin), half, P)
     q = Operand(q_addr, (q_in,))
     if rot_q is not None:
-        t = _scratch(ctx, node, "q", (B, heads, S, d))
+        t = ctx.scratch(f"{node.name}::q", (B, heads, S, d))
         q = _prep(ctx, node, "q_prep", q, B * S, heads * d, ctx.addr(t), t, rotary=rot_q,
                   extra_deps=(cos, sin))
     k = _kv_side(ctx, node, "k", k_new, B * S, kv_heads * d, B, kv_heads, P, L, d, past_k,
@@ -718,11 +568,10 @@ def lower_fused_conv(ctx: LoweringContext, node: Node) -> None:
     rows, cols = prod(ys[:-3]) * ys[-2] * ys[-1], ys[-3]
     act = _attr_str(node, "activation")
     act_ops = ACTIVATION_STEPS.get(act, ["max"]) if act else []
-    steps = [Step("add", uses=(0, 1))] + [Step(op) for op in act_ops]
-    emit_rows(ctx, name=f"{node.name}/sum", op_type=node.op_type, rows=rows, cols=cols,
-              inputs=[VecIn(ctx.addr(y)), VecIn(ctx.addr(z))], steps=steps,
-              out_addr=ctx.addr(y), preds=_preds(ctx, [y, z]), outputs=[y],
-              input_shapes=[ys, _shape(ctx, z)], output_shape=ys)
+    emit_rows(ctx, node, name=f"{node.name}/sum", rows=rows, cols=cols, x=ctx.addr(y),
+              y=ctx.addr(y), prefix=("add", *act_ops), inputs=(RowInput(ctx.addr(z)),),
+              preds=_preds(ctx, [y, z]), outputs=[y], input_shapes=[ys, _shape(ctx, z)],
+              output_shape=ys)
 
 
 def lower_fused_gemm(ctx: LoweringContext, node: Node) -> None:
@@ -791,42 +640,44 @@ def _rows_cols(shape, axis: int = -1) -> tuple[int, int]:
     return prod(shape[:axis]), prod(shape[axis:])
 
 
-def _row_operand(ctx: LoweringContext, t: str, rows: int,
-                 cols: int) -> tuple[VecIn, Callable | None]:
+def _row_operand(ctx: LoweringContext, t: str, rows: int, cols: int) -> RowInput:
     """An operand over the op's rows: the full tensor, or rows repeating over the leading
     dims (e.g. a skip of [S, H] for [B, S, H]), or one broadcast row."""
     n = prod(_shape(ctx, t))
     if n == rows * cols:
-        return VecIn(ctx.addr(t)), None
+        return RowInput(ctx.addr(t))
     if n == cols or n == 1:
-        return VecIn(ctx.addr(t), "bcast", elems=max(1, n)), None
+        return RowInput(ctx.addr(t), "bcast", elems=None if n == cols else 1)
     if n % cols == 0 and rows % (n // cols) == 0:
         period = n // cols
         prec = ctx.precision
-        return (VecIn(ctx.addr(t), "slot2", row_stride=cols * prec, elems=cols),
-                lambda r0: (r0 % period) * cols * prec)
+        return RowInput(ctx.addr(t), "gather", row_stride=cols * prec,
+                        base_of=lambda r0: (r0 % period) * cols * prec)
     raise NpusimError(f"operand '{t}' of shape {_shape(ctx, t)} does not broadcast over "
                       f"{rows} rows of {cols}")
 
 
-def _simple_rows(ctx: LoweringContext, node: Node, operands: list[str], steps: list[Step],
-                 axis: int = -1, extra_out=(), fused=None) -> int:
+def _simple_rows(ctx: LoweringContext, node: Node, operands: list[str],
+                 prefix: tuple[str, ...], op: str | None = None, params: list[str] = (),
+                 axis: int = -1, sum_out: str | None = None) -> int:
+    """``prefix`` element steps over ``operands`` (the first is the rows), then the row op
+    ``op`` with its per-column ``params``; a layer of the node's rows."""
     y = node.outputs[0]
     ys = _shape(ctx, y)
     rows, cols = _rows_cols(ys, axis)
-    inputs, fns = [], {}
-    for t in operands:
-        vin, fn = _row_operand(ctx, t, rows, cols)
-        if fn is not None:
-            if 2 in fns:
-                raise _err(node, "more than one operand repeating over rows")
-            fns[2] = fn
-        inputs.append(vin)
-    return emit_rows(ctx, name=node.name, op_type=node.op_type, rows=rows, cols=cols,
-                     inputs=inputs, steps=steps, out_addr=ctx.addr(y),
-                     preds=_preds(ctx, node.inputs), outputs=node.outputs,
-                     input_shapes=[_shape(ctx, t) for t in node.inputs if t], output_shape=ys,
-                     slot_fns=fns, extra_out=extra_out, fused=fused)
+    first = _row_operand(ctx, operands[0], rows, cols)
+    if first.kind != "rows":
+        raise _err(node, f"input '{operands[0]}' of shape {_shape(ctx, operands[0])} is not "
+                         f"{rows} rows of {cols}")
+    inputs = [_row_operand(ctx, t, rows, cols) for t in operands[1:]]
+    inputs += [RowInput(ctx.addr(t), "params") for t in params]
+    lid = emit_rows(ctx, node, name=node.name, rows=rows, cols=cols, x=first.addr,
+                    y=ctx.addr(y), prefix=prefix, op=op, inputs=tuple(inputs),
+                    sum_out=ctx.addr(sum_out) if sum_out else None,
+                    preds=_preds(ctx, node.inputs), outputs=node.outputs,
+                    input_shapes=[_shape(ctx, t) for t in node.inputs if t], output_shape=ys)
+    _produced(ctx, lid, [sum_out])
+    return lid
 
 
 def lower_skip_layer_norm(ctx: LoweringContext, node: Node) -> None:
@@ -837,28 +688,10 @@ def lower_skip_layer_norm(ctx: LoweringContext, node: Node) -> None:
         beta, bias = None, _opt(node, 3)
     else:
         beta, bias = _opt(node, 3), _opt(node, 4)
-    operands = [x, skip] + ([bias] if bias else []) + [gamma] + ([beta] if beta else [])
-    H = _shape(ctx, node.outputs[0])[-1]
-    steps = [Step("add", uses=(0, 1))]
-    if bias:
-        steps.append(Step("add", uses=(2,)))
-    sum_step = len(steps) - 1
-    gi = operands.index(gamma)
-    if simplified:
-        steps += rmsnorm_steps(H, gi)
-    else:
-        steps += layernorm_steps(H, gi, operands.index(beta) if beta else None)
-    sum_out = _opt_out(node, 3)
-    extra = ((ctx.addr(sum_out), sum_step),) if sum_out else ()
-    lid = _simple_rows(ctx, node, operands, steps, extra_out=extra)
-    _produced(ctx, lid, [sum_out])
-
-
-def lower_simplified_layer_norm(ctx: LoweringContext, node: Node) -> None:
-    """SimplifiedLayerNormalization (RMSNorm): x * rsqrt(mean(x^2) + eps) * scale."""
-    axis = int(node.attrs.get("axis", -1))
-    H = _rows_cols(_shape(ctx, node.outputs[0]), axis)[1]
-    _simple_rows(ctx, node, [node.inputs[0], node.inputs[1]], rmsnorm_steps(H, 1), axis=axis)
+    operands = [x, skip] + ([bias] if bias else [])
+    _simple_rows(ctx, node, operands, ("add",) * (len(operands) - 1),
+                 "SimplifiedLayerNormalization" if simplified else "LayerNormalization",
+                 [gamma] + ([beta] if beta else []), sum_out=_opt_out(node, 3))
 
 
 def lower_embed_layer_norm(ctx: LoweringContext, node: Node) -> None:
@@ -874,58 +707,46 @@ def lower_embed_layer_norm(ctx: LoweringContext, node: Node) -> None:
     V = _shape(ctx, word)[0]
     rows = B * S
     spread = max(1, V // rows) * H * prec
-    inputs = [VecIn(ctx.addr(word), "slot3", row_stride=spread, elems=H),
-              VecIn(ctx.addr(pos), "slot2", row_stride=H * prec, elems=H)]
-    steps = [Step("add", uses=(0, 1))]
+    inputs = [RowInput(ctx.addr(word), "gather", row_stride=spread,
+                       base_of=lambda r0: r0 * spread),
+              RowInput(ctx.addr(pos), "gather", row_stride=H * prec,
+                       base_of=lambda r0: (r0 % S) * H * prec)]
+    prefix = ["add"]
     if seg and seg_ids:
-        inputs.append(VecIn(ctx.addr(seg), "bcast", elems=H))
-        steps.append(Step("add", uses=(len(inputs) - 1,)))
-    sum_step = len(steps) - 1
-    inputs.append(VecIn(ctx.addr(gamma), "bcast", elems=H))
-    gi = len(inputs) - 1
-    bi = None
-    if beta:
-        inputs.append(VecIn(ctx.addr(beta), "bcast", elems=H))
-        bi = len(inputs) - 1
-    steps += layernorm_steps(H, gi, bi)
+        inputs.append(RowInput(ctx.addr(seg), "bcast"))
+        prefix.append("add")
+    inputs += [RowInput(ctx.addr(t), "params") for t in (gamma, beta) if t]
     emb_sum = _opt_out(node, 2)
-    extra = ((ctx.addr(emb_sum), sum_step),) if emb_sum else ()
-    lid = emit_rows(ctx, name=node.name, op_type=node.op_type, rows=rows, cols=H,
-                    inputs=inputs, steps=steps, out_addr=ctx.addr(y),
+    lid = emit_rows(ctx, node, name=node.name, rows=rows, cols=H, x=None, y=ctx.addr(y),
+                    prefix=tuple(prefix), op="LayerNormalization", inputs=tuple(inputs),
+                    sum_out=ctx.addr(emb_sum) if emb_sum else None,
                     preds=_preds(ctx, node.inputs), outputs=node.outputs,
                     input_shapes=[_shape(ctx, t) for t in node.inputs if t],
-                    output_shape=(B, S, H), slot_fns={2: lambda r0: (r0 % S) * H * prec,
-                                                      3: lambda r0: r0 * spread},
-                    extra_out=extra)
+                    output_shape=(B, S, H))
     _produced(ctx, lid, [emb_sum])
 
 
 def lower_bias_gelu(ctx: LoweringContext, node: Node) -> None:
     """BiasGelu (A + bias, gelu) and FastGelu (optional bias, gelu)."""
     bias = _opt(node, 1)
-    ops = [node.inputs[0]] + ([bias] if bias else [])
-    steps = ([Step("add", uses=(0, 1))] if bias else []) + [Step("gelu", uses=() if bias else (0,))]
-    _simple_rows(ctx, node, ops, steps)
+    _simple_rows(ctx, node, [node.inputs[0]] + ([bias] if bias else []),
+                 ("add", "gelu") if bias else ("gelu",))
 
 
 def lower_quick_gelu(ctx: LoweringContext, node: Node) -> None:
     """QuickGelu: x * sigmoid(alpha * x) (SiLU for alpha = 1)."""
-    _simple_rows(ctx, node, [node.inputs[0]], [Step("mul"), Step("sigmoid"), Step("mul")])
+    _simple_rows(ctx, node, [node.inputs[0]], ("mul", "sigmoid", "mul"))
 
 
 def lower_bias_add(ctx: LoweringContext, node: Node) -> None:
     """BiasAdd: X + bias + skip."""
-    _simple_rows(ctx, node, [node.inputs[0], node.inputs[1], node.inputs[2]],
-                 [Step("add", uses=(0, 1)), Step("add", uses=(2,))])
+    _simple_rows(ctx, node, node.inputs[:3], ("add", "add"))
 
 
 def lower_bias_softmax(ctx: LoweringContext, node: Node) -> None:
     """BiasSoftmax: softmax(data + bias) over the axes from ``axis`` on."""
-    ys = _shape(ctx, node.outputs[0])
-    axis = int(node.attrs.get("axis", 1))
-    L = _rows_cols(ys, axis)[1]
-    _simple_rows(ctx, node, [node.inputs[0], node.inputs[1]],
-                 [Step("add", uses=(0, 1))] + softmax_steps(L), axis=axis)
+    _simple_rows(ctx, node, node.inputs[:2], ("add",), "Softmax",
+                 axis=int(node.attrs.get("axis", 1)))
 
 
 def lower_rotary(ctx: LoweringContext, node: Node) -> None:
@@ -941,14 +762,16 @@ def lower_rotary(ctx: LoweringContext, node: Node) -> None:
     rows, cols = _rows_cols(xs)
     half = _shape(ctx, cos)[-1]
     y = node.outputs[0]
-    emit_rows(ctx, name=node.name, op_type=node.op_type, rows=rows, cols=cols,
-              inputs=[VecIn(ctx.addr(x)),
-                      VecIn(ctx.addr(cos), "slot2", row_stride=half * prec, elems=half),
-                      VecIn(ctx.addr(sin), "slot2", row_stride=half * prec, elems=half)],
-              steps=[Step("mul", uses=(0, 1)), Step("mul", uses=(2,)), Step("add")],
-              out_addr=ctx.addr(y), preds=_preds(ctx, node.inputs), outputs=node.outputs,
-              input_shapes=[_shape(ctx, t) for t in node.inputs if t], output_shape=_shape(ctx, y),
-              slot_fns={2: lambda r0: (r0 % S) * half * prec})
+
+    def table_row(r0: int) -> int:
+        return (r0 % S) * half * prec
+
+    tables = tuple(RowInput(ctx.addr(t), "gather", elems=half, row_stride=half * prec,
+                            base_of=table_row) for t in (cos, sin))
+    emit_rows(ctx, node, name=node.name, rows=rows, cols=cols, x=ctx.addr(x), y=ctx.addr(y),
+              prefix=("mul", "mul", "add"), inputs=tables, preds=_preds(ctx, node.inputs),
+              outputs=node.outputs, input_shapes=[_shape(ctx, t) for t in node.inputs if t],
+              output_shape=_shape(ctx, y))
 
 
 LOWERINGS: dict = {
@@ -961,7 +784,6 @@ LOWERINGS: dict = {
     "GemmFastGelu": lower_gemm_fast_gelu,
     "SkipLayerNormalization": lower_skip_layer_norm,
     "SkipSimplifiedLayerNormalization": lower_skip_layer_norm,
-    "SimplifiedLayerNormalization": lower_simplified_layer_norm,
     "EmbedLayerNormalization": lower_embed_layer_norm,
     "BiasGelu": lower_bias_gelu,
     "FastGelu": lower_bias_gelu,

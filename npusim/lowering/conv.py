@@ -1,40 +1,97 @@
-"""Conv (stride, padding, dilation, groups) on the weight-stationary array, im2col implicit.
+"""Convolution (1, 2 or 3 spatial dims; stride, padding, dilation, groups) on the array.
 
-Activations live in DRAM as NHWC, weights as ONNX stores them (M x C/g x kH x kW). A tile
-covers ``p x q`` output pixels, ``c`` input and ``m`` output channels of one group: it loads
-the input window those pixels need (clipped at the padded borders) and the weights, then
-for every block of ``height`` rows of the flattened (c, kh, kw) reduction preloads the
-weights and streams the window through the array one output row (``q`` pixels) at a time.
+Activations live in DRAM channels-last (N, *spatial, C: NHWC for 2-D), weights as ONNX
+stores them (M x C/g x *kernel). A tile covers a box of output positions, ``c`` input and
+``m`` output channels of one group, and runs the loop nest of Gemmini's convolution
+(``LoopConv.scala``, ``sp_tiled_conv`` in gemmini-rocc-tests, ONNXim's ``ConvWS``):
+
+    for each block of ``width`` output channels:
+        for each kernel position (all spatial dims):
+            for each block of ``height`` input channels:
+                preload that block of weights (channels x output channels), then stream
+                every output position of the tile through it, one output row at a time
+
+so a layer with 3 input channels uses 3 of the array's rows in each of its kernel
+positions' blocks. The tile loads the input its outputs read (implicit im2col): the dense
+window when the kernel is wider than one along a dim, and only the strided positions when
+it is one (the DMA walks the input with the stride, like Gemmini's downsampling loads).
+Reduction (channel) tiles of one output box form a group: they run in order on one core
+and accumulate into the same accumulator rows; the first loads the bias (without one, the
+accumulator rows start from zero: Gemmini's zero-filling MVIN moves no data), the last
+moves the output out while the next tile computes. Edge tiles are cut to the layer.
 """
 
 from __future__ import annotations
 
-from math import ceil
+from itertools import product
+from math import ceil, prod
 
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
+from npusim.lowering.array import Block, Stream, emit_schedule, wait_for
 from npusim.lowering.context import LoweringContext
-from npusim.lowering.mapping import LoopCounts
-from npusim.lowering.tiling import (ACC_BYTES, ConvTile, choose_conv_tile, conv_input_extent,
+from npusim.lowering.mapping import LoopCounts, Mapping
+from npusim.lowering.tiling import (ACC_BYTES, ConvShape, ConvTile, choose_conv_tile,
                                     conv_tile_fits)
 from npusim.program import Instr, LayerInfo
 
+SPATIAL_RANKS = (1, 2, 3)
 
-def _pads(node: Node, in_hw, out_hw, k_hw, strides, dil):
-    pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
+
+def begin_pads(node: Node, in_dims, out_dims, kernel, strides, dil) -> tuple[int, ...]:
+    """Padding before each spatial dim (ONNX ``pads`` or ``auto_pad``, any number of dims):
+    the one rule convolutions and pooling windows share."""
+    rank = len(in_dims)
     auto = node.attrs.get("auto_pad", "NOTSET")
     if isinstance(auto, bytes):
         auto = auto.decode()
     if auto in ("SAME_UPPER", "SAME_LOWER"):
-        pads = []
-        for i in range(2):
-            total = max(0, (out_hw[i] - 1) * strides[i] + (k_hw[i] - 1) * dil[i] + 1 - in_hw[i])
+        out = []
+        for i in range(rank):
+            total = max(0, (out_dims[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1
+                        - in_dims[i])
             small = total // 2
-            pads.append(small if auto == "SAME_UPPER" else total - small)
-        pads += [0, 0]
-    elif auto == "VALID":
-        pads = [0, 0, 0, 0]
-    return pads[0], pads[1]
+            out.append(small if auto == "SAME_UPPER" else total - small)
+        return tuple(out)
+    if auto == "VALID":
+        return (0,) * rank
+    pads = list(node.attrs.get("pads", [0] * (2 * rank)))
+    return tuple(pads[:rank])
+
+
+def _lookup_conv_mapping(ctx: LoweringContext, key: LoopCounts, rows: int,
+                         cols: int) -> tuple[Mapping | None, bool]:
+    """The mapping line of a conv layer with ``rows x cols`` outputs, and whether it names
+    the rows P.
+
+    ONNXim's mapping format names the two output dims P and Q, in two orientations: its
+    conv mapper writes Gemmini's output rows as P (``calc_conv_mapping`` prints
+    ``P{orows} Q{ocols}``, as do the lines published with Gemmini's RTL counts), while its
+    ``ConvWS`` keys a layer by Q = height, P = width and reads the inner P as the width. A
+    line written for ONNXim about a non-square layer therefore has P = width. npusim looks
+    the layer up with P = rows first, then, when the layer is not square, with P = columns,
+    and reads the inner tile in the orientation whose ``[T]`` matched. A square layer's
+    ``[T]`` cannot tell: P is rows, as the mapper writes it.
+    """
+    m = ctx.lookup_mapping(LoopCounts(**dict(key.as_dict(), P=rows, Q=cols)))
+    if m is not None or rows == cols:
+        return m, True
+    return ctx.lookup_mapping(LoopCounts(**dict(key.as_dict(), P=cols, Q=rows))), False
+
+
+def _window(s: ConvShape, in_dim: int, pad: int, d: int, o0: int, t: int) -> tuple[int, int, int]:
+    """(first input index, count, step) the tile of outputs [o0, o0 + t) loads along dim
+    ``d``, clipped to the input (padding is never loaded)."""
+    stride, k = s.strides[d], s.kernel[d]
+    if k == 1:  # only the strided positions: o * stride - pad inside the input
+        first = max(o0, -(-pad // stride))
+        last = min(o0 + t - 1, (in_dim - 1 + pad) // stride)
+        count = max(1, last - first + 1)
+        return min(max(first * stride - pad, 0), in_dim - 1), count, stride
+    lo = o0 * stride - pad
+    hi = lo + s.window(d, t)
+    lo, hi = max(lo, 0), min(hi, in_dim)
+    return min(lo, in_dim - 1), max(hi - lo, 1), 1
 
 
 def lower_conv(ctx: LoweringContext, node: Node) -> None:
@@ -42,119 +99,138 @@ def lower_conv(ctx: LoweringContext, node: Node) -> None:
     x_shape, w_shape = g.shape(node.inputs[0]), g.shape(node.inputs[1])
     y = node.outputs[0]
     y_shape = g.shape(y)
-    if len(x_shape) != 4:
-        raise NpusimError(f"Conv '{node.name}': only 2-D convolutions (4-D input NCHW) are "
-                          f"supported, got input shape {x_shape}")
-    Nb, Ctot, H, Wd = x_shape
-    Mtot, Cg, S, R = w_shape
-    _, _, P, Q = y_shape
+    rank = len(x_shape) - 2
+    if rank not in SPATIAL_RANKS:
+        raise NpusimError(f"Conv '{node.name}': input shape {x_shape} has {max(rank, 0)} "
+                          f"spatial dims; npusim lowers convolutions over 1, 2 or 3 (an input "
+                          f"N x C x D1 [x D2 [x D3]])")
+    Nb, Ctot, in_dims = x_shape[0], x_shape[1], tuple(x_shape[2:])
+    Mtot, Cg, kernel = w_shape[0], w_shape[1], tuple(w_shape[2:])
+    out_dims = tuple(y_shape[2:])
     groups = int(node.attrs.get("group", 1))
-    strides = tuple(node.attrs.get("strides", [1, 1]))
-    dil = tuple(node.attrs.get("dilations", [1, 1]))
-    pad_t, pad_l = _pads(node, (H, Wd), (P, Q), (S, R), strides, dil)
+    strides = tuple(node.attrs.get("strides", [1] * rank))
+    dil = tuple(node.attrs.get("dilations", [1] * rank))
+    pads = begin_pads(node, in_dims, out_dims, kernel, strides, dil)
     if groups > 1 and groups == Ctot == Mtot:
         # depthwise: nothing to reduce across channels, the systolic array would use one
-        # column of one row; the vector unit does it (as a pooling-like window op)
+        # column of one row; the vector unit does it (as a pooling-like window op, over 1,
+        # 2 or 3 spatial dims like the pooling ops)
         from npusim.lowering.vector import lower_pool
 
         return lower_pool(ctx, node)
-    Mg = Mtot // groups
-    prec = ctx.precision
+    s = ConvShape(N=Nb, C=Cg, M=Mtot // groups, groups=groups, out=out_dims, kernel=kernel,
+                  strides=strides, dilations=dil)
     b = ctx.budget
     info = LayerInfo(name=node.name, op_type=node.op_type,
                      input_shapes=[g.shape(t) for t in node.inputs if t], output_shape=y_shape,
-                     macs=Nb * P * Q * Mtot * Cg * S * R, mapping="", mapping_source="")
-
-    mapping = ctx.lookup_mapping(LoopCounts(N=Nb, C=Ctot, M=Mtot, P=P, Q=Q, S=S, R=R))
-    if mapping is not None:
-        inner = mapping.inner
-        if inner.S < S or inner.R < R:
-            raise ctx.mapping_error(node, mapping, f"it splits the {S}x{R} kernel window "
-                                    f"(inner S{inner.S} R{inner.R}); npusim needs S{S} R{R}")
-        if inner.N != 1:
-            raise ctx.mapping_error(node, mapping, "inner N must be 1 for convolutions")
-        tile = ConvTile(min(inner.P, P), min(inner.Q, Q), min(inner.C, Cg), min(inner.M, Mg))
-        ok, why = conv_tile_fits(b, tile, S, R, strides, dil)
-        if not ok:
-            raise ctx.mapping_error(node, mapping, why)
-        info.mapping = mapping.text.strip()
-        info.mapping_source = f"{ctx.mapping.path}:{mapping.line}"
-    else:
-        tile = choose_conv_tile(b, Nb, Cg, Mg, P, Q, S, R, strides, dil, groups)
-        info.mapping = tile.mapping(Nb, Ctot, Mtot, P, Q, S, R)
+                     macs=Nb * prod(out_dims) * Mtot * Cg * prod(kernel), mapping="",
+                     mapping_source="")
+    tile = None
+    if rank <= 2:  # ONNXim's mapping lines name two spatial dims, P and Q
+        rows, cols = ((1,) + out_dims)[-2:]
+        S, R = ((1,) + kernel)[-2:]
+        mapping, p_is_rows = _lookup_conv_mapping(ctx, LoopCounts(N=Nb, C=Ctot, M=Mtot, S=S,
+                                                                   R=R), rows, cols)
+        if mapping is not None:
+            inner = mapping.inner
+            if inner.S < S or inner.R < R:
+                raise ctx.mapping_error(node, mapping, f"it splits the {S}x{R} kernel window "
+                                        f"(inner S{inner.S} R{inner.R}); npusim needs S{S} R{R}")
+            if inner.N != 1:
+                raise ctx.mapping_error(node, mapping, "inner N must be 1 for convolutions")
+            tile_rows, tile_cols = (inner.P, inner.Q) if p_is_rows else (inner.Q, inner.P)
+            box = (min(tile_rows, rows), min(tile_cols, cols))[-rank:]
+            tile = ConvTile(box, min(inner.C, s.C), min(inner.M, s.M))
+            ok, why = conv_tile_fits(b, s, tile)
+            if not ok:
+                raise ctx.mapping_error(node, mapping, why)
+            info.mapping = mapping.text.strip()
+            info.mapping_source = f"{ctx.mapping.path}:{mapping.line}"
+    if tile is None:
+        tile = choose_conv_tile(b, s)
+        info.mapping = tile.mapping(s)
         info.mapping_source = "heuristic"
+    _emit(ctx, node, s, tile, in_dims, pads, info)
+
+
+def _emit(ctx: LoweringContext, node: Node, s: ConvShape, tile: ConvTile, in_dims, pads,
+          info: LayerInfo) -> None:
+    from npusim.lowering.vector import box_dmas  # the one box-to-DMA cutter
 
     builder = ctx.builder
     layer = builder.begin_layer(info, ctx.preds(node))
-    HA, WA = b.height, b.width
+    b = ctx.budget
+    prec = ctx.precision
+    dataflow = ctx.config.core.systolic.dataflow
+    Ctot, Mtot = s.C * s.groups, s.M * s.groups
+    K = s.kernel_positions
+    y = node.outputs[0]
     x_addr, w_addr, y_addr = ctx.addr(node.inputs[0]), ctx.addr(node.inputs[1]), ctx.addr(y)
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     bias = bias or ctx.folded_bias.get(node.name)
     bias_addr = ctx.addr(bias) if bias else 0
-    row_bytes = Wd * Ctot * prec  # one input image row, NHWC
-    k_elems = S * R
+    # element strides of the channels-last tensors, spatial dims then channels
+    x_strides = [prod(in_dims[d + 1:]) * Ctot for d in range(len(in_dims))] + [1]
+    y_strides = [prod(s.out[d + 1:]) * Mtot for d in range(len(s.out))] + [1]
 
-    def template(pt, qt, ct, mt, rows, cols, first, last):
+    def template(box, walk, ct, mt, first, last):
+        """``walk``: (count, step) of the input positions loaded along each spatial dim."""
         def build():
             out = []
-            if ct == Ctot:
-                out.append(Instr.dma(True, 0, 0, rows, row_bytes, 1, 0, cols * Ctot * prec))
-            else:
-                out.append(Instr.dma(True, 0, 0, rows, row_bytes, cols, Ctot * prec, ct * prec))
-            deps_x: tuple[int, ...] = (0,)
+            counts = [n for n, _ in walk] + [ct]
+            steps = [step * st for (_, step), st in zip(walk, x_strides)] + [1]
+            for dma in box_dmas(0, counts, steps, prec)[0]:
+                out.append(Instr.dma(True, 0, dma.offset, dma.n_outer, dma.outer_stride,
+                                     dma.n_inner, dma.inner_stride, dma.run))
+            inputs = list(range(len(out)))
             if first and bias:  # small: loaded before the weights
                 out.append(Instr.dma(True, 2, 0, 1, 0, 1, 0, mt * ACC_BYTES, to_acc=True))
-                deps_x = (0, len(out) - 1)
-            w_chunks = []
-            for mb in range(ceil(mt / WA)):
-                mw = min(WA, mt - mb * WA)
-                out.append(Instr.dma(True, 1, mb * WA * Cg * k_elems * prec, mw,
-                                     Cg * k_elems * prec, 1, 0, ct * k_elems * prec))
-                w_chunks.append(len(out) - 1)
-            K = ct * k_elems
-            for mb in range(ceil(mt / WA)):
-                mw = min(WA, mt - mb * WA)
-                for kb in range(ceil(K / HA)):
-                    kh = min(HA, K - kb * HA)
-                    out.append(Instr.preload(deps=(w_chunks[mb],), drain=mb == 0 and kb == 0))
-                    out.append(Instr.gemm(qt, pt, pt * qt * kh * mw, deps=deps_x))
+                inputs.append(len(out) - 1)
+            n_mb = ceil(mt / b.width)
+            weights = []  # one load per block of output channels: ct x kernel of each
+            for mb in range(n_mb):
+                mw = min(b.width, mt - mb * b.width)
+                out.append(Instr.dma(True, 1, mb * b.width * s.C * K * prec, mw,
+                                     s.C * K * prec, 1, 0, ct * K * prec))
+                weights.append(len(out) - 1)
+            stream = Stream(rows=box[-1], segs=prod(box[:-1]), deps=wait_for(out, inputs))
+            blocks = [Block(min(b.height, ct - cb), min(b.width, mt - mb * b.width),
+                            weights[mb])
+                      for mb in range(n_mb) for _ in range(K)
+                      for cb in range(0, ct, b.height)]
+            emit_schedule(dataflow, out, blocks, stream)
             if last:
                 last_gemm = (len(out) - 1,)
-                if mt == Mtot:
-                    out.append(Instr.dma(False, 3, 0, pt, Q * Mtot * prec, 1, 0, qt * Mtot * prec,
+                for dma in box_dmas(3, list(box) + [mt], y_strides, prec)[0]:
+                    out.append(Instr.dma(False, 3, dma.offset, dma.n_outer, dma.outer_stride,
+                                         dma.n_inner, dma.inner_stride, dma.run,
                                          deps=last_gemm))
-                else:
-                    out.append(Instr.dma(False, 3, 0, pt, Q * Mtot * prec, qt, Mtot * prec,
-                                         mt * prec, deps=last_gemm))
             return out
-        return builder.template(("conv", layer, pt, qt, ct, mt, rows, cols, first, last), build)
+        return builder.template(("conv", layer, box, walk, ct, mt, first, last), build)
 
-    for n in range(Nb):
-        for gi in range(groups):
-            for p0 in range(0, P, tile.p):
-                pt = min(tile.p, P - p0)
-                h_lo = p0 * strides[0] - pad_t
-                h_hi = h_lo + conv_input_extent(pt, strides[0], dil[0], S)
-                h_lo, h_hi = max(h_lo, 0), min(h_hi, H)
-                for q0 in range(0, Q, tile.q):
-                    qt = min(tile.q, Q - q0)
-                    w_lo = q0 * strides[1] - pad_l
-                    w_hi = w_lo + conv_input_extent(qt, strides[1], dil[1], R)
-                    w_lo, w_hi = max(w_lo, 0), min(w_hi, Wd)
-                    rows, cols = max(h_hi - h_lo, 1), max(w_hi - w_lo, 1)
-                    for m0 in range(0, Mg, tile.m):
-                        mt = min(tile.m, Mg - m0)
-                        mabs = gi * Mg + m0
-                        builder.begin_group()
-                        for c0 in range(0, Cg, tile.c):
-                            ct = min(tile.c, Cg - c0)
-                            cabs = gi * Cg + c0
-                            first, last = c0 == 0, c0 + ct >= Cg
-                            xb = x_addr + ((n * H + h_lo) * Wd + w_lo) * Ctot * prec + cabs * prec
-                            wb = w_addr + (mabs * Cg + c0) * k_elems * prec
-                            bb = bias_addr + mabs * ACC_BYTES
-                            yb = y_addr + ((n * P + p0) * Q + q0) * Mtot * prec + mabs * prec
-                            builder.add_tile(template(pt, qt, ct, mt, rows, cols, first, last),
-                                             (xb, wb, bb, yb))
+    ranges = [[(o0, min(t, o - o0)) for o0 in range(0, o, t)] for o, t in zip(s.out, tile.out)]
+    for n in range(s.N):
+        for gi in range(s.groups):
+            for starts in product(*ranges):
+                box = tuple(t for _, t in starts)
+                window = tuple(_window(s, in_dims[d], pads[d], d, o0, t)
+                               for d, (o0, t) in enumerate(starts))
+                x_pos = sum(first * st for (first, _, _), st in zip(window, x_strides))
+                walk = tuple((n, step) for _, n, step in window)
+                y_pos = sum(o0 * st for (o0, _), st in zip(starts, y_strides))
+                for m0 in range(0, s.M, tile.m):
+                    mt = min(tile.m, s.M - m0)
+                    mabs = gi * s.M + m0
+                    builder.begin_group()
+                    for c0 in range(0, s.C, tile.c):
+                        ct = min(tile.c, s.C - c0)
+                        cabs = gi * s.C + c0
+                        first, last = c0 == 0, c0 + ct >= s.C
+                        xb = x_addr + (n * prod(in_dims) * Ctot + x_pos + cabs) * prec
+                        wb = w_addr + (mabs * s.C + c0) * K * prec
+                        bb = bias_addr + mabs * ACC_BYTES
+                        yb = y_addr + (n * prod(s.out) * Mtot + y_pos + mabs) * prec
+                        builder.add_tile(template(box, walk, ct, mt, first, last),
+                                         (xb, wb, bb, yb))
     for out in node.outputs:
         ctx.producer_layer[out] = layer

@@ -2,7 +2,8 @@
 
 Tiles are (n, c, m) blocks of the loop nest. The tiles of one output block that differ only
 in c form a *group*: they run in order on one core and accumulate into the same
-accumulator rows; the first loads the bias, the last moves the result out.
+accumulator rows; the first loads the bias, the last moves the result out. Within a tile
+the array walks its weight blocks reduction-outer (``lowering/array.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
+from npusim.lowering.array import Block, Stream, emit_schedule
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.mapping import LoopCounts
 from npusim.lowering.tiling import ACC_BYTES, GemmTile, choose_gemm_tile, gemm_tile_fits
@@ -56,6 +58,7 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
         info.mapping = tile.mapping(N, C, M)
         info.mapping_source = "heuristic"
     H, W = b.height, b.width
+    dataflow = ctx.config.core.systolic.dataflow
     builder = ctx.builder
     layer = builder.begin_layer(info, ctx.preds(node))
 
@@ -87,12 +90,9 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
                 else:
                     rows.append(Instr.dma(True, 1, c_lo * M * prec, kc, M * prec, 1, 0, mt * prec))
                 chunk_of_cb += [len(rows) - 1] * min(per_chunk, n_cb - cb0)
-            for cb in range(n_cb):
-                ch = min(H, ct - cb * H)
-                for mb in range(ceil(mt / W)):
-                    mw = min(W, mt - mb * W)
-                    rows.append(Instr.preload(deps=(chunk_of_cb[cb],), drain=cb == 0 and mb == 0))
-                    rows.append(Instr.gemm(nt, 1, nt * ch * mw, deps=deps_x))
+            blocks = [Block(min(H, ct - cb * H), min(W, mt - mb * W), chunk_of_cb[cb])
+                      for cb in range(n_cb) for mb in range(ceil(mt / W))]
+            emit_schedule(dataflow, rows, blocks, Stream(rows=nt, deps=deps_x))
             if last:
                 rows.append(Instr.dma(False, 3, 0, nt, M * prec, 1, 0, mt * prec,
                                       deps=(len(rows) - 1,)))

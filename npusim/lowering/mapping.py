@@ -7,7 +7,13 @@ Each line maps one layer's loop bounds to a tiling, e.g.::
 
 ``[T]`` is the total loop bound, ``[O]`` the number of outer tiles and ``[I]`` the inner tile
 size per loop. Loops: N batch (GEMM rows), C input channels (reduction), M output channels
-(GEMM columns), P/Q output height/width, S/R kernel height/width. Missing loops are 1.
+(GEMM columns), P/Q the two output dims, S/R kernel height/width. Missing loops are 1.
+ONNXim uses P/Q both ways round: its conv mapper writes the output rows as P (the lines
+published with Gemmini's RTL counts do too: Gemmini's tiler ``tiled_conv_auto`` runs 15 rows
+by 17 columns on ResNet-18's early layers, written ``P15 Q17``, and the RTL counts agree
+only that way), while its ``ConvWS`` keys a layer by Q = height, P = width. The conv
+lowering (``conv._lookup_conv_mapping``) reads P as rows, and as columns for a non-square
+layer whose ``[T]`` only matches that way round.
 
 The grammar follows ONNXim's ``Mapping::Mapping(std::string)``: sections are split on '-',
 the first token of a section is its tag, loops come in any order. Like ONNXim we accept

@@ -192,33 +192,34 @@ spatially (48 of 256 PEs, 19% utilization), each PE keeping 121 weights (R, S) i
 `pe_spad` and reducing R x S x C partial sums inside the PE, so partial sums almost never leave
 it (`output_activation_reg` 0.02 pJ/MAC) but every MAC reads its weight from the 192-word
 `pe_spad` (1.59 pJ/MAC) and an input from the shared buffer (1.20 pJ/MAC). npusim models
-Gemmini's weight-stationary dataflow on an 8x8 array at 98% utilization: a PRELOAD puts one
-weight per PE for a whole streamed block (registers 0.03 pJ/MAC at Accelergy's price, 0.58 at
-npusim's 45 nm per-bit price), one scratchpad row of
-8 inputs feeds 8 MACs per cycle (scratchpad 1.25-1.69 pJ/MAC), but the 363-deep reduction is
-split into 46 blocks of 8 and every block's partial sums are read and written back in the
-accumulator SRAM (1.79 pJ/MAC, a 256-bit access per 8 MACs each way): the price of weight
-stationarity with a short array that Timeloop's in-PE reduction avoids. On ONNXim's 8x8 `arch/`
-(the run built here) the architecture's own constraints fix the spatial mapping to M8 x C8 at
-the scratchpad, and conv1 has C = 3, so Timeloop uses 24 of 64 PEs (utilization 0.38, 4.39 M
-cycles), where npusim's Gemmini lowering folds C x R x S = 363 into the array rows (98%,
-1.68 M cycles).
+Gemmini's weight-stationary loop nest on an 8x8 array: per kernel position (121 of them) one
+block of the 3 input channels by 8 output channels, so 3 of the 8 array rows work
+(utilization 0.375): a PRELOAD puts one weight per PE for a whole streamed block (registers
+0.03 pJ/MAC at Accelergy's price, 0.58 at npusim's 45 nm per-bit price), one scratchpad row
+of inputs feeds 24 MACs per cycle (scratchpad 2.9-3.9 pJ/MAC), and every block's partial
+sums are read and written back in the accumulator SRAM (4.71 pJ/MAC, a 256-bit access per
+24 MACs each way): the price of weight stationarity with 3 input channels that Timeloop's
+in-PE reduction avoids. On ONNXim's 8x8 `arch/` (the run built here) the architecture's own
+constraints fix the spatial mapping to M8 x C8 at the scratchpad, and conv1 has C = 3, so
+Timeloop too uses 24 of 64 PEs (utilization 0.38, 4.39 M cycles, within 1% of npusim's
+4.42 M; npusim's 4,392,300 accumulator reads equal that cycle count).
 
 **What each counts.** Timeloop's total covers the MAC, the PE registers, `pe_spad`,
 `shared_glb` and DRAM accesses (0.75 pJ/MAC: 154,587 input, 174,240 weight (34,848 read five
 times) and 290,400 output words at 128 pJ each); it counts no leakage (idle actions are zero in this run), no on-chip
-network and no DRAM background. npusim adds the NoC (0.35 pJ/MAC), leakage (0.02 pJ/MAC) and
-the DRAM energy by DRAMPower's method over the run's 1.7 M cycles: background and refresh
-(1.24 pJ/MAC) are as large as the bursts themselves at this low bandwidth. Its DRAM read and
+network and no DRAM background. npusim adds the NoC (0.50 pJ/MAC), leakage (0.04 pJ/MAC) and
+the DRAM energy by DRAMPower's method over the run's 4.4 M cycles: background and refresh
+(3.22 pJ/MAC) are larger than the bursts themselves (2.08) at this low bandwidth. Its DRAM read and
 write energy is per burst from IDD4R/IDD4W plus activates from the controller's own command
 counts, not a fixed energy per word. With the same Accelergy MAC and buffer prices, npusim's
-compute-side energy (mac + registers + spad + accum: 5.7 pJ/MAC) is 0.7 pJ/MAC above Timeloop's
-on-chip total (5.05 pJ/MAC), less than the accumulator traffic above: the two mappings move
-different data but land close. The Timeloop run on the 8x8 `arch/` comes to 24.7 pJ/MAC because
+compute-side energy (mac + registers + spad + accum: 10.8 pJ/MAC) is 5.8 pJ/MAC above
+Timeloop's on-chip total (5.05 pJ/MAC): the accumulator traffic and the scratchpad reads of a
+weight-stationary array that keeps 3 of its 8 rows busy, which Timeloop's in-PE reduction on
+the 16x16 exercise architecture does not pay. The Timeloop run on the 8x8 `arch/` comes to 24.7 pJ/MAC because
 that architecture declares 32-bit MACs and storage words and PAT prices them high: 4.0 pJ per MAC
 (npusim 45 nm: 0.9 for 16 bits), 1.95 pJ per register access (npusim: 0.14 for 16 bits), 221 pJ
 per 256-bit scratchpad access, 67 pJ per accumulator access, 3.2 nJ per 256-bit DRAM block
-(12.5 pJ/bit; npusim's HBM2 comes to 2.5 pJ/MAC with background and refresh). Its counts show the
+(12.5 pJ/bit; npusim's HBM2 comes to 5.3 pJ/MAC with background and refresh). Its counts show the
 same structure as npusim's: partial sums go back to the accumulator (5.6 pJ/MAC there), weights
 stay in the PE.
 """

@@ -1,5 +1,5 @@
-"""Whole-model benchmark (issue 4): ResNet-50 at batch 1 and 8 and BERT-base at sequence 512
-on the `server` and `mobile` presets.
+"""Whole-model benchmark (issue 4): ResNet-18, ResNet-50 (batch 1 and 8), MobileNetV2 and
+BERT-base at sequence 512 on the `server` and `mobile` presets.
 
 Each case runs in its own process (so its peak memory is its own): one warm-up simulation
 loads the cached kernels, then the timed one. Prints simulated cycles, wall seconds of the
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -28,9 +29,13 @@ DEFAULT_OUT = REPO / "results" / "benchmarks" / "models.json"
 CASES = [
     ("resnet50", {"batch": 1}, "server"),
     ("resnet50", {"batch": 8}, "server"),
+    ("resnet18", {"batch": 1}, "server"),
+    ("mobilenetv2", {"batch": 1}, "server"),
     ("bert_base", {"batch": 1, "seq": 512}, "server"),
     ("resnet50", {"batch": 1}, "mobile"),
     ("resnet50", {"batch": 8}, "mobile"),
+    ("resnet18", {"batch": 1}, "mobile"),
+    ("mobilenetv2", {"batch": 1}, "mobile"),
     ("bert_base", {"batch": 1, "seq": 512}, "mobile"),
 ]
 QUICK = CASES[:1]
@@ -102,6 +107,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args()
     rows = []
+    load_before = os.getloadavg()
     for model, dims, preset in (QUICK if args.quick else CASES):
         print(f"running {model} {dims} on {preset} ...", flush=True)
         rows.append(run_case(model, dims, preset))
@@ -109,14 +115,17 @@ def main() -> int:
     print("\n".join(lines))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=REPO).stdout.strip()
+    load = (load_before[0], os.getloadavg()[0])
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit,
               "python": platform.python_version(), "machine": platform.platform(),
-              "cases": rows}
+              "cpus": os.cpu_count(), "load_average_1min": load, "cases": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     args.out.with_suffix(".md").write_text(
         f"# Whole-model benchmark\n\n{report['date']}, commit {commit}, Python "
-        f"{report['python']}, {report['machine']}\n\n" + "\n".join(lines) + "\n\n"
+        f"{report['python']}, {report['machine']}; {os.cpu_count()} CPUs, 1-minute load "
+        f"average {load[0]:.1f} at the start and {load[1]:.1f} at the end (other jobs slow "
+        f"the wall times, never the cycles)\n\n" + "\n".join(lines) + "\n\n"
         "Targets: ResNet-50 on `server` under 5 s once compiled and under 2 GB "
         "(ONNXim: ~15 s for ResNet-18 on its TPUv4i-like config on this machine).\n")
     print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
