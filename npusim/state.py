@@ -48,7 +48,7 @@ def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables, placemen
     glob = _table(ks.N_GLOB)
     glob[ks.G_TRACE_STOP] = isa.NEVER
     return ks.State(glob=glob, rings=_rings(cfg, p), cores=_cores(cfg, prog, p, placement, trace),
-                    noc=_noc(cfg, trace), mem=_memory(cfg, p, mt, log_commands, trace))
+                    noc=_noc(cfg, p, trace), mem=_memory(cfg, p, mt, log_commands, trace))
 
 
 def extend_state(st: ks.State, old: Program, prog: Program) -> ks.State:
@@ -136,18 +136,30 @@ def _cores(cfg: NpuConfig, prog: Program, p: Params, placement: Placement, trace
     )
 
 
-def _noc(cfg: NpuConfig, trace) -> ks.Noc:
-    """The crossbar's ports (placeholders with ideal memory: there is no NoC)."""
+def _noc(cfg: NpuConfig, p: Params, trace) -> ks.Noc:
+    """The crossbar's ports, or the router network (``npusim.noc.chip``); placeholders for
+    the model not used (both with ideal memory: there is no NoC)."""
+    from npusim.noc.chip import chip_network, placeholder_network
+
     net = cfg.memory.type != "ideal"
-    C, ch = cfg.num_cores, cfg.memory.channels if net else 1
+    routers = net and cfg.noc.type != "crossbar"
+    C, ch = cfg.num_cores, cfg.memory.channels if net and not routers else 1
     ctl = _table(ks.N_NC_FIELDS)
     ctl[ks.NC_WAKE] = isa.NEVER  # nothing in flight yet
+    if routers:
+        network = chip_network(cfg, skip=bool(p.skip), trace_ring=trace.ring if trace else 0,
+                               trace_bin=p.trace_bin, period=p.noc_period)
+    else:
+        network = placeholder_network(cfg)
     return ks.Noc(
         ctl=ctl,
         xb_ch=_table(ks.N_XC_FIELDS, ch),
         xb_core=_table(ks.N_XP_FIELDS, C),
         xb_heads=_table(C, (ch + 63) // 64),
-        tr_noc=_table(2, trace.ring, C, ch) if trace is not None else _table(2, 1, 1, 1),
+        net=network.state, net_tab=network.tables, net_p=network.params,
+        net_msg=_table(ks.N_MSG_FIELDS, network.state.pkt.shape[1]),
+        tr_noc=(_table(2, trace.ring, C, cfg.memory.channels if net else 1)
+                if trace is not None else _table(2, 1, 1, 1)),
     )
 
 

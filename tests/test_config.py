@@ -51,7 +51,7 @@ def error_of(fn, *args, **kw) -> str:
 # --- presets -----------------------------------------------------------------------------
 
 def test_list_presets():
-    assert list_presets() == ["gemmini_validation", "mobile", "server"]
+    assert list_presets() == ["chiplet", "gemmini_validation", "mobile", "server"]
 
 
 def test_default_preset_is_mobile():
@@ -264,15 +264,15 @@ def test_file_errors_name_the_file(tmp_path):
 def test_unknown_preset_lists_presets():
     msg = error_of(load_config, "mobil")
     assert "unknown preset 'mobil'" in msg and "did you mean 'mobile'?" in msg
-    assert "available presets: gemmini_validation, mobile, server" in msg
+    assert "available presets: chiplet, gemmini_validation, mobile, server" in msg
 
 
 def test_missing_file_lists_presets(tmp_path):
     msg = error_of(load_config, str(tmp_path / "nope.toml"))
     assert "nope.toml not found" in msg
-    assert "available presets: gemmini_validation, mobile, server" in msg
+    assert "available presets: chiplet, gemmini_validation, mobile, server" in msg
     msg = error_of(load_config, str(tmp_path / "nope.json"))
-    assert "available presets: gemmini_validation, mobile, server" in msg
+    assert "available presets: chiplet, gemmini_validation, mobile, server" in msg
 
 
 def test_malformed_toml_names_file_and_line(tmp_path):

@@ -15,6 +15,7 @@ from .. import isa
 from ..jit import kernel
 from .router import flit_sent, pop_flit, push_flit, receive_credits, send_credit
 from .state import *  # noqa: F403  (field indices)
+from .trace import trace_link
 
 
 @kernel(inline=True)
@@ -77,10 +78,12 @@ def nic_send(ns, nt, p, n, t):
     size = ns.pkt[PK_SIZE, pkt]
     flags = (F_HEAD if sent == 0 else 0) | (F_TAIL if sent == size - 1 else 0)
     gap = nt.link[LK_GAP, q]
-    push_flit(ns, nt, p, nt.link[LK_DST, q], vc, pkt, flags, t + nt.link[LK_LAT, q] + gap)
+    push_flit(ns, nt, p, nt.link[LK_DST, q], vc, pkt, flags, t + nt.link[LK_LAT, q] + gap, t)
     flit_sent(ns, p, q, vc, flags)
     ns.out_free[q] = t + gap
     ns.link_flits[q] += 1
+    if p.trace == 1:
+        trace_link(ns, p, q, t)
     ns.nic[n, NI_SENT] = sent + 1
     if flags & F_TAIL:
         ns.nic[n, NI_PKT] = -1

@@ -32,11 +32,13 @@ from ..ring import ring_at, ring_next
 from .alloc import switch_allocate, vc_allocate_port
 from .names import ALLOC_WAVEFRONT
 from .state import *  # noqa: F403  (field indices)
+from .trace import trace_link, trace_occupancy
 
 
 @kernel(inline=True)
-def push_flit(ns, nt, p, q, v, pkt, flags, arr):
-    """Write a flit into input row q, VC v, arriving at cycle arr (its slot is taken now)."""
+def push_flit(ns, nt, p, q, v, pkt, flags, arr, t):
+    """Write a flit into input row q, VC v, at cycle t, arriving at cycle arr (its slot
+    is taken now)."""
     n = ns.ivc[q, v, IV_COUNT]
     k = ring_at(ns.ivc[q, v, IV_HEAD], n, p.depth)
     ns.fb[q, v, k, FB_PKT] = pkt
@@ -50,6 +52,8 @@ def push_flit(ns, nt, p, q, v, pkt, flags, arr):
         ns.occ[q] |= 1 << v
     ns.ivc[q, v, IV_COUNT] = n + 1
     w = nt.row_owner[q]
+    if p.trace == 1 and w < p.n_routers:
+        trace_occupancy(ns, p, w, t)
     ns.busy[w] += 1
     ns.wake[w] = min(ns.wake[w], arr)
     ns.glob[NG_WAKE] = min(ns.glob[NG_WAKE], arr)
@@ -67,7 +71,10 @@ def pop_flit(ns, nt, p, q, v, t):
     n = ns.ivc[q, v, IV_COUNT] - 1
     ns.ivc[q, v, IV_HEAD] = h
     ns.ivc[q, v, IV_COUNT] = n
-    ns.busy[nt.row_owner[q]] -= 1
+    w = nt.row_owner[q]
+    if p.trace == 1 and w < p.n_routers:
+        trace_occupancy(ns, p, w, t)
+    ns.busy[w] -= 1
     ns.glob[NG_FLITS] -= 1
     if n == 0:
         ns.occ[q] &= ~(1 << v)
@@ -262,12 +269,14 @@ def _switch_allocation(ns, nt, p, r, t, nset):
         send_credit(ns, nt, p, q, v, leave)
         gap = nt.link[LK_GAP, qo]
         push_flit(ns, nt, p, nt.link[LK_DST, qo], ov, pkt, flags,
-                  leave + 1 + p.st_delay + nt.link[LK_LAT, qo] + gap - 1)
+                  leave + 1 + p.st_delay + nt.link[LK_LAT, qo] + gap - 1, t)
         flit_sent(ns, p, qo, ov, flags)
         ns.out_free[qo] = t + gap
         ns.sw_rr[q] = v + 1 if v + 1 < V else 0
         ns.link_flits[qo] += 1
         ns.router_flits[r] += 1
+        if p.trace == 1:
+            trace_link(ns, p, qo, t)
     for k in range(nset):
         lab[ns.al[AL_SET, k]] = -1
 

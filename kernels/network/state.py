@@ -30,6 +30,8 @@ NOC_PARAM_FIELDS = (
     "n_routers", "ports", "vcs", "depth", "n_nodes",
     "routing_delay", "va_delay", "sa_delay", "st_delay",
     "va_alloc", "sa_alloc", "va_iters", "sa_iters", "wait_tail", "skip",
+    # tracing (network/trace.py): on/off, bin width in ticks, ticks per NoC cycle
+    "trace", "trace_bin", "period",
 )
 NocParams = namedtuple("NocParams", NOC_PARAM_FIELDS)
 
@@ -41,8 +43,13 @@ NocParams = namedtuple("NocParams", NOC_PARAM_FIELDS)
 #   vc_lo/vc_hi[msg_class, cls]   VC range of a message class and VC class (cls = vc_classes: all)
 #   vc_mask[msg_class, cls]       the same range as a bit set
 #   row_owner[row]                router (or n_routers + node) of a row: index into busy/wake
+#   link_class[row]               what an output row drives: LC_* (energy, traces; the
+#                                 kernels do not read it)
 NocTables = namedtuple("NocTables", ("link", "in_src", "route", "route_class", "vc_lo",
-                                     "vc_hi", "vc_mask", "row_owner"))
+                                     "vc_hi", "vc_mask", "row_owner", "link_class"))
+# link_class: no link (an unused port); a link into an endpoint or out of one; a link
+# between two routers on one die; a die-to-die link
+LC_NONE, LC_ENDPOINT, LC_ON_DIE, LC_DIE_TO_DIE = range(4)
 (LK_DST, LK_LAT, LK_GAP, LK_CREDIT_DELAY) = range(4)
 N_LK_FIELDS = 4
 
@@ -71,6 +78,10 @@ NOC_STATE_TABLES = (
     "glob",     # [NG_*]
     "link_flits",  # [row]                   flits sent out of each output row
     "router_flits",  # [router]              flits through each router's switch
+    # tracing (network/trace.py; one-element placeholders when off)
+    "tr_link",  # [slot, row]                flits out of each output row, binned ring
+    "tr_occ",   # [slot, router]             buffer occupancy (flits x cycles), binned ring
+    "tr_since",  # [router]                  cycle tr_occ is added up to
     # allocator scratch, reused by every router (S = ports * vcs)
     "sa_label",  # [ports * ports]           switch requests: input i -> output o, by VC
     "al",       # [AL_*, S]                  match state of allocator inputs and outputs

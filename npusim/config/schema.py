@@ -261,6 +261,9 @@ class NocConfig:
     link_latency: int = _int(1, 10000, default=1)  # NoC cycles per router-to-router link
     link_bytes: int = _int(0, 4096, default=0)     # link width; 0: flit_bytes
     core_routers: tuple = _ints(0, 1 << 20)    # site of each core ([] = the defaults)
+    # network interfaces per core (ONNXim's icnt_injection_ports_per_core): requests leave
+    # through whichever is free; a response comes back to interface (channel % ports)
+    core_ports: int = _int(1, 64, default=1)
     memory_routers: tuple = _ints(0, 1 << 20)  # site of each memory channel
     router: RouterConfig = field(default_factory=RouterConfig)
     d2d: DieToDieConfig = field(default_factory=DieToDieConfig)

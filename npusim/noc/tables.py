@@ -80,11 +80,13 @@ def vc_ranges(vcs: int, msg_classes: int, vc_classes: int, kind: str):
     return lo, hi
 
 
-def build_network(topo: Topology, sites, noc, msg_classes: int = 1,
-                  skip: bool = True) -> Network:
+def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool = True,
+                  trace_ring: int = 0, trace_bin: int = 1, period: int = 1) -> Network:
     """Tables and zeroed state for ``topo`` with one endpoint per entry of ``sites``.
 
-    ``noc`` is the config's noc section (NocConfig): router parameters, flit size, clock."""
+    ``noc`` is the config's noc section (NocConfig): router parameters, flit size, clock.
+    ``trace_ring`` > 0 turns the trace counters on: that many bins of ``trace_bin`` ticks,
+    a NoC cycle being ``period`` ticks (``kernels/network/trace.py``)."""
     rc = noc.router
     sites = np.asarray(sites, dtype=np.int64)
     R, N = topo.n_routers, len(sites)
@@ -167,16 +169,23 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1,
     row_owner = np.concatenate([np.repeat(np.arange(R), P), R + np.arange(N)]).astype(np.int64)
     vc_mask = np.array([[sum(1 << v for v in range(a, b + 1)) for a, b in zip(la, ha)]
                         for la, ha in zip(vc_lo, vc_hi)], dtype=np.int64)
-    tables = ks.NocTables(link, in_src, route, route_class, vc_lo, vc_hi, vc_mask, row_owner)
+    link_class = np.full(rows, ks.LC_NONE, dtype=np.int64)
+    link_class[in_src[in_src >= 0]] = ks.LC_ENDPOINT
+    for k in range(topo.n_links):
+        link_class[topo.link_src[k] * P + port_of_link[k]] = (
+            ks.LC_DIE_TO_DIE if topo.link_d2d is not None and topo.link_d2d[k] else ks.LC_ON_DIE)
+    tables = ks.NocTables(link, in_src, route, route_class, vc_lo, vc_hi, vc_mask, row_owner,
+                          link_class)
     params = ks.NocParams(
         n_routers=R, ports=P, vcs=rc.vcs, depth=rc.vc_buffer_flits, n_nodes=N,
         routing_delay=rc.routing_delay, va_delay=rc.vc_alloc_delay, sa_delay=rc.sw_alloc_delay,
         st_delay=rc.st_delay, va_alloc=ALLOCATORS.index(rc.vc_allocator),
         sa_alloc=ALLOCATORS.index(rc.sw_allocator), va_iters=rc.vc_alloc_iters,
         sa_iters=rc.sw_alloc_iters,
-        wait_tail=int(rc.wait_for_tail_credit), skip=int(skip))
-    return Network(topo, sites, params, tables, make_state(params, rows), out_link, out_node,
-                   msg_classes)
+        wait_tail=int(rc.wait_for_tail_credit), skip=int(skip), trace=int(trace_ring > 0),
+        trace_bin=int(trace_bin), period=int(period))
+    return Network(topo, sites, params, tables, make_state(params, rows, trace_ring), out_link,
+                   out_node, msg_classes)
 
 
 CACHE_LINE = 64
@@ -193,7 +202,7 @@ def _aligned(shape, fill=0) -> np.ndarray:
     return out
 
 
-def make_state(p: ks.NocParams, rows: int) -> ks.NocState:
+def make_state(p: ks.NocParams, rows: int, trace_ring: int = 0) -> ks.NocState:
     V, B, P = p.vcs, p.depth, p.ports
     S = max(P * V, P)
     n_packets = rows * V * B + p.n_nodes  # every buffered flit's packet, every queue head
@@ -231,6 +240,9 @@ def make_state(p: ks.NocParams, rows: int) -> ks.NocState:
         glob=glob,
         link_flits=np.zeros(rows, dtype=np.int64),
         router_flits=np.zeros(p.n_routers, dtype=np.int64),
+        tr_link=np.zeros((trace_ring, rows) if trace_ring else (1, 1), dtype=np.int64),
+        tr_occ=np.zeros((trace_ring, p.n_routers) if trace_ring else (1, 1), dtype=np.int64),
+        tr_since=np.zeros(p.n_routers if trace_ring else 1, dtype=np.int64),
         sa_label=np.full(P * P, -1, dtype=np.int64),
         al=np.zeros((ks.N_AL_FIELDS, S), dtype=np.int64),
         va_req=np.zeros((ks.N_VR_FIELDS, S), dtype=np.int64),

@@ -50,6 +50,7 @@ class Topology:
     memory_sites: list[int] = field(default_factory=list)  # and of memory channels
     nodes: list[int] = field(default_factory=list)  # synthetic traffic: the site of each node
     names: list[str] | None = None  # router names (default: coordinates)
+    link_d2d: np.ndarray | None = None  # [link]: True for a die-to-die link (chiplets)
 
     def __post_init__(self):
         if self.site_in is None:
@@ -242,6 +243,7 @@ def split_dies(topo: Topology, dims: list[int], dies: list[int], latency: int, w
     for i, (k, n) in enumerate(zip(dims, dies)):
         die = die * n + topo.coords[:, i] * n // k
     cross = die[topo.link_src] != die[topo.link_dst]
+    topo.link_d2d = cross
     topo.link_latency[cross] = latency
     topo.link_bytes[cross] = width
     topo.link_freq_mhz[cross] = freq_mhz

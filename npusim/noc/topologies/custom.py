@@ -93,6 +93,7 @@ def build(noc, n_cores: int, n_channels: int):
     order = [index[nodes[n]] for n in sorted(nodes)]
     check_connected(topo, order, order, f"noc.file {noc.file}")
     topo.nodes = order
-    topo.core_sites = order[:n_cores]
-    topo.memory_sites = order[n_cores:]
+    ports = n_cores * noc.core_ports  # the cores' interfaces first (ONNXim's order)
+    topo.core_sites = order[:ports]
+    topo.memory_sites = order[ports:]
     return topo

@@ -20,7 +20,8 @@ def radix_for(terminals: int, stages: int) -> int:
 
 def build(noc, n_cores: int, n_channels: int):
     n = noc.stages
-    k = noc.radix or radix_for(n_cores + n_channels, n)
+    ports = n_cores * noc.core_ports  # the cores' interfaces (ONNXim: cores x ports)
+    k = noc.radix or radix_for(ports + n_channels, n)
     per_stage = k ** (n - 1)
     if per_stage * n > 4096:
         raise NpusimError(f"config fields noc.radix = {k}, noc.stages = {n}: a butterfly of "
@@ -43,5 +44,5 @@ def build(noc, n_cores: int, n_channels: int):
                     site_in=router(0, terminals // k), site_out=router(n - 1, terminals // k),
                     names=[f"stage{r // per_stage}.{r % per_stage}" for r in range(R)])
     topo.core_sites = list(range(len(terminals)))
-    topo.memory_sites = list(range(n_cores, len(terminals))) or [0]
+    topo.memory_sites = list(range(ports, len(terminals))) or [0]
     return topo
