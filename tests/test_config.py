@@ -393,8 +393,7 @@ def test_onnxim_tpuv4_translation():
 
 
 def test_onnxim_flat_layout_and_ideal_dram():
-    with pytest.warns(NpusimWarning, match="icnt_type = 'booksim2'"):
-        c = load_config(DATA / "onnxim_gemmini_8x8_c1_flat.json")
+    c = load_config(DATA / "onnxim_gemmini_8x8_c1_flat.json")
     assert (c.num_cores, c.precision) == (1, 1)
     assert (c.core.systolic.width, c.core.systolic.height) == (8, 8)
     assert (c.core.spad_kib, c.core.accum_kib) == (64, 16)
@@ -404,7 +403,8 @@ def test_onnxim_flat_layout_and_ideal_dram():
     assert (c.memory.freq_mhz, c.memory.channels, c.memory.latency) == (1600, 2, 0)
     assert c.memory.channel_bytes_per_cycle == 32  # dram_req_size 64 / dram_nbl 2
     assert (c.dma.request_bytes, c.noc.flit_bytes, c.noc.freq_mhz) == (64, 64, 2000)
-    assert c.noc.type == "crossbar"  # booksim2
+    # booksim2 with ONNXim's own fly_c1_m2.icnt: one router of 3 terminals
+    assert (c.noc.type, c.noc.radix, c.noc.stages) == ("fly", 3, 1)
 
 
 def test_onnxim_overrides_apply_after_translation():

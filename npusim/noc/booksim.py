@@ -91,6 +91,38 @@ ROUTING = {"mesh": ("dor", "dim_order"), "torus": ("dim_order",), "fly": ("dest_
            "anynet": ("min",)}
 
 
+# ONNXim's own Booksim files (configs/booksim2_configs/, ONNXim a1e8629): its plain
+# butterflies are one text, a single router of k = cores x ports + channels terminals
+ONNXIM_FLY = """[config]
+use_map = 0
+flit_size = 64
+topology = fly
+k = {k}
+n = 1
+routing_function = dest_tag
+subnets = 1
+
+vc_buf_size = 64
+input_buffer_size = 256
+ejection_buffer_size = 64
+boundary_buffer_size = 64
+wait_for_tail_credit = 0
+vc_allocator = islip
+sw_allocator = islip
+alloc_iters = 1
+"""
+ONNXIM_FLY_FILES = {"fly_c1_m2.icnt": 3, "fly_c1_m8.icnt": 9, "fly_c2_m8.icnt": 10,
+                    "fly_c4_m2.icnt": 6, "fly_c4_m8.icnt": 12, "fly_c4_m16.icnt": 20,
+                    "fly_c4_m32.icnt": 36, "fly_c16_m8.icnt": 24, "fly_c64_m8.icnt": 72}
+
+
+def onnxim_booksim_text(name: str) -> str | None:
+    """The text of ONNXim's own Booksim file ``name`` (a butterfly), None if it ships no
+    such file."""
+    k = ONNXIM_FLY_FILES.get(name)
+    return None if k is None else ONNXIM_FLY.format(k=k)
+
+
 @dataclass
 class BooksimFile:
     """A Booksim config: npusim ``noc`` overrides, the traffic and its measurement."""
@@ -136,14 +168,17 @@ def _allocator(key: str, text: str, where: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2) or 1)
 
 
-def read_booksim(path: str | Path, overrides: dict | None = None) -> BooksimFile:
+def read_booksim(path: str | Path, overrides: dict | None = None,
+                 text: str | None = None) -> BooksimFile:
     """Read a Booksim config file (plus ``key=value`` overrides as Booksim's command line
-    takes them) into npusim terms."""
+    takes them) into npusim terms; ``text``: the file's contents, when they do not come
+    from ``path`` (ONNXim's own files, ``onnxim_booksim_text``)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise NpusimError(f"Booksim config {path}: cannot read it ({err.strerror})") from None
+    if text is None:
+        try:
+            text = path.read_text()
+        except OSError as err:
+            raise NpusimError(f"Booksim config {path}: cannot read it ({err.strerror})") from None
     where = str(path)
     given = parse_booksim(text, where)
     given.update(overrides or {})
