@@ -340,10 +340,12 @@ def router_step(ns, nt, p, r, t):
     ns.wake[r] = t + 1 if nreq + nset > 0 else max(w, t + 1)
 
 
-@kernel
+@kernel(inline=True)
 def routers_step(ns, nt, p, t):
     """Cycle t of every router due (every router without skip); returns the earliest
-    cycle any router is due next."""
+    cycle any router is due next. Inlined into its callers (the engine's NoC step runs it
+    every NoC cycle with traffic: an out-of-line call passes each of the network's ~40
+    arrays separately, see kernels/jit.py)."""
     nxt = isa.NEVER
     for r in range(p.n_routers):
         if ns.wake[r] <= t or p.skip == 0:
