@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from npusim.cli import app
 from npusim.errors import NpusimError
-from npusim.noc.booksim import read_booksim
+from npusim.noc.booksim import onnxim_booksim_text, read_booksim
 from npusim.noc.run import run_noc
 
 runner = CliRunner()
@@ -44,25 +44,9 @@ traffic       = uniform;
 injection_rate = 0.2;
 """
 
-# the form of ONNXim's configs/booksim2_configs/*.icnt: a [config] header, no semicolons
-ONNXIM_FLY = """[config]
-use_map = 0
-flit_size = 64
-topology = fly
-k = 12
-n = 1
-routing_function = dest_tag
-subnets = 1
-
-vc_buf_size = 64
-input_buffer_size = 256
-ejection_buffer_size = 64
-boundary_buffer_size = 64
-wait_for_tail_credit = 0
-vc_allocator = islip
-sw_allocator = islip
-alloc_iters = 1
-"""
+# ONNXim's configs/booksim2_configs/fly_c4_m8.icnt (the form of its files: a [config]
+# header, no semicolons), as npusim.noc.booksim keeps ONNXim's own butterflies
+ONNXIM_FLY = onnxim_booksim_text("fly_c4_m8.icnt")
 
 
 def write(tmp_path, text, name="cfg"):

@@ -23,6 +23,7 @@ from npusim.kernels.isa import NEVER
 from npusim.kernels.network import state as ks
 from npusim.kernels.network.names import ALLOCATORS
 from npusim.noc.topology import Topology
+from npusim.state import aligned_table
 
 ENDPOINT_LINK_LATENCY = 1
 
@@ -188,26 +189,12 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
                    out_node, msg_classes)
 
 
-CACHE_LINE = 64
-
-
-def _aligned(shape, fill=0) -> np.ndarray:
-    """An int64 array whose data starts on a cache line, so a 64-byte VC record
-    (``ivc[row, vc]``) never straddles two."""
-    n = int(np.prod(shape))
-    buf = np.empty(n + CACHE_LINE // 8, dtype=np.int64)
-    skip = (-buf.ctypes.data % CACHE_LINE) // 8
-    out = buf[skip:skip + n].reshape(shape)
-    out.fill(fill)
-    return out
-
-
 def make_state(p: ks.NocParams, rows: int, trace_ring: int = 0) -> ks.NocState:
     V, B, P = p.vcs, p.depth, p.ports
     S = max(P * V, P)
     n_packets = rows * V * B + p.n_nodes  # every buffered flit's packet, every queue head
-    ivc = _aligned((rows, V, ks.N_IV_FIELDS))
-    ovc = _aligned((rows, V, ks.N_OV_FIELDS))
+    ivc = aligned_table(rows, V, ks.N_IV_FIELDS)
+    ovc = aligned_table(rows, V, ks.N_OV_FIELDS)
     ovc[:, :, ks.OV_OWNER] = -1
     ovc[:, :, ks.OV_CREDITS] = B
     nic = np.zeros((p.n_nodes, ks.N_NI_FIELDS), dtype=np.int64)
