@@ -1,4 +1,4 @@
-"""The one decorator every kernel uses.
+"""The one decorator every kernel uses, and the notice shown while kernels compile.
 
 ``_nrt=False`` compiles without numba's reference-counting runtime. Kernels only read and
 write preallocated arrays (they never allocate or return arrays), so there is nothing to
@@ -14,11 +14,47 @@ work of a DRAM command. The per-event-step path (``dram_step``, ``noc_step``,
 DRAM replay, at the price of compiling those kernels once per caller.
 """
 
+import sys
+
 from numba import njit
+from numba.core import event
+
+# What a cold compile of every kernel a run needs usually costs (tests/benchmarks/
+# bench_compile.py, CPU seconds on one core of the 2-core reference machine); the notice
+# quotes it so that a silent first run does not look hung.
+USUAL_COMPILE_SECONDS = 120
+COMPILE_NOTICE = (f"npusim: compiling the simulation kernels, once per install (usually about "
+                  f"{USUAL_COMPILE_SECONDS} s; `npusim compile` does it ahead of time)")
 
 
 def kernel(fn=None, *, inline=False):
     """Compile ``fn`` as an npusim kernel (nopython, cached, no refcounting runtime)."""
     if fn is None:
         return lambda f: kernel(f, inline=inline)
-    return njit(cache=True, _nrt=False, inline="always" if inline else "never")(fn)
+    dispatcher = njit(cache=True, _nrt=False, inline="always" if inline else "never")(fn)
+    dispatcher.npusim_kernel = True  # the compile notice speaks of these only
+    return dispatcher
+
+
+class _CompileNotice(event.Listener):
+    """One line on stderr, once per process, when an npusim kernel is compiled.
+
+    numba broadcasts ``numba:compile`` only on a cache miss (a load from the on-disk cache
+    broadcasts nothing), so the line appears exactly when a run is about to wait for
+    the compiler: the first run after an install or a kernel edit.
+    """
+
+    def __init__(self):
+        self.said = False
+
+    def on_start(self, ev):
+        if self.said or not getattr(ev.data["dispatcher"], "npusim_kernel", False):
+            return
+        self.said = True
+        print(COMPILE_NOTICE, file=sys.stderr, flush=True)
+
+    def on_end(self, ev):
+        pass
+
+
+event.register("numba:compile", _CompileNotice())
