@@ -1,42 +1,96 @@
-"""The one decorator every kernel uses, and the notice shown while kernels compile.
+"""The two decorators every kernel uses, and the notice shown while kernels compile.
 
-``_nrt=False`` compiles without numba's reference-counting runtime. Kernels only read and
-write preallocated arrays (they never allocate or return arrays), so there is nothing to
-count, and counting cost more than the simulation itself: every call between kernels
-incremented and decremented each state array with atomic instructions (measured: 15x
-slower per event step). ``cache=True`` keeps compiled kernels on disk across processes.
+``entry`` marks the few kernels Python calls (the main loop, the trace sync, the DRAM
+replay); ``kernel`` every other one, which only kernels call. Both compile without numba's
+reference-counting runtime (``_nrt=False``): kernels only read and write preallocated
+arrays (they never allocate or return arrays), so there is nothing to count, and counting
+cost more than the simulation itself (every call between kernels incremented and
+decremented each state array with atomic instructions: 15x slower per event step).
 
-``inline=True`` inlines a kernel into its callers at numba-IR level. A call between kernels
-that LLVM does not inline passes every array of its tuple arguments as separate
-arguments (a few hundred machine words pushed per call), which cost more than the work of
-a DRAM command. The per-event-step path (``dram_step``, ``noc_step``, ``cores_step`` and
-what they call every step: the DRAM controller, the crossbar's grants, ``core_issue``,
-``next_tile_for_core``) is therefore inlined: 2.2x faster DRAM replay, at the price of
-compiling those kernels once per caller. Do not leave it to LLVM: its inliner counts the
-words a call passes in favour of inlining, so it inlined these kernels by itself only while
-every call passed the whole chip state; once a unit's kernels took just their own tables
-and the rings, it kept them out of line and the engine ran 2-3x slower.
+Only entry points are cached on disk (``cache=True``); an entry's cached machine code holds
+every kernel it calls. A ``kernel`` is compiled only while an entry that calls it compiles,
+and without numba's Python wrapper: for a kernel taking the State, MemTables and Params
+tuples that wrapper (unboxing some hundred arrays and integers) cost more compile time than
+the kernel, and nothing used it. Python (a test) may still call a kernel: the first call
+compiles a twin with the wrapper (``Kernel.__call__``).
+
+``inline=True`` makes LLVM inline a kernel into every caller (``forceinline``: the LLVM
+``alwaysinline`` attribute). A call between kernels that is not inlined passes every array
+of its tuple arguments as separate arguments (a few hundred machine words pushed per
+call), which cost more than the work of a DRAM command. The per-event-step path
+(``dram_step``, ``noc_step``, ``cores_step`` and what they call every step: the DRAM
+controller, the crossbar's grants, ``core_issue``, ``next_tile_for_core``) is therefore
+inlined. Do not leave it to LLVM's own judgment: its inliner counts the words a call passes
+in favour of inlining, so it inlined these kernels by itself only while every call passed
+the whole chip state; once a unit's kernels took just their own tables and the rings, it
+kept them out of line and the engine ran 2-3x slower. Nor inline at numba-IR level
+(``inline="always"``), as these kernels once did: numba's inliner deep-copies the callee's
+IR once per block, scope included, so its cost grew with blocks x variables of every
+inlined function and again at every level of nesting; the DRAM controller, inlined through
+four levels into the main loop, took 70 of the 130 CPU seconds of a cold compile
+(tests/benchmarks/bench_compile.py).
 """
 
+import dis
 import sys
 
-from numba import njit
+from numba import njit, types
 from numba.core import event
+from numba.core.registry import CPUDispatcher
 
-# What a cold compile of every kernel a run needs usually costs (tests/benchmarks/
-# bench_compile.py, CPU seconds on one core of the 2-core reference machine); the notice
-# quotes it so that a silent first run does not look hung.
-USUAL_COMPILE_SECONDS = 120
+# What a cold compile of the kernels a run needs usually costs (tests/benchmarks/
+# bench_compile.py: CPU seconds of the first `npusim simulate` on the 2-core reference
+# machine); the notice quotes it so that a silent first run does not look hung.
+USUAL_COMPILE_SECONDS = 25
 COMPILE_NOTICE = (f"npusim: compiling the simulation kernels, once per install (usually about "
                   f"{USUAL_COMPILE_SECONDS} s; `npusim compile` does it ahead of time)")
 
 
+class Kernel(CPUDispatcher):
+    """A kernel only kernels call: no Python wrapper, no cache of its own, and one
+    specialisation per argument types.
+
+    numba would compile a separate copy for every constant a caller passes (it types an
+    integer literal as ``Literal[int](value)``: six copies of one address-field kernel,
+    two of the DRAM command issue); LLVM folds the constants after inlining anyway, so
+    calls are typed with plain integers.
+    """
+
+    def get_call_template(self, args, kws):
+        return super().get_call_template([types.unliteral(a) for a in args],
+                                         {k: types.unliteral(v) for k, v in kws.items()})
+
+    def __call__(self, *args):
+        """From Python (tests): through a twin compiled with the Python wrapper on first use."""
+        twin = self.__dict__.get("_from_python")
+        if twin is None:
+            twin = self._from_python = njit(cache=True, _nrt=False)(self.py_func)
+        return twin(*args)
+
+
+# Inlined kernels of at most this many bytecode instructions (accessors of the rings, the
+# units' step and wake dispatchers, the ring arithmetic) are inlined at numba-IR level:
+# copying their IR costs little, and each saves a compile of its own (about 0.1-2 s: a
+# dispatcher's compile includes LLVM optimising and emitting the code of everything it
+# calls). Larger ones are inlined by LLVM (``forceinline``).
+IR_INLINE_INSTRUCTIONS = 160
+
+
 def kernel(fn=None, *, inline=False):
-    """Compile ``fn`` as an npusim kernel (nopython, cached, no refcounting runtime)."""
+    """Compile ``fn`` as a kernel other kernels call (``inline``: into every caller)."""
     if fn is None:
         return lambda f: kernel(f, inline=inline)
-    dispatcher = njit(cache=True, _nrt=False, inline="always" if inline else "never")(fn)
-    dispatcher.npusim_kernel = True  # the compile notice speaks of these only
+    small = inline and len(list(dis.get_instructions(fn))) <= IR_INLINE_INSTRUCTIONS
+    return Kernel(fn, locals={}, targetoptions=dict(
+        nopython=True, boundscheck=None, _nrt=False, no_cpython_wrapper=True,
+        no_cfunc_wrapper=True, inline="always" if small else "never",
+        forceinline=inline and not small))
+
+
+def entry(fn):
+    """Compile ``fn`` as a kernel Python calls (cached on disk with every kernel it calls)."""
+    dispatcher = njit(cache=True, _nrt=False, forceinline=False)(fn)
+    dispatcher.npusim_entry = True
     return dispatcher
 
 
@@ -44,18 +98,18 @@ class _CompileNotice(event.Listener):
     """One line on stderr, once per process, when an npusim kernel is compiled.
 
     numba broadcasts ``numba:compile`` only on a cache miss (a load from the on-disk cache
-    broadcasts nothing), so the line appears exactly when a run is about to wait for
-    the compiler: the first run after an install or a kernel edit.
+    broadcasts nothing), so the line appears exactly when a run is about to wait for the
+    compiler: the first run after an install or a kernel edit.
     """
 
     def __init__(self):
         self.said = False
 
     def on_start(self, ev):
-        if self.said or not getattr(ev.data["dispatcher"], "npusim_kernel", False):
-            return
-        self.said = True
-        print(COMPILE_NOTICE, file=sys.stderr, flush=True)
+        d = ev.data["dispatcher"]
+        if not self.said and (isinstance(d, Kernel) or getattr(d, "npusim_entry", False)):
+            self.said = True
+            print(COMPILE_NOTICE, file=sys.stderr, flush=True)
 
     def on_end(self, ev):
         pass
