@@ -150,7 +150,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args()
     pythons = args.python or [sys.executable]
-    versions = [{"python": p, "version": _version(p), "runs": []} for p in pythons]
+    versions = [{"python": os.path.abspath(p), "version": _version(os.path.abspath(p)), "runs": []}
+                for p in pythons]
     for r in range(args.rounds):
         for v in versions:
             run = measure(v["python"])
