@@ -14,27 +14,32 @@ tuples that wrapper (unboxing some hundred arrays and integers) cost more compil
 the kernel, and nothing used it. Python (a test) may still call a kernel: the first call
 compiles a twin with the wrapper (``Kernel.__call__``).
 
-``inline=True`` makes LLVM inline a kernel into every caller (``forceinline``: the LLVM
-``alwaysinline`` attribute). A call between kernels that is not inlined passes every array
-of its tuple arguments as separate arguments (a few hundred machine words pushed per
-call), which cost more than the work of a DRAM command. The per-event-step path
-(``dram_step``, ``noc_step``, ``cores_step`` and what they call every step: the DRAM
-controller, the crossbar's grants, ``core_issue``, ``next_tile_for_core``) is therefore
-inlined. Do not leave it to LLVM's own judgment: its inliner counts the words a call passes
-in favour of inlining, so it inlined these kernels by itself only while every call passed
-the whole chip state; once a unit's kernels took just their own tables and the rings, it
-kept them out of line and the engine ran 2-3x slower. Nor inline at numba-IR level
-(``inline="always"``), as these kernels once did: numba's inliner deep-copies the callee's
-IR once per block, scope included, so its cost grew with blocks x variables of every
-inlined function and again at every level of nesting; the DRAM controller, inlined through
-four levels into the main loop, took 70 of the 130 CPU seconds of a cold compile
-(tests/benchmarks/bench_compile.py).
+``inline=True`` inlines a kernel into every caller. A call between kernels that is not
+inlined passes every array of its tuple arguments as separate arguments (a few hundred
+machine words pushed per call), which cost more than the work of a DRAM command. The
+per-event-step path (``dram_step``, ``noc_step``, ``cores_step`` and what they call every
+step: the DRAM controller, the crossbar's grants, ``core_issue``, ``next_tile_for_core``)
+is therefore inlined. Do not leave it to LLVM's own judgment: its inliner counts the words
+a call passes in favour of inlining, so it inlined these kernels by itself only while every
+call passed the whole chip state; once a unit's kernels took just their own tables and the
+rings, it kept them out of line and the engine ran 2-3x slower.
+
+How a kernel is inlined depends on its size. numba's IR-level inliner (``inline="always"``)
+deep-copies the callee's IR once per block, scope included, so its cost grows with blocks x
+variables of what it inlines, and again at every level of nesting: when every inlined
+kernel went that way, the DRAM controller, four levels deep under the main loop, took 70 of
+the 130 CPU seconds of a cold compile (tests/benchmarks/bench_compile.py). Small kernels
+(ring accessors, the units' step and wake dispatchers: ``IR_INLINE_INSTRUCTIONS``) are
+still inlined that way, which costs little and saves each a compile of its own; larger ones
+are compiled once each and inlined by LLVM (``forceinline``: LLVM's ``alwaysinline``).
+Inlining every kernel by LLVM compiled as fast but ran the engine 20-35% slower (DRAM replay,
+MatMul: A/B against numba-IR inlining); the split runs as fast as inlining all at IR level.
 """
 
 import dis
 import sys
 
-from numba import njit, types
+from numba import njit
 from numba.core import event
 from numba.core.registry import CPUDispatcher
 
@@ -47,18 +52,15 @@ COMPILE_NOTICE = (f"npusim: compiling the simulation kernels, once per install (
 
 
 class Kernel(CPUDispatcher):
-    """A kernel only kernels call: no Python wrapper, no cache of its own, and one
-    specialisation per argument types.
+    """A kernel only kernels call: no Python wrapper and no cache of its own.
 
-    numba would compile a separate copy for every constant a caller passes (it types an
-    integer literal as ``Literal[int](value)``: six copies of one address-field kernel,
-    two of the DRAM command issue); LLVM folds the constants after inlining anyway, so
-    calls are typed with plain integers.
+    numba still compiles a copy per constant a caller passes (an integer or bool literal is
+    typed ``Literal[...]``): two copies of the DRAM command issue, six of one address-field
+    kernel, 1-2 s of a cold compile. Typing calls with plain values instead saved that but
+    made the 16-channel HBM2 replay and the Llama step 15% slower (measured A/B), presumably
+    as constants such as ``_oldest_after``'s ``hit`` flag, folded into copies of kernels
+    LLVM leaves out of line, became tests in their loops.
     """
-
-    def get_call_template(self, args, kws):
-        return super().get_call_template([types.unliteral(a) for a in args],
-                                         {k: types.unliteral(v) for k, v in kws.items()})
 
     def __call__(self, *args):
         """From Python (tests): through a twin compiled with the Python wrapper on first use."""
@@ -68,11 +70,9 @@ class Kernel(CPUDispatcher):
         return twin(*args)
 
 
-# Inlined kernels of at most this many bytecode instructions (accessors of the rings, the
-# units' step and wake dispatchers, the ring arithmetic) are inlined at numba-IR level:
-# copying their IR costs little, and each saves a compile of its own (about 0.1-2 s: a
-# dispatcher's compile includes LLVM optimising and emitting the code of everything it
-# calls). Larger ones are inlined by LLVM (``forceinline``).
+# Inlined kernels of at most this many bytecode instructions are inlined at numba-IR level,
+# larger ones by LLVM (module docstring). Each compile of its own costs 0.1-2 s, as it
+# includes LLVM optimising and emitting the code of everything the kernel calls.
 IR_INLINE_INSTRUCTIONS = 160
 
 
