@@ -29,7 +29,7 @@ per packet row, what the rings need back at the other end (``net_msg[M_*, packet
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 from . import isa
-from .jit import kernel
+from .jit import entry, kernel
 from .network.nic import eject_flit, nic_next_arrival, nic_send, nic_start, packet_done
 from .network.router import routers_step
 from .network.state import F_TAIL, IV_COUNT, IV_FRONT_ARR, NG_WAKE, NI_PKT
@@ -156,7 +156,7 @@ def router_network_step(st, rg, p, t):
     heard(rg, SIDE_NET)
 
 
-@kernel
+@entry
 def router_network_trace_sync(st, p, t):
     """Bring every router's buffer occupancy up to tick t (before a trace drain)."""
     trace_sync(st.net, st.net_p, t // p.noc_period)

@@ -784,12 +784,14 @@ def compile_() -> None:
     kept in ~/.cache/npusim/ (or NUMBA_CACHE_DIR) and is valid for this npusim version,
     numba version and CPU.
     """
-    from npusim.precompile import compile_kernels
+    from npusim.precompile import ENTRY_POINTS, compile_kernels
+
+    width = max(len(name) for name, *_ in ENTRY_POINTS)
 
     def report(b) -> None:
         how = (f"compiled in {b.cpu_seconds:.1f} s CPU ({b.seconds:.1f} s wall)" if b.compiled
                else f"already cached ({b.seconds:.2f} s to load)")
-        print(f"{b.name:<13} {how}: {b.what}", flush=True)
+        print(f"{b.name:<{width}} {how}: {b.what}", flush=True)
 
     t = time.perf_counter()
     built = compile_kernels(report)

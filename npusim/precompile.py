@@ -43,6 +43,14 @@ def _trace_sync(cfg) -> None:
     EngineRun(ProgramBuilder().build(), cfg, trace=TraceOptions(None))
 
 
+def _router_trace_sync(cfg) -> None:
+    from npusim.engine import EngineRun
+    from npusim.program import ProgramBuilder
+    from npusim.trace import TraceOptions
+
+    EngineRun(ProgramBuilder().build(), load_config("chiplet"), trace=TraceOptions(None))
+
+
 def _dram_replay(cfg) -> None:
     from npusim.dram.replay import replay_requests
 
@@ -67,6 +75,8 @@ def _noc_packets(cfg) -> None:
 ENTRY_POINTS = (
     ("run", "loop", "the simulation loop (every core, NoC and memory model)", _simulation_loop),
     ("trace_sync", "trace", "the trace recorder's sync of DRAM bank state", _trace_sync),
+    ("router_network_trace_sync", "router_network",
+     "the trace recorder's sync of a router network's links and buffers", _router_trace_sync),
     ("replay", "replay", "the DRAM request replay (npusim dram)", _dram_replay),
     ("run_synthetic", "network.synthetic", "a network under synthetic traffic (npusim noc)",
      _noc_synthetic),
