@@ -331,6 +331,7 @@ class RawRun:
     wall_seconds: float
     compile_seconds: float
     trace: object = None  # the npusim.trace.TraceRecorder, when traced
+    fast: object = None  # the npusim.fast.forward.FastForward of a fast-fidelity run
 
 
 class EngineRun:
@@ -355,6 +356,12 @@ class EngineRun:
         self.prog = prog
         self.st = make_state(cfg, prog, self.p, self.mt, log_commands, self.placement)
         self.pa = program_arrays(prog, cfg, self.placement)
+        self.fast = None
+        if cfg.fidelity == "fast":
+            from npusim.fast.forward import FastForward
+
+            self.fast = FastForward(self.tb, cfg.num_cores)
+            self.fast.watch(self)
         self.recorder = None
         if trace is not None:
             from npusim.trace.record import TraceRecorder
@@ -370,8 +377,19 @@ class EngineRun:
 
     @property
     def now_cycle(self) -> int:
-        """The core cycle the run has reached."""
-        return int(self.st.glob[ks.G_NOW] // self.tb.core_period)
+        """The core cycle the run has reached (in fast fidelity, with what was
+        extrapolated before it)."""
+        offset = self.fast.offset if self.fast is not None else 0
+        return int((self.st.glob[ks.G_NOW] + offset) // self.tb.core_period)
+
+    def layer_end_cycle(self, layer: int) -> int:
+        """The core cycle ``layer`` ended (-1 if it has not), extrapolated time included."""
+        end = int(self.st.layer_st[ks.L_END, layer])
+        if end < 0:
+            return -1
+        if self.fast is not None:
+            end += int(self.fast.shift[layer])
+        return end // self.tb.core_period
 
     @property
     def finished(self) -> bool:
@@ -396,6 +414,8 @@ class EngineRun:
                     raise NpusimError(_deadlock_message(st, self.prog, tb))
                 if self.recorder is not None:
                     self.recorder.drain(st, self.p)
+                if self.fast is not None and not self.finished:
+                    self.fast.paused(self)
                 if code == 2:
                     return True
                 if progress is not None:
@@ -448,12 +468,38 @@ class EngineRun:
                               ready=ready, done=done)
         self.prog = prog
         self.pa = program_arrays(prog, self.cfg, self.placement)
+        if self.fast is not None:
+            self.fast.watch(self, L0)
+            self.release_offset_changed()
         if self.recorder is not None:
             self.recorder.prog = prog
 
+    def release_offset_changed(self) -> None:
+        """Fast fidelity: requests not yet arrived arrive earlier in simulated time by what
+        was extrapolated (their program rows keep the arrival the user gave)."""
+        layer = self.prog.layer
+        if self.fast.offset and len(self.prog.release_order):
+            layer = layer.copy()
+            waiting = self.prog.release_order[int(self.st.glob[ks.G_RELEASED]):]
+            shifted = layer[waiting, isa.L_RELEASE] - self.fast.offset // self.tb.core_period
+            layer[waiting, isa.L_RELEASE] = np.maximum(shifted, self.now_cycle_simulated + 1)
+        self.pa = self.pa._replace(layer=layer)
+
+    def skip_layers(self, layers) -> None:
+        """End ``layers`` (none handed out to a core yet) without running them."""
+        from npusim.kernels.scheduler import skip_layers
+
+        skip_layers(self.st, self.pa, np.asarray(layers, dtype=np.int64),
+                    self.st.glob[ks.G_NOW])
+
+    @property
+    def now_cycle_simulated(self) -> int:
+        return int(self.st.glob[ks.G_NOW] // self.tb.core_period)
+
     def result(self) -> "RawRun":
-        return RawRun(self.st, self.p, self.tb, self.wall_seconds, self.compile_seconds,
-                      self.recorder)
+        st = self.fast.final_state(self.st) if self.fast is not None else self.st
+        return RawRun(st, self.p, self.tb, self.wall_seconds, self.compile_seconds,
+                      self.recorder, self.fast)
 
 
 def run_program(prog: Program, cfg: NpuConfig, skip: bool = True,
