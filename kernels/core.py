@@ -124,7 +124,7 @@ def _issue(st, prog, p, c, s, t):
     st.slot[S_NEXT, c, s] = j + 1
 
 
-@kernel
+@kernel(inline=True)
 def core_issue(st, prog, p, c, t):
     """Issue at most one instruction on core c at tick t; return the core's next wake tick."""
     wake = isa.NEVER

@@ -5,8 +5,8 @@ latency, window, sibling). Issuing a command pushes forward the earliest cycle o
 ``next`` command at the nodes the rules reach; a command is legal when the current cycle
 has reached those bounds. Bounds are kept per rank (``rdy_rank``: what every bank group
 of the rank must wait, channel and rank rules), per bank group (``rdy_group``) and per bank
-(``rdy_bank``), and the engine compiles the rules into dense delays by relation to the
-command's target (``mt.delay_rank``: its rank, another rank; ``mt.delay_group``: its
+(``rdy_bank``), and ``npusim.dram.tables`` compiles the rules into dense delays by relation
+to the command's target (``mt.delay_rank``: its rank, another rank; ``mt.delay_group``: its
 group, and what reaches the other groups of the rank further than the rank's row;
 ``mt.delay_bank``: its bank, another bank of the group). Issuing is then a max of eight
 delays per rank, for the target group and bank, and for other groups or banks only when a
@@ -40,33 +40,16 @@ of a visit per bank with data-dependent branches.
 from . import isa
 from .addrmap import dram_decode
 from .jit import kernel
-from .memory import response_queued
-from .ring import ring_at, ring_next, unsigned
+from .names import ACT, COMMANDS, LV_BANK, LV_BANKGROUP, LV_RANK, PRE, PREA, RD, RDA, REF, WR, WRA
+from .ports import channel_bell, channel_heard, ch_in_pop, ch_out_push, ch_out_room, heard
+from .ring import ring_next, unsigned
 from .state import *  # noqa: F403  (field indices of the state tables)
-from .timebase import align_up
 from .trace import (trace_dram_command, trace_in_log_window, trace_queues, trace_request_class,
                     trace_request_done)
 
-# command indices (npusim.dram.COMMANDS)
-ACT, PRE, PREA, RD, WR, RDA, WRA, REF = range(8)
-N_COMMANDS = 8
-# levels
-LV_CHANNEL, LV_RANK, LV_BANKGROUP, LV_BANK = range(4)
-# how a bank group / bank stands to the one a command went to (rows of mt.delay_*)
-REL_SAME_GROUP, REL_SAME_RANK, REL_OTHER_RANK = range(3)
-REL_SAME_BANK, REL_OTHER_BANK = range(2)
-RANK_OWN, RANK_OTHER = range(2)  # rows of mt.delay_rank: the command's rank, another rank
-# mt.spread[cmd] bits: rules reach the other bank groups of the rank further than its own
-# rank row (their mt.delay_group[cmd, REL_SAME_RANK] row), or the other banks of the group
-SPREAD_GROUPS, SPREAD_BANKS = 1, 2
-NO_DELAY = -(1 << 40)  # no rule: a bound this far back never binds
-# windowed rule columns (mt.windows; W_RELS: bit mask of the REL_* the rule reaches, of
-# groups, or of banks when W_LEVEL is LV_BANK)
-W_NEXT, W_LEVEL, W_LAT, W_SIZE, W_RELS = range(5)
-N_WINDOW_FIELDS = 5
-# request classes
+N_COMMANDS = len(COMMANDS)
+# request classes (B_HITS, B_MISSES, B_CONFLICTS)
 CLASS_HIT, CLASS_MISS, CLASS_CONFLICT = range(3)
-LAT_BINS = 4096  # read latency histogram: one bin per DRAM cycle, last bin = overflow
 
 
 @kernel(inline=True)
@@ -336,7 +319,7 @@ def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
         trace_dram_command(st, p, ch, rank, nb, cmd, cyc)
         if not trace_in_log_window(p, cyc):
             return
-    n = st.glob[G_LOG_N]
+    n = st.ctl[MC_LOG_N]
     if n < st.cmd_log.shape[1]:
         st.cmd_log[LG_CYCLE, n] = cyc
         st.cmd_log[LG_CHANNEL, n] = ch
@@ -348,9 +331,9 @@ def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
         st.cmd_log[LG_COMMAND, n] = cmd
         st.cmd_log[LG_CORE, n] = core
         st.cmd_log[LG_REQUEST, n] = entry
-        st.glob[G_LOG_N] = n + 1
+        st.ctl[MC_LOG_N] = n + 1
     elif st.cmd_log.shape[1] > 0:
-        st.glob[G_LOG_LOST] += 1
+        st.ctl[MC_LOG_LOST] += 1
 
 
 @kernel(inline=True)
@@ -368,26 +351,25 @@ def _command_for(p, write, hit, open_row, bursts, out_full):
 
 
 @kernel(inline=True)
-def _accept(st, mt, p, ch, t):
+def _accept(st, rg, mt, p, ch, t):
     """Move arrived requests from the channel's input ring into the controller queues."""
-    qin = st.ch_in.shape[2]
-    while st.chan[H_IN_COUNT, ch] > 0:
-        h = st.chan[H_IN_HEAD, ch]
-        if st.ch_in[P_TIME, ch, h] > t:
+    while rg.mport[MP_IN_COUNT, ch] > 0:
+        h = rg.mport[MP_IN_HEAD, ch]
+        if rg.ch_in[P_TIME, ch, h] > t:
             break
-        write = st.ch_in[P_DIR, ch, h] == 1
+        write = rg.ch_in[P_DIR, ch, h] == 1
         count = st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch]
         if count >= (p.d_wq if write else p.d_rq):
             break  # head-of-line: the queue it needs is full
         side = 1 if write else 0
         k = st.dfree[ch, side, (p.d_wq if write else p.d_rq) - count - 1]
-        addr = st.ch_in[P_ADDR, ch, h]
+        addr = rg.ch_in[P_ADDR, ch, h]
         rank, bg, bank, row, col = dram_decode(addr, p, mt)
         st.dreq[ch, k, E_TIME] = t
-        st.dreq[ch, k, E_CORE] = st.ch_in[P_CORE, ch, h]
-        st.dreq[ch, k, E_DIR] = st.ch_in[P_DIR, ch, h]
-        st.dreq[ch, k, E_ENTRY] = st.ch_in[P_ENTRY, ch, h]
-        st.dreq[ch, k, E_SENT] = st.ch_in[P_SENT, ch, h]
+        st.dreq[ch, k, E_CORE] = rg.ch_in[P_CORE, ch, h]
+        st.dreq[ch, k, E_DIR] = rg.ch_in[P_DIR, ch, h]
+        st.dreq[ch, k, E_ENTRY] = rg.ch_in[P_ENTRY, ch, h]
+        st.dreq[ch, k, E_SENT] = rg.ch_in[P_SENT, ch, h]
         st.dreq[ch, k, E_RANK] = rank
         st.dreq[ch, k, E_RBG] = rank * p.d_bankgroups + bg
         st.dreq[ch, k, E_NB] = (rank * p.d_bankgroups + bg) * p.d_banks + bank
@@ -404,10 +386,8 @@ def _accept(st, mt, p, ch, t):
         if st.dch[DC_DRAINING, ch] != draining:
             st.dch[DC_CAND_VALID, ch] = 0
         elif write == (draining == 1):
-            _weigh_newcomer(st, p, ch, k, t // p.mem_period)
-        st.chan[H_IN_HEAD, ch] = ring_next(h, qin)
-        st.chan[H_IN_COUNT, ch] -= 1
-        st.glob[G_WAKE_NOC] = min(st.glob[G_WAKE_NOC], align_up(t, p.noc_period))
+            _weigh_newcomer(st, rg, p, ch, k, t // p.mem_period)
+        ch_in_pop(rg, p, ch, t)
 
 
 @kernel
@@ -421,19 +401,10 @@ def _retire(st, p, ch, k, write):
 
 
 @kernel
-def _respond(st, p, ch, k, done_cycle):
+def _respond(st, rg, p, ch, k, done_cycle):
     """Queue the response of request k (data or write acknowledgement) for the NoC."""
-    qout = st.ch_out.shape[2]
-    o = ring_at(st.chan[H_OUT_HEAD, ch], st.chan[H_OUT_COUNT, ch], qout)
-    ready = done_cycle * p.mem_period
-    st.ch_out[P_TIME, ch, o] = ready
-    st.ch_out[P_CORE, ch, o] = st.dreq[ch, k, E_CORE]
-    st.ch_out[P_DIR, ch, o] = st.dreq[ch, k, E_DIR]
-    st.ch_out[P_ENTRY, ch, o] = st.dreq[ch, k, E_ENTRY]
-    st.ch_out[P_SENT, ch, o] = st.dreq[ch, k, E_SENT]
-    st.chan[H_OUT_COUNT, ch] += 1
-    response_queued(st, ch)
-    st.glob[G_WAKE_NOC] = min(st.glob[G_WAKE_NOC], align_up(ready, p.noc_period))
+    ch_out_push(rg, p, ch, done_cycle * p.mem_period, st.dreq[ch, k, E_CORE],
+                st.dreq[ch, k, E_DIR], st.dreq[ch, k, E_ENTRY], st.dreq[ch, k, E_SENT])
 
 
 @kernel(inline=True)
@@ -601,7 +572,7 @@ def _choose_by_walk(st, p, ch, cyc, side, out_full):
 
 
 @kernel(inline=True)
-def _choose(st, p, ch, cyc):
+def _choose(st, rg, p, ch, cyc):
     """FR-FCFS as of cycle ``cyc`` in the queue being served, remembered in DC_CAND_*: the
     first cycle >= cyc at which some request can issue, and the one chosen then (the oldest
     row hit among those legal then, else the oldest of them; age is E_SEQ).
@@ -612,7 +583,7 @@ def _choose(st, p, ch, cyc):
     with the response ring full, hits can differ in command or eligibility by their bursts
     left, and every hit is looked at."""
     side = st.dch[DC_DRAINING, ch]
-    out_full = st.chan[H_OUT_COUNT, ch] >= st.ch_out.shape[2]
+    out_full = not ch_out_room(rg, ch)
     if p.d_closed_page == 1 or out_full:
         best, best_cmd, best_at, best_hit = _choose_by_walk(st, p, ch, cyc, side, out_full)
     else:
@@ -626,13 +597,13 @@ def _choose(st, p, ch, cyc):
 
 
 @kernel
-def _weigh_newcomer(st, p, ch, k, cyc):
+def _weigh_newcomer(st, rg, p, ch, k, cyc):
     """Request k just joined the queue being served: it displaces the kept choice only if
     it can go earlier, or at the same cycle as a row hit against a non-hit (it is the
     youngest, so it loses every other tie)."""
     if st.dch[DC_CAND_VALID, ch] == 0:
         return
-    out_full = st.chan[H_OUT_COUNT, ch] >= st.ch_out.shape[2]
+    out_full = not ch_out_room(rg, ch)
     cmd, at, is_col = _candidate(st, p, ch, k, cyc, out_full)
     best_at = st.dch[DC_CAND_AT, ch]
     if cmd >= 0 and (at < best_at or (at == best_at and is_col and st.dch[DC_CAND_HIT, ch] == 0)):
@@ -643,14 +614,14 @@ def _weigh_newcomer(st, p, ch, k, cyc):
 
 
 @kernel(inline=True)
-def _schedule(st, mt, p, ch, cyc, t):
+def _schedule(st, rg, mt, p, ch, cyc):
     """Issue the FR-FCFS choice if it is legal now; returns (issued, next cycle worth a look)."""
-    if st.dch[DC_CAND_OUT_FULL, ch] == 1 and st.chan[H_OUT_COUNT, ch] < st.ch_out.shape[2]:
+    if st.dch[DC_CAND_OUT_FULL, ch] == 1 and ch_out_room(rg, ch):
         st.dch[DC_CAND_VALID, ch] = 0  # requests held back by a full response ring may go
     if st.dch[DC_CAND_AT, ch] < cyc:
         st.dch[DC_CAND_VALID, ch] = 0  # chosen for an earlier cycle: others are legal now too
     if st.dch[DC_CAND_VALID, ch] == 0:
-        _choose(st, p, ch, cyc)
+        _choose(st, rg, p, ch, cyc)
     k = st.dch[DC_CAND_K, ch]
     if k < 0 or st.dch[DC_CAND_AT, ch] > cyc:
         return False, st.dch[DC_CAND_AT, ch]
@@ -674,7 +645,7 @@ def _schedule(st, mt, p, ch, cyc, t):
         if st.dreq[ch, k, E_BURSTS] == 0:
             is_write = cmd == WR or cmd == WRA
             done = cyc + (p.d_cwl if is_write else p.d_cl) + p.d_bl
-            _respond(st, p, ch, k, done)
+            _respond(st, rg, p, ch, k, done)
             d = 1 if is_write else 0
             st.dbank[B_READS + d, ch, nb] += 1
             if p.trace == 1:
@@ -690,43 +661,46 @@ def _schedule(st, mt, p, ch, cyc, t):
             _update_drain(st, p, ch)
     # the next choice and the exact cycle it becomes legal, as of after this command (in
     # whichever queue the controller will then serve): looking earlier would find nothing
-    _choose(st, p, ch, cyc + 1)
+    _choose(st, rg, p, ch, cyc + 1)
     return True, st.dch[DC_CAND_AT, ch]
 
 
 @kernel(inline=True)
-def dram_channel_step(st, mt, p, ch, t):
+def dram_channel_step(st, rg, mt, p, ch, t):
     """One DRAM clock of channel ch at tick t; sets the channel's next wake cycle."""
     cyc = t // p.mem_period
     if p.trace == 1:
         trace_queues(st, p, ch, cyc)
-    _accept(st, mt, p, ch, t)
+    _accept(st, rg, mt, p, ch, t)
     issued = False
     wake = isa.NEVER
     if p.d_refresh == 1:
         issued, wake = _refresh(st, mt, p, ch, cyc)
     if not issued:
-        issued, w = _schedule(st, mt, p, ch, cyc, t)
+        issued, w = _schedule(st, rg, mt, p, ch, cyc)
         wake = min(wake, w)
     # requests still waiting outside the queues
-    if st.chan[H_IN_COUNT, ch] > 0:
-        head = st.ch_in[P_TIME, ch, st.chan[H_IN_HEAD, ch]]
-        write = st.ch_in[P_DIR, ch, st.chan[H_IN_HEAD, ch]] == 1
+    if rg.mport[MP_IN_COUNT, ch] > 0:
+        h = rg.mport[MP_IN_HEAD, ch]
+        write = rg.ch_in[P_DIR, ch, h] == 1
         room = st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch] < (p.d_wq if write else p.d_rq)
         if room:
-            wake = min(wake, max(cyc + 1, -(-head // p.mem_period)))
+            wake = min(wake, max(cyc + 1, -(-rg.ch_in[P_TIME, ch, h] // p.mem_period)))
     st.dch[DC_WAKE, ch] = max(wake, cyc + 1)
 
 
 @kernel(inline=True)
-def dram_step(st, mt, p, t):
-    """Every DRAM channel that is due at memory edge t; returns the domain's next wake."""
+def dram_step(st, rg, mt, p, t):
+    """Every DRAM channel that is due at memory edge t (its own wake cycle, or its bell:
+    a request arrives, its output ring has room); sets the unit's next wake tick."""
     cyc = t // p.mem_period
     wake = isa.NEVER
+    bell = isa.NEVER  # channels rung for a later edge
     for ch in range(p.n_channels):
-        if p.skip == 0 or st.dch[DC_WAKE, ch] <= cyc:
-            dram_channel_step(st, mt, p, ch, t)
+        if p.skip == 0 or st.dch[DC_WAKE, ch] <= cyc or channel_bell(rg, ch) <= t:
+            channel_heard(rg, ch)
+            dram_channel_step(st, rg, mt, p, ch, t)
         wake = min(wake, st.dch[DC_WAKE, ch])
-    if wake >= isa.NEVER:
-        return isa.NEVER
-    return wake * p.mem_period
+        bell = min(bell, channel_bell(rg, ch))
+    st.ctl[MC_WAKE] = bell if wake >= isa.NEVER else min(bell, wake * p.mem_period)
+    heard(rg, SIDE_MEM)

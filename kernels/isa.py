@@ -59,7 +59,8 @@ I_PASSES = 17  # passes over the data (e.g. softmax = max, exp, sum, div)
 I_DRAIN = 18
 N_INST_COLS = 19
 
-# Vector ops, in the order of the latency table handed to the kernels.
+# Vector ops (config core.vector.latency), in the order of the latency table handed to the
+# kernels; ``reduce`` is one level of an add/compare tree.
 VECTOR_OPS = (
     "add", "sub", "mul", "div", "max", "min", "exp", "log", "sqrt", "rsqrt", "recip",
     "tanh", "sigmoid", "erf", "gelu", "pow", "cast", "reduce",

@@ -7,11 +7,15 @@ incremented and decremented each state array with atomic instructions (measured:
 slower per event step). ``cache=True`` keeps compiled kernels on disk across processes.
 
 ``inline=True`` inlines a kernel into its callers at numba-IR level. A call between kernels
-that LLVM does not inline passes every array of the State, MemTables and Params tuples
-as separate arguments (about 450 machine words pushed per call), which cost more than the
-work of a DRAM command. The per-event-step path (``dram_step``, ``noc_step``,
-``cores_step`` and the DRAM controller below them) is therefore inlined: 2.2x faster
-DRAM replay, at the price of compiling those kernels once per caller.
+that LLVM does not inline passes every array of its tuple arguments as separate
+arguments (a few hundred machine words pushed per call), which cost more than the work of
+a DRAM command. The per-event-step path (``dram_step``, ``noc_step``, ``cores_step`` and
+what they call every step: the DRAM controller, the crossbar's grants, ``core_issue``,
+``next_tile_for_core``) is therefore inlined: 2.2x faster DRAM replay, at the price of
+compiling those kernels once per caller. Do not leave it to LLVM: its inliner counts the
+words a call passes in favour of inlining, so it inlined these kernels by itself only while
+every call passed the whole chip state; once a unit's kernels took just their own tables
+and the rings, it kept them out of line and the engine ran 2-3x slower.
 """
 
 from numba import njit

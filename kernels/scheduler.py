@@ -21,17 +21,17 @@ def _make_ready(st, prog, layer):
     n = st.part_st[PT_READY, part]
     st.ready[part, n] = layer
     st.part_st[PT_READY, part] = n + 1
-    st.layer_st[L_READY_SEQ, layer] = st.glob[G_READY_SEQ]
-    st.glob[G_READY_SEQ] += 1
+    st.layer_st[L_READY_SEQ, layer] = st.ctl[CC_READY_SEQ]
+    st.ctl[CC_READY_SEQ] += 1
     st.layer_st[L_NEXT_GROUP, layer] = prog.layer[layer, isa.L_GROUP_START]
 
 
 @kernel
 def _layer_ended(st, prog, layer, t):
     st.layer_st[L_END, layer] = t
-    st.glob[G_LAYERS_LEFT] -= 1
+    st.ctl[CC_LAYERS_LEFT] -= 1
     if st.layer_st[L_NOTIFY, layer]:
-        st.glob[G_PAUSE] = 1
+        st.ctl[CC_PAUSE] = 1
 
 
 @kernel
@@ -72,12 +72,12 @@ def release_due(st, prog, p, t):
     """Release the root layers whose request has arrived by tick t; returns the tick the
     next one arrives (isa.NEVER when none is left)."""
     order = prog.release_order
-    while st.glob[G_RELEASED] < order.shape[0]:
-        layer = order[st.glob[G_RELEASED]]
+    while st.ctl[CC_RELEASED] < order.shape[0]:
+        layer = order[st.ctl[CC_RELEASED]]
         when = prog.layer[layer, isa.L_RELEASE] * p.core_period
         if when > t:
             return when
-        st.glob[G_RELEASED] += 1
+        st.ctl[CC_RELEASED] += 1
         release_layers(st, prog, layer, when)
     return isa.NEVER
 
@@ -110,7 +110,7 @@ def work_waiting(st, prog):
     return False
 
 
-@kernel
+@kernel(inline=True)
 def next_tile_for_core(st, prog, p, c):
     """The next tile core c should load into a free slot, or -1."""
     if st.core[C_GROUP_NEXT, c] < st.core[C_GROUP_END, c]:

@@ -1,35 +1,49 @@
-"""Struct-of-arrays state of the whole chip.
+"""Struct-of-arrays state of the whole chip, one tuple of tables per unit.
 
-Each unit's state is one int64 table laid out field-major (``table[FIELD, unit, ...]``):
-every field is a contiguous array over units, and a kernel call carries a dozen arrays
-rather than a hundred (numba reference-counts every array argument of every call, which
-dominated the run time when each field was its own array). The field indices below are
-module constants, which numba folds into the kernels.
+The chip is a few units joined by rings (DESIGN.md, "Units and their contract")::
 
-The exception is ``dreq``, the DRAM request slots, laid out record-major
-(``dreq[channel, slot, FIELD]``): it is the largest table the hot path touches, larger than
-the L1 cache, and a DRAM command reads a dozen fields of one request, which then share two
-cache lines instead of taking one each (measured: 7% faster on a memory-bound Llama
-generation step). The engine aligns every table to a cache line (``engine._table``).
+    State(glob,   the main loop's scalars (loop.py)
+          rings,  the rings between units, the only tables two units share (ports.py)
+          cores,  cores, DMA engines and the scheduler (cores.py, core.py, dma.py,
+                  scheduler.py, policies/)
+          noc,    the network between cores and memory channels (noc.py, crossbar.py)
+          mem)    the memory behind it (memory.py, ideal_memory.py, simple_memory.py, dram.py)
 
-Every kernel takes ``(st, prog, p)``: the mutable State, the read-only ProgramArrays and
-the scalar Params. The engine (``npusim.engine``) allocates them; kernels never allocate (see ``jit.py``).
-Times are int64 ticks of one global time base in which every clock domain has an integer
-period (``npusim.engine.TimeBase``).
+A unit's kernels take its own tuple as ``st`` and the rings as ``rg``, and touch nothing
+else; ``loop.py`` alone sees the whole ``State`` (as ``chip``) and composes the units. A
+unit tuple holds the tables of every model of that unit (the NoC's of every NoC model, the
+memory's of ideal, simple and DRAM memory); the models a run does not use get one-element
+placeholders, so one compiled kernel serves every config.
+
+Each table is int64, laid out field-major (``table[FIELD, unit, ...]``): every field is a
+contiguous array over units, and a kernel call carries a few dozen arrays rather than
+hundreds (numba reference-counts every array argument of every call, which dominated the
+run time when each field was its own array). The field indices below are module
+constants, which numba folds into the kernels. The exception is ``dreq``, the DRAM request
+slots, laid out record-major (``dreq[channel, slot, FIELD]``): it is the largest table the
+hot path touches, larger than the L1 cache, and a DRAM command reads a dozen fields of one
+request, which then share two cache lines instead of taking one each (measured: 7% faster
+on a memory-bound Llama generation step). Every table starts on a cache line
+(``npusim.state``, which sizes and allocates all of them).
+
+Kernels also take the read-only ProgramArrays (``prog``), MemTables (``mt``) and the scalar
+Params (``p``); they never allocate (see ``jit.py``). Times are int64 ticks of one global
+time base in which every clock domain has an integer period (``npusim.params.TimeBase``).
+This module imports nothing, so the layouts are readable without numba.
 """
 
 from collections import namedtuple
 
-# Scalar parameters (all int64), fixed for a run.
+# Scalar parameters (all int64), fixed for a run (npusim.params.make_params).
 PARAM_FIELDS = (
     "n_cores", "core_period", "noc_period", "mem_period", "skip",
     # systolic array and vector unit
     "sa_dataflow", "sa_width", "sa_height", "sa_min_cycles", "acc_latency", "vec_width",
     # instruction queues
     "ld_queue", "st_queue", "ex_queue",
-    # DMA and fabric
-    "req_bytes", "max_outstanding", "mem_type", "n_channels", "mem_latency",
-    "ch_bytes_per_cycle", "ch_queue", "noc_latency", "flit_bytes", "inj_queue",
+    # DMA, NoC (noc_type: names.NOC_TYPES) and memory (mem_type: names.MEMORY_TYPES)
+    "req_bytes", "max_outstanding", "noc_type", "noc_latency", "flit_bytes", "mem_type",
+    "n_channels", "mem_latency", "ch_bytes_per_cycle",
     # cycle-level DRAM
     "d_ranks", "d_bankgroups", "d_banks", "d_cl", "d_cwl", "d_bl", "d_refi", "d_refresh",
     "d_closed_page", "d_rq", "d_wq", "d_wq_high", "d_wq_low", "d_bursts", "d_burst_bits",
@@ -37,7 +51,7 @@ PARAM_FIELDS = (
     # DRAM power bookkeeping (kernels/dram.py _bank_state_time): tRAS, tRFC, and when an
     # auto-precharge closes the bank after an RDA / WRA (the standard's RD->PRE, WR->PRE)
     "d_ras", "d_rfc", "d_close_rd", "d_close_wr",
-    # scheduling (kernels/policies/)
+    # scheduling (names.POLICIES)
     "policy",
     # tracing (kernels/trace.py): on/off, bin width (ticks), command-log window (ticks)
     "trace", "trace_bin", "trace_log_from", "trace_log_to",
@@ -52,73 +66,70 @@ ProgramArrays = namedtuple("ProgramArrays", ("inst", "tile", "group", "layer", "
 R_RANK, R_PART = range(2)  # arrival order (0 = first), partition
 N_REQ_FIELDS = 2
 
-# Memory-system tables (read-only): DRAM timing rules as dense delays by relation
-# (delay_rank[cmd, rel, next], delay_group[cmd, rel, next], delay_bank[cmd, rel, next] and
-# which commands reach other groups or banks, spread[cmd]; see npusim.engine._delay_tables),
-# the windowed rules grouped by prev command (windows[window_start[c]:window_start[c+1]]),
-# address bit fields and the IPOLY channel hash.
-MemTables = namedtuple("MemTables", ("delay_rank", "delay_group", "delay_bank", "spread",
-                                     "windows", "window_start", "amap", "ipoly"))
+# ======================================================================== the whole chip
 
-STATE_TABLES = (
-    "glob",  # [G_*]                 global scalars
-    "ready",  # [partition, k]       ready layers of each partition (unordered)
+State = namedtuple("State", ("glob", "rings", "cores", "noc", "mem"))
+
+# glob [G_*]: the main loop's (loop.py) scalars; G_TRACE_STOP: the tick before which the
+# loop returns so that Python can drain the trace buffers (npusim.trace)
+G_NOW, G_STARTED, G_FINISHED, G_END, G_STEPS, G_TRACE_STOP = range(6)
+N_GLOB = 6
+
+# ======================================================================== rings (ports.py)
+
+Rings = namedtuple("Rings", (
+    "inj",  # [N_*, core, k]      requests a core's DMA sends (core -> NoC)
+    "arr",  # [A_*, core, k]      responses on their way to a core (NoC -> core)
+    "ch_in",  # [P_*, channel, k]   requests on their way to a memory channel (NoC -> memory)
+    "ch_out",  # [P_*, channel, k]  responses a channel has ready (memory -> NoC)
+    "cport",  # [CP_*, core]       head and count of a core's two rings, and its bell
+    "mport",  # [MP_*, channel]    head and count of a channel's two rings, and its bell
+    "fresh",  # [FRESH_*, word]    bit i % 64 of word i // 64: ring i turned non-empty
+    #                              since the network side last looked
+    "bells",  # [SIDE_*]           earliest tick each side must look at its rings
+))
+# inj packets (N_TIME: tick sent, N_CHAN: destination channel)
+N_ADDR, N_DIR, N_ENTRY, N_TIME, N_CHAN = range(5)
+N_INJ_FIELDS = 5
+# arr packets (A_TIME: tick it arrives, A_SENT: tick it was sent by the core)
+A_TIME, A_DIR, A_ENTRY, A_SENT = range(4)
+N_ARR_FIELDS = 4
+# ch_in / ch_out packets (P_TIME: tick it arrives at the channel / is ready to leave it)
+P_TIME, P_CORE, P_DIR, P_ENTRY, P_SENT, P_ADDR = range(6)
+N_PACKET_FIELDS = 6
+# cport
+CP_INJ_HEAD, CP_INJ_COUNT, CP_ARR_HEAD, CP_ARR_COUNT, CP_BELL = range(5)
+N_CPORT_FIELDS = 5
+# mport
+MP_IN_HEAD, MP_IN_COUNT, MP_OUT_HEAD, MP_OUT_COUNT, MP_BELL = range(5)
+N_MPORT_FIELDS = 5
+# fresh rows: injection rings (bit per core), output rings (bit per channel)
+FRESH_INJ, FRESH_OUT = range(2)
+# bells: the three sides of the rings (the unit that listens)
+SIDE_CORES, SIDE_NET, SIDE_MEM = range(3)
+N_SIDES = 3
+
+# ======================================================================== cores unit
+
+Cores = namedtuple("Cores", (
+    "ctl",  # [CC_*]                scheduler scalars
+    "ready",  # [partition, k]      ready layers of each partition (unordered)
     "part_st",  # [PT_*, partition]
     "layer_st",  # [L_*, layer]
-    "layer_stack",  # [layer + 1]    scratch for releasing chains of layers
+    "layer_stack",  # [layer + 1]   scratch for releasing chains of layers
     "core",  # [C_*, core]
     "slot",  # [S_*, core, 2]        the two tile slots of each core (double buffering)
     "done",  # [core, 2, inst]       completion tick of each instruction of a slot's tile
     "ex_ring",  # [core, ex_queue]   start ticks of the last issued compute instructions
     "dq",  # [Q_*, core, dir, entry] DMA queue entries; dir 0 = load (MVIN), 1 = store
     "dq_ctl",  # [D_*, core, dir]
-    "arr",  # [A_*, core, k]          responses on their way to a core (ring)
-    "inj",  # [N_*, core, k]          requests in a core's network interface (ring)
-    "chan",  # [H_*, channel]
-    "ch_in",  # [P_*, channel, k]     requests queued at a memory channel (ring)
-    "ch_out",  # [P_*, channel, k]    responses waiting for the NoC (ring)
-    "resp_heads",  # [core, word]     bit ch % 64 of word ch // 64: channel ch's response
-    #                                ring has a response for the core at its head
-    # cycle-level DRAM (memory type "dram"); times in DRAM cycles
-    "dch",  # [DC_*, channel]         controller state and statistics
-    "dreq",  # [channel, slot, E_*]   request slots: read queue (slot < rq), then write queue
-    "dbank",  # [B_*, channel, bank]  open row and per-bank statistics
-    "drank",  # [RK_*, channel, rank] refresh state
-    "dqb",  # [QB_*, channel, side, bank]  each bank's requests in a queue (side 0 read, 1 write)
-    "dact",  # [channel, side, i]     banks with requests in a queue (DC_ACTIVE_* of them)
-    "dpick",  # [PK_*, channel, side, bank]  bank-level earliest cycle of each bank's picks
-    "dgroup",  # [GB_*, channel, bank]        scratch of the FR-FCFS scan (kernels/dram.py)
-    "dfree",  # [channel, side, i]    free request slots of a queue (a stack)
-    "rdy_rank",  # [channel, rank, cmd]      earliest cycle of each command in every bank
-    #                                       group of a rank (channel and rank rules)
-    "rdy_group",  # [channel, rank*bg, cmd]  ... in one bank group (its rank's bound too)
-    "rdy_bank",  # [channel, bank, cmd]     ... and at a bank
-    "win",  # [channel, window rule, node, k]  recent issue cycles (tFAW-like rules)
-    "win_ctl",  # [2, channel, window rule, node]  ring position and fill
-    "lat_hist",  # [channel, bin]     read latency histogram (DRAM cycles)
-    "cmd_log",  # [LG_*, n]           DRAM command log (when enabled)
     # tracing (kernels/trace.py; one-element placeholders when off)
-    "tr_ctl",  # [TR_*]
-    "tr_dram",  # [TD_*, slot, channel, bank]  binned ring
-    "tr_chan",  # [TH_*, slot, channel]        binned ring
-    "tr_noc",  # [net, slot, core, channel]    binned ring
-    "tr_iv",  # [IV_*, k]                      core activity intervals
-    "tr_core",  # [dir, core]                  tick each DMA turned busy (-1: idle)
-    "tr_bank",  # [channel, bank]              DRAM cycle each bank is busy until
-    "tr_dch",  # [channel]                     DRAM cycle queue occupancy is added up to
-    "tr_dur",  # [cmd]                         busy cycles of each DRAM command
-)
-State = namedtuple("State", STATE_TABLES)
-
-
-def _fields(*names):
-    return {n: i for i, n in enumerate(names)}, len(names)
-
-
-# glob
-(G_NOW, G_STARTED, G_FINISHED, G_END, G_STEPS, G_WAKE_NOC, G_WAKE_MEM, G_READY_SEQ,
- G_PAUSE, G_LAYERS_LEFT, G_LOG_N, G_LOG_LOST, G_RELEASED) = range(13)
-N_GLOB = 13
+    "tr_iv",  # [IV_*, k]            core activity intervals
+    "tr_core",  # [dir, core]        tick each DMA turned busy (-1: idle)
+))
+# ctl (CC_PAUSE: a layer marked L_NOTIFY ended; CC_IV_N: rows of tr_iv in use)
+CC_READY_SEQ, CC_PAUSE, CC_LAYERS_LEFT, CC_RELEASED, CC_IV_N = range(5)
+N_CC_FIELDS = 5
 # part_st (PT_LAST_RANK: policy state of time-shared)
 PT_READY, PT_LAST_RANK = range(2)
 N_PART_FIELDS = 2
@@ -129,15 +140,13 @@ N_PART_FIELDS = 2
 (L_PREDS_LEFT, L_TILES_LEFT, L_START, L_END, L_SA_CYCLES, L_VU_CYCLES, L_LD_BYTES,
  L_ST_BYTES, L_NEXT_GROUP, L_READY_SEQ, L_NOTIFY) = range(11)
 N_LAYER_FIELDS = 11
-# core (C_RESP_HEADS: how many channels have a response for the core at their ring's head;
-#  C_SA_LAST_CHUNK: when the last chunk of the array's latest GEMM enters it)
+# core (C_SA_LAST_CHUNK: when the last chunk of the array's latest GEMM enters it)
 (C_WAKE, C_SEQ, C_GROUP_NEXT, C_GROUP_END, C_SA_PRELOAD_READY, C_SA_STREAM_FREE,
- C_SA_LAST_CHUNK, C_VU_FREE, C_EX_POS, C_OUTSTANDING, C_ARR_HEAD, C_ARR_COUNT, C_INJ_HEAD,
- C_INJ_COUNT, C_RESP_PORT_FREE, C_RESP_RR, C_BUSY_SINCE, C_SA_DONE, C_RESP_HEADS,
+ C_SA_LAST_CHUNK, C_VU_FREE, C_EX_POS, C_OUTSTANDING, C_BUSY_SINCE, C_SA_DONE,
  # statistics
  C_SA_STREAM, C_SA_MACS, C_VU_BUSY, C_VU_OPS, C_BUSY, C_LD_REQUESTS, C_ST_REQUESTS,
- C_LD_BYTES, C_ST_BYTES, C_TILES, C_READ_LAT_SUM, C_READ_LAT_N) = range(31)
-N_CORE_FIELDS = 31
+ C_LD_BYTES, C_ST_BYTES, C_TILES, C_READ_LAT_SUM, C_READ_LAT_N) = range(24)
+N_CORE_FIELDS = 24
 # slot
 (S_TILE, S_SEQ, S_NEXT, S_PENDING_DMA, S_LAST_DONE, S_COMPUTE_LEFT,
  S_STORE_LEFT) = range(7)
@@ -148,20 +157,74 @@ N_DQ_FIELDS = 9
 # dq_ctl
 D_HEAD, D_COUNT, D_SEND = range(3)
 N_DQ_CTL_FIELDS = 3
-# arr
-A_TIME, A_DIR, A_ENTRY, A_SENT = range(4)
-N_ARR_FIELDS = 4
-# inj
-N_ADDR, N_DIR, N_ENTRY, N_TIME, N_CHAN = range(5)
-N_INJ_FIELDS = 5
-# chan (H_INJ_HEADS: how many cores have a request for the channel at their injection
-#  queue's head)
-(H_REQ_PORT_FREE, H_REQ_RR, H_IN_HEAD, H_IN_COUNT, H_OUT_HEAD, H_OUT_COUNT, H_CREDIT,
- H_CREDIT_CYCLE, H_INJ_HEADS, H_READS, H_WRITES, H_READ_BYTES, H_WRITE_BYTES) = range(13)
-N_CHAN_FIELDS = 13
-# packets in ch_in / ch_out
-P_TIME, P_CORE, P_DIR, P_ENTRY, P_SENT, P_ADDR = range(6)
-N_PACKET_FIELDS = 6
+# tr_iv [IV_*, k]: kind is a unit (isa.UNIT_*: dma_load, dma_store, systolic, vector) or
+# IV_ACTIVE (the core holds a tile)
+IV_KIND, IV_CORE, IV_START, IV_END = range(4)
+N_IV_FIELDS = 4
+IV_ACTIVE = 4
+
+# ======================================================================== NoC unit
+
+Noc = namedtuple("Noc", (
+    "ctl",  # [NC_*]
+    # crossbar (crossbar.py)
+    "xb_ch",  # [XC_*, channel]     the request port of each channel
+    "xb_core",  # [XP_*, core]      the response port of each core
+    "xb_heads",  # [core, word]     bit ch % 64 of word ch // 64: channel ch's output ring
+    #                              has a response for the core at its head
+    # tracing
+    "tr_noc",  # [net, slot, core, channel]  flits per link, binned ring
+))
+NC_WAKE = 0
+N_NC_FIELDS = 1
+# xb_ch (XC_INJ_HEADS: how many cores have a request for the channel at their injection
+# ring's head)
+XC_PORT_FREE, XC_RR, XC_INJ_HEADS = range(3)
+N_XC_FIELDS = 3
+# xb_core (XP_RESP_HEADS: how many channels have a response for the core at their output
+# ring's head)
+XP_PORT_FREE, XP_RR, XP_RESP_HEADS = range(3)
+N_XP_FIELDS = 3
+# tr_noc nets
+NOC_REQUEST, NOC_RESPONSE = range(2)
+
+# ======================================================================== memory unit
+
+Memory = namedtuple("Memory", (
+    "ctl",  # [MC_*]
+    # ideal and simple memory (ideal_memory.py, simple_memory.py)
+    "chan",  # [H_*, channel]
+    # cycle-level DRAM (dram.py); times in DRAM cycles
+    "dch",  # [DC_*, channel]         controller state and statistics
+    "dreq",  # [channel, slot, E_*]   request slots: read queue (slot < rq), then write queue
+    "dbank",  # [B_*, channel, bank]  open row and per-bank statistics
+    "drank",  # [RK_*, channel, rank] refresh state
+    "dqb",  # [QB_*, channel, side, bank]  each bank's requests in a queue (side 0 read, 1 write)
+    "dact",  # [channel, side, i]     banks with requests in a queue (DC_ACTIVE_* of them)
+    "dpick",  # [PK_*, channel, side, bank]  bank-level earliest cycle of each bank's picks
+    "dgroup",  # [GB_*, channel, bank]        scratch of the FR-FCFS scan
+    "dfree",  # [channel, side, i]    free request slots of a queue (a stack)
+    "rdy_rank",  # [channel, rank, cmd]      earliest cycle of each command in every bank
+    #                                       group of a rank (channel and rank rules)
+    "rdy_group",  # [channel, rank*bg, cmd]  ... in one bank group (its rank's bound too)
+    "rdy_bank",  # [channel, bank, cmd]     ... and at a bank
+    "win",  # [channel, window rule, node, k]  recent issue cycles (tFAW-like rules)
+    "win_ctl",  # [2, channel, window rule, node]  ring position and fill
+    "lat_hist",  # [channel, bin]     read latency histogram (DRAM cycles)
+    "cmd_log",  # [LG_*, n]           DRAM command log (when enabled)
+    # tracing (kernels/trace.py; one-element placeholders when off)
+    "tr_dram",  # [TD_*, slot, channel, bank]  binned ring
+    "tr_chan",  # [TH_*, slot, channel]        binned ring
+    "tr_bank",  # [channel, bank]              DRAM cycle each bank is busy until
+    "tr_dch",  # [channel]                     DRAM cycle queue occupancy is added up to
+    "tr_dur",  # [cmd]                         busy cycles of each DRAM command
+))
+# ctl (MC_LOG_N: rows of cmd_log in use; MC_LOG_LOST: commands that found it full)
+MC_WAKE, MC_LOG_N, MC_LOG_LOST = range(3)
+N_MC_FIELDS = 3
+# chan (H_CREDIT/H_CREDIT_CYCLE: simple memory's bandwidth credit, refilled every cycle)
+H_CREDIT, H_CREDIT_CYCLE, H_READS, H_WRITES, H_READ_BYTES, H_WRITE_BYTES = range(6)
+N_CHAN_FIELDS = 6
 # dch
 # (DC_CAND_*: the controller's next choice, kept between visits while nothing it depends
 #  on changes: request, command, the cycle it becomes legal, whether it is a row hit, and
@@ -217,11 +280,7 @@ N_DRANK_FIELDS = 6
 (LG_CYCLE, LG_CHANNEL, LG_RANK, LG_BANKGROUP, LG_BANK, LG_ROW, LG_COLUMN, LG_COMMAND,
  LG_CORE, LG_REQUEST) = range(10)
 N_LOG_FIELDS = 10
-
-# ---- tracing tables (kernels/trace.py)
-# tr_ctl
-TR_STOP, TR_IV_N = range(2)
-N_TR_CTL = 2
+LAT_BINS = 4096  # lat_hist: one bin per DRAM cycle, last bin = overflow
 # tr_dram [TD_*, slot, channel, bank]: request outcomes in the order of kernels/dram.py's
 # classes, reads/writes in direction order
 (TD_READS, TD_WRITES, TD_HITS, TD_MISSES, TD_CONFLICTS, TD_ACTS, TD_PRES,
@@ -231,10 +290,24 @@ N_TD_FIELDS = 8
 # rank-wide commands
 TH_READ_QUEUE, TH_WRITE_QUEUE, TH_PREA, TH_REF = range(4)
 N_TH_FIELDS = 4
-# tr_noc [net, slot, core, channel]: flits granted per link of the crossbar
-NOC_REQUEST, NOC_RESPONSE = range(2)
-# tr_iv [IV_*, k]: kind is a unit (isa.UNIT_*: dma_load, dma_store, systolic, vector) or
-# IV_ACTIVE (the core holds a tile)
-IV_KIND, IV_CORE, IV_START, IV_END = range(4)
-N_IV_FIELDS = 4
-IV_ACTIVE = 4
+
+# Memory-system tables (read-only; npusim.dram.tables builds them): DRAM timing rules as
+# dense delays by relation (delay_rank[cmd, RANK_*, next], delay_group[cmd, REL_*, next],
+# delay_bank[cmd, REL_*, next] and which commands reach other groups or banks,
+# spread[cmd]), the windowed rules grouped by prev command
+# (windows[window_start[c]:window_start[c+1], W_*]), address bit fields and the IPOLY
+# channel hash.
+MemTables = namedtuple("MemTables", ("delay_rank", "delay_group", "delay_bank", "spread",
+                                     "windows", "window_start", "amap", "ipoly"))
+# how a bank group / bank stands to the one a command went to (rows of delay_*)
+REL_SAME_GROUP, REL_SAME_RANK, REL_OTHER_RANK = range(3)
+REL_SAME_BANK, REL_OTHER_BANK = range(2)
+RANK_OWN, RANK_OTHER = range(2)  # rows of delay_rank: the command's rank, another rank
+# spread[cmd] bits: rules reach the other bank groups of the rank further than its own
+# rank row (their delay_group[cmd, REL_SAME_RANK] row), or the other banks of the group
+SPREAD_GROUPS, SPREAD_BANKS = 1, 2
+NO_DELAY = -(1 << 40)  # no rule: a bound this far back never binds
+# windowed rule columns (W_RELS: bit mask of the REL_* the rule reaches, of groups, or of
+# banks when W_LEVEL is names.LV_BANK)
+W_NEXT, W_LEVEL, W_LAT, W_SIZE, W_RELS = range(5)
+N_WINDOW_FIELDS = 5

@@ -3,7 +3,7 @@
 from .jit import kernel
 
 
-@kernel
+@kernel(inline=True)
 def align_up(t, period):
     """The first edge of a clock with this period at or after tick ``t``."""
     return ((t + period - 1) // period) * period

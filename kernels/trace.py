@@ -1,6 +1,8 @@
 """Trace recording: the kernels' side of ``npusim.trace``.
 
-Only called when ``p.trace == 1``; an untraced run pays one integer test per hook.
+Only called when ``p.trace == 1``; an untraced run pays one integer test per hook. Each
+unit keeps its own buffers (``st`` is the unit's tuple): the cores their activity
+intervals, the NoC its link counters, the memory its DRAM counters and command log.
 
 Two kinds of buffers, both preallocated and drained by Python between kernel calls (so
 trace size never bounds run length):
@@ -10,7 +12,7 @@ trace size never bounds run length):
   they happen at. A bank's busy time is spread over the bins it spans, at most the longest
   command duration ahead of now; queue occupancy is added up to the present when a channel
   is stepped (or by ``trace_sync`` before a drain). Python drains only bins before the
-  present and stops the loop (``TR_STOP``) before a write could reach a slot not yet drained.
+  present and stops the loop (``G_TRACE_STOP``) before a write could reach a slot not yet drained.
 - an interval log ``tr_iv``: (kind, core, start, end) rows of core activity, binned by
   Python, so intervals far in the future (a long GEMM issued now) need no look-ahead.
 
@@ -21,15 +23,14 @@ commands count once; PREA and REF make every bank of their rank busy.
 """
 
 from .jit import kernel
+from .names import ACT, PRE, PREA, REF
 from .state import *  # noqa: F403  (field indices of the state tables)
-
-# DRAM command indices, as in kernels/dram.py (which imports this module)
-ACT, PRE, PREA, RD, WR, RDA, WRA, REF = range(8)
 
 
 @kernel
-def _slot(st, p, tick):
-    return (tick // p.trace_bin) % st.tr_dram.shape[1]
+def _slot(ring, p, tick):
+    """The slot of a binned ring (``ring`` slots) that tick ``tick`` counts into."""
+    return (tick // p.trace_bin) % ring
 
 
 @kernel
@@ -40,22 +41,24 @@ def _next_bin_cycle(p, d):
 
 
 @kernel
-def trace_must_stop(st, p, t):
-    """Whether the loop must return before tick t so Python can drain the buffers."""
-    return (t >= st.tr_ctl[TR_STOP]
-            or st.tr_ctl[TR_IV_N] + 4 * p.n_cores + 4 > st.tr_iv.shape[1]
-            or st.glob[G_LOG_N] + p.n_channels + 1 > st.cmd_log.shape[1])
+def trace_must_stop(chip, p, t):
+    """Whether the loop must return before tick t so Python can drain the buffers: the
+    stop tick is reached, or the cores' interval log or the memory's command log could
+    fill up in the next step."""
+    return (t >= chip.glob[G_TRACE_STOP]
+            or chip.cores.ctl[CC_IV_N] + 4 * p.n_cores + 4 > chip.cores.tr_iv.shape[1]
+            or chip.mem.ctl[MC_LOG_N] + p.n_channels + 1 > chip.mem.cmd_log.shape[1])
 
 
 @kernel
 def trace_interval(st, p, kind, core, start, end):
-    """Append one core activity interval [start, end) (ticks)."""
-    n = st.tr_ctl[TR_IV_N]
+    """Append one core activity interval [start, end) (ticks) to the cores' log."""
+    n = st.ctl[CC_IV_N]
     st.tr_iv[IV_KIND, n] = kind
     st.tr_iv[IV_CORE, n] = core
     st.tr_iv[IV_START, n] = start
     st.tr_iv[IV_END, n] = end
-    st.tr_ctl[TR_IV_N] = n + 1
+    st.ctl[CC_IV_N] = n + 1
 
 
 @kernel
@@ -89,14 +92,14 @@ def _bank_busy(st, p, ch, nb, start, end):
     st.tr_bank[ch, nb] = end
     while d < end:
         nxt = min(end, _next_bin_cycle(p, d))
-        st.tr_dram[TD_BUSY, _slot(st, p, d * p.mem_period), ch, nb] += nxt - d
+        st.tr_dram[TD_BUSY, _slot(st.tr_dram.shape[1], p, d * p.mem_period), ch, nb] += nxt - d
         d = nxt
 
 
 @kernel
 def trace_dram_command(st, p, ch, rank, nb, cmd, cyc):
     """Counters and bank busy time of a DRAM command issued at DRAM cycle ``cyc``."""
-    s = _slot(st, p, cyc * p.mem_period)
+    s = _slot(st.tr_dram.shape[1], p, cyc * p.mem_period)
     if cmd == ACT:
         st.tr_dram[TD_ACTS, s, ch, nb] += 1
     elif cmd == PRE:
@@ -117,13 +120,13 @@ def trace_dram_command(st, p, ch, rank, nb, cmd, cyc):
 @kernel
 def trace_request_class(st, p, ch, nb, cls, cyc):
     """A request's first command at ``cyc`` decided it: row hit, miss or conflict."""
-    st.tr_dram[TD_HITS + cls, _slot(st, p, cyc * p.mem_period), ch, nb] += 1
+    st.tr_dram[TD_HITS + cls, _slot(st.tr_dram.shape[1], p, cyc * p.mem_period), ch, nb] += 1
 
 
 @kernel
 def trace_request_done(st, p, ch, nb, d, cyc):
     """A read (d = 0) or write issued its last burst at ``cyc``."""
-    st.tr_dram[TD_READS + d, _slot(st, p, cyc * p.mem_period), ch, nb] += 1
+    st.tr_dram[TD_READS + d, _slot(st.tr_dram.shape[1], p, cyc * p.mem_period), ch, nb] += 1
 
 
 @kernel
@@ -142,7 +145,7 @@ def trace_queues(st, p, ch, cyc):
         return
     while d < cyc:
         nxt = min(cyc, _next_bin_cycle(p, d))
-        s = _slot(st, p, d * p.mem_period)
+        s = _slot(st.tr_dram.shape[1], p, d * p.mem_period)
         st.tr_chan[TH_READ_QUEUE, s, ch] += rq * (nxt - d)
         st.tr_chan[TH_WRITE_QUEUE, s, ch] += wq * (nxt - d)
         d = nxt
@@ -151,7 +154,7 @@ def trace_queues(st, p, ch, cyc):
 @kernel
 def trace_flits(st, p, net, c, ch, flits, t):
     """The crossbar granted a packet of ``flits`` on the link between core c and channel ch."""
-    st.tr_noc[net, _slot(st, p, t), c, ch] += flits
+    st.tr_noc[net, _slot(st.tr_noc.shape[1], p, t), c, ch] += flits
 
 
 @kernel

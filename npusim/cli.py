@@ -17,13 +17,14 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
 
 from npusim import __version__
-from npusim.errors import NpusimError
+from npusim.errors import NpusimError, NpusimWarning
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3
@@ -339,8 +340,14 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
     t.add_column(overflow="fold")
     if overrides:
         t.add_row("overrides", escape(" ".join(overrides)))
-    if dims:
-        t.add_row("dims", escape(" ".join(f"{k}={v}" for k, v in dims.items())))
+    assumed = result.extra.get("assumed_dims") or {}
+    if dims or assumed:
+        text = " ".join(f"{k}={v}" for k, v in {**dims, **assumed}.items())
+        if assumed:
+            text += (f"  ({', '.join(assumed)}: the model's example "
+                     f"{'value' if len(assumed) == 1 else 'values'}, as no --dim gave "
+                     f"{'it' if len(assumed) == 1 else 'them'})")
+        t.add_row("dims", escape(text))
     t.add_row("total cycles", f"[bold]{total:,}[/]  ({human_seconds(result.seconds)} at "
                               f"{cfg.core_freq_mhz} MHz)")
     t.add_row("layers", f"{len(result.layers)}")
@@ -383,7 +390,8 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
     if result.requests:
         rt = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
         llm = any("ttft_cycles" in r for r in result.requests)
-        names = ("request", "partition", "arrival", "start", "finish", "latency (cycles)")
+        names = ("request", "partition", "arrival", "start", "finish", "latency (cycles)",
+                 "energy")
         for name in names + (("TTFT", "TBT p50", "TBT p95", "TBT p99") if llm else ()):
             rt.add_column(name, justify="right", no_wrap=True)
 
@@ -393,7 +401,7 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
         for i, r in enumerate(result.requests):
             row = [escape(r["name"] or f"{i}: {r['model']}"), str(r["partition"]),
                    num(r["arrival_cycle"]), num(r["start_cycle"]), num(r["finish_cycle"]),
-                   num(r["latency_cycles"])]
+                   num(r["latency_cycles"]), human_joules(r["energy_j"])]
             if llm:
                 row += [num(r.get(k)) for k in ("ttft_cycles", "tbt_p50_cycles",
                                                 "tbt_p95_cycles", "tbt_p99_cycles")]
@@ -848,8 +856,20 @@ def sweep(
     print(f"written {out}")
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """NpusimWarning as ``warning: ...`` on stderr (other warnings as Python shows them)."""
+    if issubclass(category, NpusimWarning):
+        _print_err(f"warning: {message}")
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
+
+
+_default_showwarning = warnings.showwarning
+
+
 def main() -> None:
     """Entry point of the ``npusim`` script."""
+    warnings.showwarning = _show_warning
     app(prog_name="npusim")
 
 

@@ -9,3 +9,9 @@ exits non-zero; it never shows a traceback for these.
 
 class NpusimError(Exception):
     """A user-facing error: bad input, bad config, unsupported model."""
+
+
+class NpusimWarning(UserWarning):
+    """Something the user should know that does not stop the run (a config key npusim
+    cannot model yet, a DRAM standard chosen as the nearest match). The CLI prints it as
+    ``warning: ...``; in Python it is an ordinary ``warnings`` category."""

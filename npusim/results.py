@@ -10,8 +10,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from npusim import __version__
 from npusim.config import NpuConfig, config_to_dict
 from npusim.energy import energy_report
@@ -85,7 +83,7 @@ def collect(model: str, cfg: NpuConfig, prog: Program, raw: RawRun) -> Result:
     st, tb = raw.state, raw.timebase
     P = tb.core_period
     total = _cycles(st.glob[ks.G_END], P)
-    core = st.core
+    core = st.cores.core
     peak_macs = cfg.core.systolic.width * cfg.core.systolic.height
     cores = []
     for c in range(cfg.num_cores):
@@ -125,9 +123,9 @@ def _memory_stats(cfg: NpuConfig, raw: RawRun, core_cycles: int) -> dict[str, An
         from npusim.dram.stats import dram_stats
 
         dram_cycles = -(-int(st.glob[ks.G_END]) // raw.timebase.mem_period)
-        out = dram_stats(st, cfg, dram_cycles)
+        out = dram_stats(st.mem, cfg, dram_cycles)
         return {"type": "dram", **out}
-    chan = st.chan
+    chan = st.mem.chan
     n_ch = cfg.memory.channels if cfg.memory.type != "ideal" else 1
     channels = []
     for ch in range(n_ch):
@@ -156,7 +154,7 @@ def _layer_stats(cfg: NpuConfig, prog: Program, st, i: int, P: int) -> dict[str,
     from npusim.kernels import isa
 
     info = prog.layers[i]
-    ls = st.layer_st
+    ls = st.cores.layer_st
     start, end = _cycles(ls[ks.L_START, i], P), _cycles(ls[ks.L_END, i], P)
     duration = end - start
     cores_used = max(1, min(cfg.num_cores, int(prog.layer[i, isa.L_GROUP_LEN])))

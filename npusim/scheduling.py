@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npusim.config import SCHEDULERS, NpuConfig
+from npusim.config import POLICIES, NpuConfig
 from npusim.errors import NpusimError
 from npusim.kernels import state as ks
 
@@ -35,13 +35,13 @@ class Placement:
 
 
 def policy_id(cfg: NpuConfig) -> int:
-    return SCHEDULERS.index(cfg.scheduler.policy)
+    return POLICIES.index(cfg.scheduler.policy)
 
 
 def _splits_cores(cfg: NpuConfig) -> bool:
-    from npusim.kernels.policies import POLICIES
+    from npusim.kernels.policies import MODULES
 
-    return bool(POLICIES[policy_id(cfg)].SPLITS_CORES)
+    return bool(MODULES[policy_id(cfg)].SPLITS_CORES)
 
 
 def place(cfg: NpuConfig, arrivals: list[int], wanted: list[int | None] | None = None,

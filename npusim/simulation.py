@@ -9,7 +9,7 @@ import numpy as np
 from npusim.config import NpuConfig, load_config
 from npusim.engine import run_program
 from npusim.errors import NpusimError
-from npusim.frontend import load_model, resolve_model_path
+from npusim.frontend import load_model, resolve_model_path, with_example_dims
 from npusim.frontend.optimize import prepared_model
 from npusim.kernels import isa
 from npusim.kernels import state as ks
@@ -22,6 +22,7 @@ def simulate(model, config=None, *, overrides=(), mapping=None, dims=None, skip=
              progress=None, unsupported="error", optimize="none", trace=None) -> Result:
     cfg = config if isinstance(config, NpuConfig) else load_config(config, list(overrides))
     path = resolve_model_path(model)
+    dims, assumed = with_example_dims(path, dims)
     with prepared_model(path, optimize, dims) as (ready, ready_dims):
         graph = load_model(ready, ready_dims)
     table = parse_mapping_file(mapping) if mapping else None
@@ -29,6 +30,8 @@ def simulate(model, config=None, *, overrides=(), mapping=None, dims=None, skip=
     raw = run_program(prog, cfg, skip=skip, progress=progress, trace=_trace_options(trace))
     result = collect(Path(path).stem, cfg, prog, raw)
     result.warnings = list(prog.warnings)
+    if assumed:  # a bundled model's example dims stood in for --dim
+        result.extra["assumed_dims"] = assumed
     _finish_trace(result, prog, raw)
     return result
 
@@ -46,7 +49,7 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
     the times between tokens), per-partition utilization and per-stream DRAM traffic.
     """
     from npusim.engine import EngineRun
-    from npusim.lowering import lower_into
+    from npusim.lowering import capacity_warnings, lower_into
     from npusim.program import ProgramBuilder
     from npusim.scheduling import place
     from npusim.serving.server import LlmServer
@@ -83,8 +86,9 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
             servers.append(LlmServer(sid, specs[members[0]],
                                      [(i, requests[i]) for i in members], cfg, builder))
             continue
-        with prepared_model(resolve_model_path(req.model), optimize,
-                            req.dims or None) as (ready, ready_dims):
+        path = resolve_model_path(req.model)
+        req_dims, _ = with_example_dims(path, req.dims or None)
+        with prepared_model(path, optimize, req_dims) as (ready, ready_dims):
             graph = load_model(ready, ready_dims)
         builder.request, builder.release = sid, req.arrival_cycle
         warnings += lower_into(builder, graph, cfg, table, unsupported,
@@ -108,7 +112,7 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
     prog, raw = run.prog, run.result()
     result = collect("+".join(dict.fromkeys(Path(r.model).stem for r in requests)), cfg,
                      prog, raw)
-    result.warnings = warnings
+    result.warnings = warnings + capacity_warnings(builder, cfg)
     _request_results(result, requests, streams, servers, prog, raw, placement)
     _finish_trace(result, prog, raw)
     return result
@@ -117,17 +121,17 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
 def _request_results(result, requests, streams, servers, prog, raw, placement) -> None:
     """Per-request, per-stream and per-partition numbers for ``result``."""
     P = raw.timebase.core_period
-    layer_st = raw.state.layer_st
+    layer_st = raw.state.cores.layer_st
     layer_start = -(-layer_st[ks.L_START] // P)
     stream_of_layer = prog.layer[:, isa.L_REQUEST]
     moved = layer_st[ks.L_LD_BYTES] + layer_st[ks.L_ST_BYTES]
     per_stream = np.bincount(stream_of_layer, weights=moved, minlength=len(streams))
-    joules = np.bincount(stream_of_layer, weights=[l["energy_j"] for l in result.layers],
-                         minlength=len(streams))
+    layer_j = np.array([l["energy_j"] for l in result.layers])
+    joules = np.bincount(stream_of_layer, weights=layer_j, minlength=len(streams))
     freq = result.config.core_freq_mhz * 1e6
     rows: dict[int, dict] = {}
     for srv in servers:
-        rows.update(srv.request_results(layer_start))
+        rows.update(srv.request_results(layer_start, layer_j))
     for sid, members in enumerate(streams):
         if len(members) == 1 and not requests[members[0]].is_llm:
             i = members[0]

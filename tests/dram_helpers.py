@@ -7,8 +7,11 @@ import numpy as np
 from npusim.config import load_config
 from npusim.dram import list_standards, load_standard
 from npusim.dram.replay import replay_requests
-from npusim.engine import TimeBase, make_params, make_state, memory_tables
+from npusim.dram.tables import memory_tables
+from npusim.params import TimeBase, make_params
 from npusim.program import ProgramBuilder
+from npusim.scheduling import place
+from npusim.state import make_state
 
 STANDARDS = list_standards()
 
@@ -21,10 +24,11 @@ def dram_config(standard: str, *overrides: str, channels: int = 1):
 
 
 def bare_state(cfg):
-    """(st, mt, p) of a DRAM with nothing in flight, for calling the kernels directly."""
+    """(State, mt, p) of a chip with nothing in flight, for calling the kernels directly
+    (the DRAM's on ``State.mem``, the rings on ``State.rings``)."""
     p = make_params(cfg, TimeBase.of(cfg), True)
     mt = memory_tables(cfg)
-    return make_state(cfg, ProgramBuilder().build(), p, mt), mt, p
+    return make_state(cfg, ProgramBuilder().build(), p, mt, place(cfg, [])), mt, p
 
 
 def replay(cfg, addrs, writes=None, **kw):

@@ -17,7 +17,6 @@ from helpers import weight
 from npusim.config import load_config
 from npusim.errors import NpusimError
 from npusim.frontend import load_graph
-from npusim.frontend.optimize import prepared_model
 from npusim.kernels import isa
 from npusim.lowering import lower_graph
 
@@ -233,13 +232,9 @@ def test_contrib_graph_without_shapes_gets_them_from_onnx_runtime(tmp_path):
     relu = helper.make_node("Relu", ["a"], ["y"], name="relu")
     path = save(tmp_path, [node, relu], [vi("x", ["batch", S, h])], [vi("y", ["batch", S, h])],
                 [("w", [h, 3 * h]), ("b", [3 * h])])
-    with pytest.raises(NpusimError, match="no static shape"):
-        load_graph(path, {"batch": B})
-    with prepared_model(path, "none", {"batch": B}) as (ready, dims):
-        assert dims is None
-        graph = load_graph(ready, dims)
-        assert graph.shape("a") == (B, S, h)
-        r = npusim.simulate(str(ready), "mobile", overrides=IDEAL)
+    graph = load_graph(path, {"batch": B})
+    assert graph.shape("a") == (B, S, h)
+    r = npusim.simulate(str(path), "mobile", overrides=IDEAL, dims={"batch": B})
     assert macs(r) == 3 * S * h * h + 2 * heads * S * S * (h // heads)
 
 

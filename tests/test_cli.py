@@ -400,6 +400,9 @@ def test_simulate_requests_file_prints_llm_latencies_and_writes_json(tmp_path):
     assert mlp["arrival_cycle"] == 1000 and mlp["start_cycle"] >= 1000
     assert [p["cores"] for p in data["partitions"]] == [[0, 1], [2, 3]]
     assert len(data["llm_servers"][0]["iterations"]) == 3
+    from npusim.cli import human_joules  # each request's energy is in the table
+    assert human_joules(llm["energy_j"]) in res.stdout
+    assert human_joules(mlp["energy_j"]) in res.stdout
 
 
 def test_simulate_requests_file_errors_are_one_line(tmp_path):

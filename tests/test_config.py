@@ -21,7 +21,7 @@ from npusim.config import (
     onnxim_to_dict,
     parse_override,
 )
-from npusim.errors import NpusimError
+from npusim.errors import NpusimError, NpusimWarning
 
 DATA = Path(__file__).parent / "data"
 
@@ -225,7 +225,7 @@ def test_unknown_key_suggests_close_one(mobile_dict):
     msg = error_of(config_from_dict, d)
     assert "unknown key memory.zzz" in msg and "did you mean" not in msg
     assert ("valid keys in memory: type, standard, freq_mhz, channels, ranks, latency, "
-            "channel_bytes_per_cycle, controller") in msg
+            "channel_bytes_per_cycle, capacity_gib, controller") in msg
 
 
 def test_unknown_vector_op_lists_valid_ones(mobile_dict):
@@ -377,13 +377,17 @@ def test_onnxim_tpuv4_translation():
     assert c.dma.request_bytes == 32
     assert (c.noc.type, c.noc.freq_mhz, c.noc.latency, c.noc.flit_bytes) == ("crossbar", 8000, 1, 32)
     m = c.memory
-    assert (m.type, m.freq_mhz, m.channels, m.latency, m.channel_bytes_per_cycle) == \
-        ("simple", 1200, 16, 10, 32)
+    # ramulator2 with ONNXim's HBM2.yaml (HBM2_8Gb) at dram_freq 1200 MHz: npusim's HBM2
+    # 2.4 Gb/s standard, two pseudo channels per ONNXim channel (Ramulator 2's HBM2 levels)
+    assert (m.type, m.standard, m.freq_mhz, m.channels) == \
+        ("dram", "HBM2-2400_8Gb_x128", 1200, 32)
     assert m.peak_bytes_per_s == 614.4e9  # ONNXim: 1200 MHz * 16 ch * 32 B / nbl 1
+    assert m.capacity_gib == 16  # dram_size
 
 
 def test_onnxim_flat_layout_and_ideal_dram():
-    c = load_config(DATA / "onnxim_gemmini_8x8_c1_flat.json")
+    with pytest.warns(NpusimWarning, match="icnt_type = 'booksim2'"):
+        c = load_config(DATA / "onnxim_gemmini_8x8_c1_flat.json")
     assert (c.num_cores, c.precision) == (1, 1)
     assert (c.core.systolic.width, c.core.systolic.height) == (8, 8)
     assert (c.core.spad_kib, c.core.accum_kib) == (64, 16)
@@ -413,10 +417,15 @@ def _tpuv4() -> dict:
 
 def test_onnxim_defaults_for_missing_optional_keys():
     data = _tpuv4()
+    data["dram_type"] = "simple"
     for key in ("dram_req_size", "dram_latency", "dram_nbl", "icnt_latency", "icnt_freq",
                 "icnt_type", "scheduler"):
         del data[key]
+    for core in data["core_config"].values():
+        del core["mul_latency"], core["add_tree_latency"]
     c = config_from_dict(onnxim_to_dict(data))
+    # ONNXim's own default for every vector latency is 1 cycle
+    assert (c.core.vector.latency["mul"], c.core.vector.latency["reduce"]) == (1, 1)
     assert (c.dma.request_bytes, c.memory.latency, c.memory.channel_bytes_per_cycle) == (32, 10, 32)
     assert (c.noc.latency, c.noc.freq_mhz, c.scheduler.policy) == (1, 1000, "fifo")
 
@@ -427,9 +436,9 @@ def test_onnxim_errors():
     assert "lacks core_config.core_3" in error_of(onnxim_to_dict, data)
 
     data = _tpuv4()
-    data["scheduler"] = "partition_cpu"
+    data["scheduler"] = "round_robin"
     msg = error_of(onnxim_to_dict, data)
-    assert "scheduler = 'partition_cpu' is not supported" in msg and "'simple'" in msg
+    assert "scheduler = 'round_robin' is not supported" in msg and "'simple'" in msg
 
     data = _tpuv4()
     data["dram_type"] = "hbm"
@@ -443,8 +452,9 @@ def test_onnxim_errors():
 
     data = _tpuv4()
     for core in data["core_config"].values():
-        core["core_type"] = "systolic_os"
-    assert "'systolic_os' is not supported" in error_of(onnxim_to_dict, data)
+        core["core_type"] = "systolic_tiled"
+    msg = error_of(onnxim_to_dict, data)
+    assert "core_type = 'systolic_tiled' is not supported" in msg and "'systolic_os'" in msg
 
     data = _tpuv4()
     del data["dram_freq"]
@@ -455,9 +465,26 @@ def test_onnxim_errors():
     assert "ONNXim key precision = 3" in error_of(onnxim_to_dict, data)
 
 
+def test_onnxim_output_stationary_core_is_the_dataflow_error(tmp_path):
+    # ONNXim's systolic_os is core.systolic.dataflow = "os": rejected by the config's own
+    # check, which lists the dataflows npusim models
+    data = _tpuv4()
+    data["dram_type"] = "simple"
+    for core in data["core_config"].values():
+        core["core_type"] = "systolic_os"
+    assert onnxim_to_dict(data)["core"]["systolic"]["dataflow"] == "os"
+    p = tmp_path / "os.json"
+    p.write_text(json.dumps(data))
+    msg = error_of(load_config, str(p))
+    assert "os.json" in msg
+    assert "core.systolic.dataflow = 'os' is not a valid choice: must be one of 'ws'" in msg
+
+
 def test_onnxim_range_errors_go_through_validation(tmp_path):
     data = _tpuv4()
     data["dram_channels"] = 0
+    assert "ONNXim key dram_channels = 0 is out of range" in error_of(onnxim_to_dict, data)
+    data["dram_type"] = "simple"
     p = tmp_path / "zero_ch.json"
     p.write_text(json.dumps(data))
     msg = error_of(load_config, str(p))

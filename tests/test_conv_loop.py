@@ -16,6 +16,8 @@ the wrong size) changes these counts.
 
 from __future__ import annotations
 
+from math import prod
+
 import onnx
 import pytest
 from onnx import TensorProto, helper
@@ -23,6 +25,7 @@ from onnx import TensorProto, helper
 import npusim
 from helpers import weight
 from npusim.config import load_config
+from npusim.errors import NpusimError
 from npusim.frontend import load_graph
 from npusim.lowering import lower_graph
 from npusim.lowering.mapping import parse_mapping_file
@@ -101,26 +104,99 @@ def test_strided_1x1_conv_loads_only_the_pixels_it_uses(tmp_path):
     assert r.layers[0]["bytes_loaded"] == (n_x + 8) * 32
 
 
-def test_1d_conv(tmp_path):
+# The loop nest in 1, 2 and 3 spatial dims: (x, w, y, strides, mapping or None for the
+# heuristic's one tile, requests of input / weights / output, array stream cycles, cycles
+# the next preloads add)
+RANKS = {
     # Conv1d: 3 channels, 20 positions, kernel 5 -> 16 outputs of 8 channels. One segment
     # of 16 pixels per block (8 + 8 cycles), 5 kernel positions of one block each.
     # Requests: input 60 B -> 2; weights 8 runs of 15 B -> 11 blocks; output 128 B -> 4.
-    r = run(tmp_path, (1, 3, 20), (8, 3, 5), (1, 8, 16), (1,),
-            mapping="[T] N1 C3 M8 P1 Q16 S1 R5 - [O] N1 C1 M1 P1 Q1 S1 R1 - "
-                    "[I] N1 C3 M8 P1 Q16 S1 R5")
-    assert r.layers[0]["macs"] == 16 * 8 * 3 * 5
-    assert r.total_cycles == 2 + 11 + FILL + 5 * 16 + DRAIN + 4
-
-
-def test_3d_conv(tmp_path):
+    1: ((1, 3, 20), (8, 3, 5), (1, 8, 16), (1,),
+        "[T] N1 C3 M8 P1 Q16 S1 R5 - [O] N1 C1 M1 P1 Q1 S1 R1 - [I] N1 C3 M8 P1 Q16 S1 R5",
+        (2, 11, 4), 5 * 16, 0),
+    2: CASES["c3_3x3_s1"][:4] + (one_tile_mapping(*CASES["c3_3x3_s1"][:3]),)
+    + CASES["c3_3x3_s1"][4:],
     # Conv3d: 4 channels, 4x6x6 input, 3x3x3 kernel -> 2x4x4 outputs of 8 channels, one tile
     # (the heuristic's choice). 27 kernel positions of one block (4 rows used); each streams
     # 2*4 = 8 output rows of 4 pixels (max(4, 4) = 4 cycles) = 32 cycles, and the next
     # preload adds 8 - 4 = 4: 27 * 32 + 26 * 4. Requests: input 576 B -> 18; weights 8 runs
     # of 108 B -> 34 blocks; output 256 B -> 8.
-    r = run(tmp_path, (1, 4, 4, 6, 6), (8, 4, 3, 3, 3), (1, 8, 2, 4, 4), (1, 1, 1))
-    assert r.layers[0]["macs"] == 2 * 4 * 4 * 8 * 4 * 27
-    assert r.total_cycles == 18 + 34 + FILL + 27 * 32 + 26 * 4 + DRAIN + 8
+    3: ((1, 4, 4, 6, 6), (8, 4, 3, 3, 3), (1, 8, 2, 4, 4), (1, 1, 1), None, (18, 34, 8),
+        27 * 32, 26 * 4),
+}
+
+
+def conv_form_model(tmp_path, op, x_shape, w_shape, y_shape, strides):
+    """A Conv, or a quantized convolution of the same shapes: ConvInteger (uint8 x int8 ->
+    int32) or QLinearConv (with its scales and zero points)."""
+    u8, i8, f32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.FLOAT
+    x_type, w_type, y_type = {"Conv": (f32, f32, f32), "ConvInteger": (u8, i8, TensorProto.INT32),
+                              "QLinearConv": (u8, i8, u8)}[op]
+    inits = [weight("w", list(w_shape), w_type)]
+    inputs = ["x", "w"]
+    if op == "QLinearConv":
+        inputs = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
+        inits += [weight(n, [], f32) for n in ("xs", "ws", "ys")]
+        inits += [weight("xz", [], u8), weight("wz", [], i8), weight("yz", [], u8)]
+    node = helper.make_node(op, inputs, ["y"], name="conv", kernel_shape=list(w_shape[2:]),
+                            strides=list(strides))
+    graph = helper.make_graph(
+        [node], op, [helper.make_tensor_value_info("x", x_type, list(x_shape))],
+        [helper.make_tensor_value_info("y", y_type, list(y_shape))], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / f"{op}_{len(x_shape) - 2}d.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("op", ["Conv", "ConvInteger", "QLinearConv"])
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_every_convolution_form_runs_the_loop_nest(tmp_path, op, rank):
+    # 1-D and 3-D convolutions and the quantized ones (int8 on the array, as the float conv
+    # is on this 1-byte config: the same cycles; scales and zero points are not loaded)
+    x, w, y, strides, mapping, (n_x, n_w, n_y), stream, extra = RANKS[rank]
+    path = conv_form_model(tmp_path, op, x, w, y, strides)
+    mfile = None
+    if mapping:
+        mfile = tmp_path / "one_tile.mapping"
+        mfile.write_text(mapping + "\n")
+    r = npusim.simulate(str(path), CONFIG, mapping=str(mfile) if mfile else None)
+    assert sum(c["tiles"] for c in r.cores) == 1
+    layer = r.layers[0]
+    assert layer["op_type"] == op
+    assert r.total_cycles == n_x + n_w + FILL + stream + extra + DRAIN + n_y
+    assert layer["systolic_cycles"] == stream
+    assert layer["macs"] == sum(c["macs"] for c in r.cores) == prod(y[1:]) * prod(w[1:])
+    assert layer["bytes_loaded"] == (n_x + n_w) * 32
+
+
+def test_convolution_over_four_spatial_dims_is_listed_up_front(tmp_path):
+    path = conv_form_model(tmp_path, "Conv", (1, 2, 3, 3, 3, 3), (4, 2, 1, 1, 1, 1),
+                           (1, 4, 3, 3, 3, 3), (1, 1, 1, 1))
+    with pytest.raises(NpusimError, match=r"Conv: conv \(the convolution loop nest takes "
+                                          r"1, 2 or 3 spatial dims\)"):
+        npusim.simulate(str(path), CONFIG)
+
+
+def test_depthwise_convolutions_of_every_rank_run_on_the_vector_unit(tmp_path):
+    # one 3-tap filter per channel over 16 positions: a mul and an add per tap and output
+    # element on the vector unit, no array work
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="dw", kernel_shape=[3], group=8)
+    graph = helper.make_graph(
+        [node], "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 18])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])],
+        initializer=[weight("w", [8, 1, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "dw.onnx"))
+    r = npusim.simulate(str(tmp_path / "dw.onnx"), CONFIG)
+    v = r.config.core.vector
+    passes = -(-16 * 8 // (v.lanes * v.alus))
+    assert r.layers[0]["macs"] == 16 * 8 * 3 and sum(c["macs"] for c in r.cores) == 0
+    assert r.layers[0]["systolic_cycles"] == 0
+    assert sum(c["vector_busy_cycles"] for c in r.cores) == \
+        passes * 3 * (v.latency["mul"] + v.latency["add"])
 
 
 def test_grouped_conv_runs_each_group_on_its_channels(tmp_path):

@@ -10,9 +10,9 @@ from npusim.kernels import state as ks
 
 
 def _log(st):
-    n = int(st.glob[ks.G_LOG_N])
-    assert st.glob[ks.G_LOG_LOST] == 0
-    return st.cmd_log[:, :n].T.copy()
+    n = int(st.mem.ctl[ks.MC_LOG_N])
+    assert st.mem.ctl[ks.MC_LOG_LOST] == 0
+    return st.mem.cmd_log[:, :n].T.copy()
 
 
 @pytest.mark.parametrize("name", ["DDR4-2400R_8Gb_x8", "HBM2-2000_8Gb_x128", "LPDDR4-3200_8Gb_x16"])
@@ -34,7 +34,7 @@ def test_read_to_a_conflicting_row_waits_for_ras_rp_rcd(name):
     first = t["RCD"] + t["CL"] + t["BL"]
     # PRE waits tRAS after the ACT and tRTP after the RD; then RP, RCD, CL, burst
     second = max(t["RAS"], t["RCD"] + t["RTP"]) + t["RP"] + t["RCD"] + t["CL"] + t["BL"]
-    assert st.dch[ks.DC_LAT_SUM, 0] == first + second
+    assert st.mem.dch[ks.DC_LAT_SUM, 0] == first + second
 
 
 def test_sequential_reads_reach_90_percent_of_peak_on_ddr4():
@@ -96,7 +96,7 @@ def test_closed_page_never_leaves_a_row_open():
                       "memory.controller.refresh=false")
     stats, st = replay(cfg, np.arange(200) * 64)
     assert stats["row_hits"] == 0 and stats["row_conflicts"] == 0
-    assert (st.dbank[ks.B_OPEN_ROW] == -1).all()
+    assert (st.mem.dbank[ks.B_OPEN_ROW] == -1).all()
 
 
 def test_writes_drain_between_watermarks():
@@ -120,7 +120,7 @@ def test_ipoly_spreads_a_power_of_two_stride_over_all_channels():
     assert s_hash["dram_cycles"] < s_plain["dram_cycles"] / 4
 
 
-def _fr_fcfs_by_definition(st, p, ch, cyc):
+def _fr_fcfs_by_definition(st, rg, p, ch, cyc):
     """FR-FCFS from its definition, over every request of the queue being served (slots not
     on the free stack): the first cycle some request's next command is legal, and among the
     requests legal then the oldest row hit, else the oldest. (request, command, cycle)."""
@@ -130,7 +130,7 @@ def _fr_fcfs_by_definition(st, p, ch, cyc):
     cap, base = (p.d_wq, p.d_rq) if side else (p.d_rq, 0)
     n = int(st.dch[ks.DC_WQ_COUNT if side else ks.DC_RQ_COUNT, ch])
     free = set(st.dfree[ch, side, :cap - n].tolist())
-    out_full = st.chan[ks.H_OUT_COUNT, ch] >= st.ch_out.shape[2]
+    out_full = rg.mport[ks.MP_OUT_COUNT, ch] >= rg.ch_out.shape[2]
     best = (None, -1, -1, -1)
     for k in range(base, base + cap):
         if k in free:
@@ -166,7 +166,8 @@ def test_fr_fcfs_choice_matches_its_definition(page):
 
     cfg = dram_config("DDR4-2400R_8Gb_x8", f"memory.controller.page_policy={page}",
                       "memory.controller.read_queue=12", "memory.controller.write_queue=12")
-    st, mt, p = bare_state(cfg)
+    chip, mt, p = bare_state(cfg)
+    st, rg = chip.mem, chip.rings
     rng = np.random.default_rng(11)
     # addresses in two rows of two banks: many requests per bank, many row hits
     pool = [a for a in range(0, 1 << 20, 64)
@@ -177,16 +178,16 @@ def test_fr_fcfs_choice_matches_its_definition(page):
         cyc += int(rng.integers(0, 8))
         action = int(rng.integers(0, 10))
         if action < 4:  # a request arrives
-            h = (st.chan[ks.H_IN_HEAD, 0] + st.chan[ks.H_IN_COUNT, 0]) % st.ch_in.shape[2]
+            h = (rg.mport[ks.MP_IN_HEAD, 0] + rg.mport[ks.MP_IN_COUNT, 0]) % rg.ch_in.shape[2]
             write = int(rng.random() < 0.4)
             fields = {ks.P_TIME: 0, ks.P_CORE: 0, ks.P_DIR: write, ks.P_ENTRY: 0, ks.P_SENT: 0,
                       ks.P_ADDR: pool[int(rng.integers(0, len(pool)))]}
             for f, v in fields.items():
-                st.ch_in[f, 0, h] = v
-            st.chan[ks.H_IN_COUNT, 0] += 1
-            kd._accept(st, mt, p, 0, cyc * p.mem_period)
-            st.chan[ks.H_IN_COUNT, 0] = 0  # a request a full queue refused is dropped
-            st.chan[ks.H_IN_HEAD, 0] = 0
+                rg.ch_in[f, 0, h] = v
+            rg.mport[ks.MP_IN_COUNT, 0] += 1
+            kd._accept(st, rg, mt, p, 0, cyc * p.mem_period)
+            rg.mport[ks.MP_IN_COUNT, 0] = 0  # a request a full queue refused is dropped
+            rg.mport[ks.MP_IN_HEAD, 0] = 0
         elif action < 6:  # a queued request leaves
             side = int(rng.integers(0, 2))
             n = int(st.dch[ks.DC_WQ_COUNT if side else ks.DC_RQ_COUNT, 0])
@@ -206,14 +207,14 @@ def test_fr_fcfs_choice_matches_its_definition(page):
             k = int(rng.integers(0, p.d_rq + p.d_wq))
             st.dreq[0, k, ks.E_BURSTS] = int(rng.integers(1, 4))
             st.dch[ks.DC_DRAINING, 0] = int(rng.random() < 0.3)
-            st.chan[ks.H_OUT_COUNT, 0] = st.ch_out.shape[2] if rng.random() < 0.3 else 0
+            rg.mport[ks.MP_OUT_COUNT, 0] = rg.ch_out.shape[2] if rng.random() < 0.3 else 0
         else:  # the rank waits for a refresh, or not
             pending = int(rng.random() < 0.2)
             st.drank[ks.RK_PENDING, 0, 0] = pending
-        kd._choose(st, p, 0, cyc)
+        kd._choose(st, rg, p, 0, cyc)
         got = (int(st.dch[ks.DC_CAND_K, 0]), int(st.dch[ks.DC_CAND_CMD, 0]),
                int(st.dch[ks.DC_CAND_AT, 0]))
-        want = _fr_fcfs_by_definition(st, p, 0, cyc)
+        want = _fr_fcfs_by_definition(st, rg, p, 0, cyc)
         if want[0] >= 0:
             assert got == tuple(int(x) for x in want)
             checked += 1

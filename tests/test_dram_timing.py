@@ -12,7 +12,7 @@ import pytest
 from dram_helpers import STANDARDS, bare_state, dram_config
 from npusim.dram import load_standard
 from npusim.dram.standard import COMMANDS, LEVELS
-from npusim.engine import memory_tables
+from npusim.dram.tables import memory_tables
 from npusim.kernels.dram import PREA, REF, SPREAD_BANKS, SPREAD_GROUPS, _earliest, dram_issue
 
 RANK_WIDE = (PREA, REF)
@@ -76,7 +76,8 @@ def _check_rule(name, k):
     rule = std.rules[k]
     ranks = 2 if rule.sibling and LEVELS[rule.level] == "rank" else std.ranks
     cfg = dram_config(name, f"memory.ranks={ranks}", "memory.controller.refresh=false")
-    st, mt, p = bare_state(cfg)
+    chip, mt, p = bare_state(cfg)
+    st = chip.mem
     src = (0, 0, 0)
     dst = _target(std, rule, ranks)
     prev_wide = rule.prev in RANK_WIDE
@@ -123,7 +124,7 @@ note = "test only: the other banks of the group"
 def test_rules_that_reach_only_other_groups_or_banks(tmp_path):
     """No bundled standard has a rule that reaches the other bank groups of a rank further
     than the command's own group, or only the other banks of its group; the engine keeps
-    those apart from the rank-wide bounds (``npusim.engine._delay_tables``). A DDR4 variant
+    those apart from the rank-wide bounds (``npusim.dram.tables._delay_tables``). A DDR4 variant
     with one of each: every one of its rules holds to the cycle, the added ones included."""
     base = resources.files("npusim.configs") / "dram"
     (tmp_path / "families").mkdir()
@@ -150,7 +151,8 @@ def test_four_activate_window(name):
     std = load_standard(name)
     faw = [r for r in std.rules if r.window > 1]
     cfg = dram_config(name, "memory.controller.refresh=false")
-    st, mt, p = bare_state(cfg)
+    chip, mt, p = bare_state(cfg)
+    st = chip.mem
     act = COMMANDS.index("ACT")
     G, B = std.bank_groups, std.banks_per_group
     banks = [(0, i % G, (i // G) % B) for i in range(5)]
@@ -186,7 +188,8 @@ def test_jedec_values_by_name(name, prev, nxt, same, timing):
     """Hand-picked constraints: the wait equals the named JEDEC parameter of the file."""
     std = load_standard(name)
     cfg = dram_config(name, "memory.controller.refresh=false")
-    st, mt, p = bare_state(cfg)
+    chip, mt, p = bare_state(cfg)
+    st = chip.mem
     dst = {"bank": (0, 0, 0), "bankgroup": (0, 0, 1), "rank": (0, 1 % std.bank_groups, 0)}[same]
     dram_issue(st, mt, p, 0, 0, 0, 0, 5, 0, COMMANDS.index(prev), T0, -1, -1)
     assert _earliest(st, p, 0, *dst, COMMANDS.index(nxt)) == T0 + std.timing[timing]

@@ -296,7 +296,7 @@ def test_replayed_dram_energy_equals_the_drampower_formula_on_its_log(standard, 
                      (np.arange(n) * 64) % (1 << 20)) // 64 * 64
     writes = (rng.random(n) < 0.3).astype(np.int64)
     stats, st = replay_requests(cfg, addrs.astype(np.int64), writes, log_commands=8 * n)
-    log = st.cmd_log[:, :int(st.glob[ks.G_LOG_N])]
+    log = st.mem.cmd_log[:, :int(st.mem.ctl[ks.MC_LOG_N])]
     std = load_standard(standard)
     expect = _drampower_formula(log, std, cfg.memory.ranks, int(st.glob[ks.G_END]))
     got = stats["energy"]["components_j"]

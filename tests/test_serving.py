@@ -167,3 +167,29 @@ def test_onnxim_language_model_json(tmp_path):
                              "intermediate_size": 512}))
     with pytest.raises(NpusimError, match="8 attention heads cannot share 3 KV heads"):
         load_llm(str(f))
+
+
+def test_request_energy_is_its_attention_plus_its_share_of_the_batch_layers():
+    """Worked from layer names, not from the server's own bookkeeping: a request's joules are
+    its attention layers (``/r<i>/``), the token-row layers by its rows (prompt, then 1), the
+    last-token gather and LM head in equal parts; the shares add up to the server's."""
+    res = _serve([_gpt2(8, 2, name="a"), _gpt2(24, 2, name="b")], *IDEAL)
+    rows = {0: {"a": 8, "b": 24}, 1: {"a": 1, "b": 1}}  # prefill, then one decode step
+    expect = {"a": 0.0, "b": 0.0}
+    for k, it_rows in rows.items():
+        layers = [l for l in res.layers if l["name"].startswith(f"gpt2/it{k}/")]
+        tail = [l["name"].rsplit("/", 1)[1] in ("last_hidden", "logits") for l in layers]
+        own = {n: sum(l["energy_j"] for l in layers if f"/r{i}/" in l["name"])
+               for i, n in enumerate("ab")}
+        token_j = sum(l["energy_j"] for l, t in zip(layers, tail)
+                      if not t and "/r" not in l["name"])
+        tail_j = sum(l["energy_j"] for l, t in zip(layers, tail) if t)
+        for n in "ab":
+            expect[n] += own[n] + token_j * it_rows[n] / sum(it_rows.values()) + tail_j / 2
+    for r in res.requests:
+        assert r["energy_j"] == pytest.approx(expect[r["name"]], rel=1e-12)
+        assert r["energy_per_token_j"] == pytest.approx(r["energy_j"] / 2, rel=1e-12)
+    server = res.extra["llm_servers"][0]["energy_j"]
+    assert sum(r["energy_j"] for r in res.requests) == pytest.approx(server, rel=1e-12)
+    assert server == pytest.approx(res.energy["total_j"], rel=1e-12)
+    assert res.requests[1]["energy_j"] > 1.5 * res.requests[0]["energy_j"]  # 3x the prompt

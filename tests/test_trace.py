@@ -22,7 +22,7 @@ import npusim
 from npusim.cli import app
 from npusim.config import config_from_dict, config_to_dict
 from npusim.dram import check_command_log
-from npusim.engine import dram_standard
+from npusim.dram import dram_standard
 from npusim.trace import MAX_BINS, TraceOptions, open_trace
 from npusim.trace import record
 

@@ -15,30 +15,32 @@ A policy is one file in this folder with:
 - ``started(st, prog, part, layer)``: a kernel called when a layer's first group is handed
   out (a policy with state keeps it in ``st.part_st``).
 
-To add one: write the file, add it to ``POLICIES`` and to the two dispatchers below (its
-index is its id), and its name to ``SCHEDULERS`` in ``npusim/config/schema.py``.
+To add one: write the file, add its name to ``POLICIES`` in ``kernels/names.py`` (its
+position is its id) and its module to ``MODULES`` and the two dispatchers below.
 """
 
 from ..jit import kernel
+from ..names import POLICIES, POLICY_SPATIAL, POLICY_TIME_SHARED
 from . import fifo, spatial, time_shared
 
-POLICIES = (fifo, time_shared, spatial)  # ids: position; names: SCHEDULERS in the config
+MODULES = (fifo, time_shared, spatial)  # in the order of names.POLICIES
+assert tuple(m.__name__.rsplit(".", 1)[1].replace("_", "-") for m in MODULES) == POLICIES
 
 
 @kernel
 def layer_priority(st, prog, p, part, layer):
-    if p.policy == 1:
+    if p.policy == POLICY_TIME_SHARED:
         return time_shared.priority(st, prog, part, layer)
-    if p.policy == 2:
+    if p.policy == POLICY_SPATIAL:
         return spatial.priority(st, prog, part, layer)
     return fifo.priority(st, prog, part, layer)
 
 
 @kernel
 def layer_started(st, prog, p, part, layer):
-    if p.policy == 1:
+    if p.policy == POLICY_TIME_SHARED:
         time_shared.started(st, prog, part, layer)
-    elif p.policy == 2:
+    elif p.policy == POLICY_SPATIAL:
         spatial.started(st, prog, part, layer)
     else:
         fifo.started(st, prog, part, layer)

@@ -19,8 +19,8 @@ from npusim.config.schema import (
     DEFAULT_VECTOR_LATENCY,
     MEMORY_TYPES,
     NOC_TYPES,
+    POLICIES,
     PRECISIONS,
-    SCHEDULERS,
     VECTOR_OPS,
     CoreConfig,
     DmaConfig,
@@ -35,8 +35,8 @@ from npusim.config.schema import (
 )
 
 __all__ = [
-    "DEFAULT_PRESET", "DEFAULT_VECTOR_LATENCY", "MEMORY_TYPES", "NOC_TYPES", "PRECISIONS",
-    "SCHEDULERS", "VECTOR_OPS", "ControllerConfig", "CoreConfig", "DmaConfig", "EnergyConfig", "MemoryConfig", "NocConfig",
+    "DEFAULT_PRESET", "DEFAULT_VECTOR_LATENCY", "MEMORY_TYPES", "NOC_TYPES", "POLICIES",
+    "PRECISIONS", "VECTOR_OPS", "ControllerConfig", "CoreConfig", "DmaConfig", "EnergyConfig", "MemoryConfig", "NocConfig",
     "NpuConfig", "SchedulerConfig", "SystolicConfig", "VectorConfig", "apply_overrides", "config_from_dict",
     "config_to_dict", "list_presets", "load_config", "onnxim_to_dict", "parse_override",
 ]

@@ -130,7 +130,8 @@ def _read(name_or_path: str | Path) -> tuple[dict, str]:
                      if isinstance(err, json.JSONDecodeError) else str(err))
             raise NpusimError(f"{path}: malformed JSON at {where}") from None
         try:
-            return onnxim_to_dict(data, name=path.stem, source=str(path)), f"{path} (ONNXim import)"
+            return (onnxim_to_dict(data, name=path.stem, source=str(path), base_dir=path.parent),
+                    f"{path} (ONNXim import)")
         except NpusimError as err:
             raise NpusimError(f"{path}: {err}") from None
 

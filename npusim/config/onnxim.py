@@ -13,13 +13,15 @@ spad_size             KiB per core (ONNXim: ``spad_size KB``)  core.spad_kib
 accum_spad_size       KiB per core                             core.accum_kib
 vector_process_bit    bits per vector pass                     core.vector.lanes * alus
 *_latency             core cycles per vector pass              core.vector.latency.<op>
-dram_type             simple / ramulator / ramulator2          memory.type
-dram_freq             MHz                                      memory.freq_mhz
-dram_channels         count                                    memory.channels
+dram_type             simple / ramulator / ramulator2 / ideal  memory.type (simple / dram / ideal)
+dram_config_path      Ramulator 2 YAML / Ramulator .cfg        memory.standard (family, density)
+dram_freq             MHz                                      memory.freq_mhz (picks standard)
+dram_channels         count                                    memory.channels (x pseudo chans)
 dram_latency          DRAM cycles (ONNXim SimpleDram)          memory.latency
 dram_req_size         bytes per memory request                 dma.request_bytes
 dram_nbl              DRAM cycles per request (burst)          memory.channel_bytes_per_cycle
-icnt_type             simple / booksim2                        noc.type (crossbar)
+dram_size             GB (ONNXim's language scheduler checks)  memory.capacity_gib
+icnt_type             simple / booksim2                        noc.type (crossbar; booksim2 warns)
 icnt_freq             MHz                                      noc.freq_mhz
 icnt_latency          interconnect cycles                      noc.latency
 precision             bytes per element                        precision
@@ -29,34 +31,40 @@ partition             {"core_N": partition id}                 scheduler.partiti
 
 Both layouts ONNXim has used are accepted: per-core tables under ``core_config.core_N``
 (current) and core keys at the top level (older configs). The result is a TOML-shaped dict
-that goes through the same validation as a preset.
+that goes through the same validation as a preset. Keys that only steer ONNXim's logging,
+or that ONNXim reads and never uses, are accepted with no effect (SILENT_KEYS); hardware
+keys npusim cannot model yet (UNMODELLED: icnt_injection_ports_per_core, mac_latency, ...,
+and icnt_type = booksim2) are one warning each when they differ from ONNXim's default.
 """
 
 import difflib
+import math
+import re
+import warnings
+from pathlib import Path
 from typing import Any
 
 from npusim.config.schema import PRECISIONS, Rule
-from npusim.errors import NpusimError
+from npusim.errors import NpusimError, NpusimWarning
 
-# Keys ONNXim knows that npusim has no use for. They are accepted and dropped.
-IGNORED_KEYS = {
-    "core_print_interval": "logging interval",
-    "dram_print_interval": "logging interval",
-    "icnt_print_interval": "logging interval",
-    "dram_config_path": "Ramulator file; npusim uses its own memory model",
-    "icnt_config_path": "Booksim2 topology file; npusim uses its own NoC model",
-    "dram_size": "capacity in GB; npusim does not bound DRAM capacity",
-    "layout": "tensor layout (NHWC/NCHW) is decided by npusim's lowering",
-    "full_precision": "accumulator precision is implied by accum_kib",
+# Keys that only steer ONNXim's logging, or that ONNXim itself reads and never uses: accepted
+# with no effect.
+SILENT_KEYS = {
+    "core_print_interval", "dram_print_interval", "icnt_print_interval",  # logging
+    "sram_width", "scalar_add_latency",  # read by ONNXim's parser, used nowhere in it
+    "layernorm_latency", "softmax_latency",  # in ONNXim's struct, never read from the file
+    "sram_size",  # the single SRAM of older configs (spad_size since)
+    "layout",  # NHWC/NCHW: npusim's lowering decides the layout
+    "dram_config_path", "icnt_config_path",  # read below where they matter
 }
-IGNORED_CORE_KEYS = {
-    "sram_width": "SRAM port width; npusim moves scratchpad data in DMA requests",
-    "sram_size": "single-SRAM size of older output-stationary configs",
-    "mac_latency": "multiply-accumulate runs on the systolic array",
-    "scalar_add_latency": "no separate scalar unit in npusim",
-    "scalar_mul_latency": "no separate scalar unit in npusim",
-    "layernorm_latency": "npusim lowers LayerNorm into vector ops",
-    "softmax_latency": "npusim lowers Softmax into vector ops",
+# Hardware keys npusim cannot model yet, with ONNXim's default: a value other than the
+# default is one warning naming the key (the run goes on with npusim's behaviour).
+UNMODELLED = {
+    "icnt_injection_ports_per_core": (1, "each core has one NoC port each way (one "
+                                          "request per NoC cycle)"),
+    "mac_latency": (1, "a vector multiply-accumulate is a mul and an add"),
+    "scalar_mul_latency": (1, "per-row scalar steps use the vector latencies"),
+    "full_precision": (4, "accumulators are 32-bit"),
 }
 
 # ONNXim vector latency key -> npusim vector ops it sets. Ops not listed here (log, tanh,
@@ -71,53 +79,89 @@ LATENCY_KEYS = {
     "scalar_sqrt_latency": ("sqrt", "rsqrt"),
 }
 CORE_KEYS = ("core_type", "core_width", "core_height", "spad_size", "accum_spad_size",
-             "vector_process_bit", *LATENCY_KEYS)
+             "vector_process_bit", "sram_width", "scalar_add_latency", "layernorm_latency",
+             "softmax_latency", "sram_size", "mac_latency", "scalar_mul_latency",
+             *LATENCY_KEYS)
 TOP_KEYS = ("num_cores", "core_freq", "core_config", "dram_type", "dram_freq",
-            "dram_channels", "dram_req_size", "dram_latency", "dram_nbl", "icnt_type",
-            "icnt_latency", "icnt_freq", "precision", "scheduler", "partition")
+            "dram_channels", "dram_req_size", "dram_latency", "dram_nbl", "dram_size",
+            "icnt_type", "icnt_latency", "icnt_freq", "precision", "scheduler", "partition",
+            *(k for k in SILENT_KEYS | set(UNMODELLED) if k not in CORE_KEYS))
 
-# "ramulator"/"ramulator2" map to the fixed-latency "simple" model for now; the cycle-level
-# DRAM model replaces this mapping when it lands. "ideal" is npusim's own extra value.
-DRAM_TYPES = {"simple": "simple", "ramulator": "simple", "ramulator2": "simple",
-              "ideal": "ideal"}
-# Booksim2's topology lives in a separate file; both become npusim's crossbar.
+# ONNXim's core types -> core.systolic.dataflow, which the config's validation checks
+# against the dataflows npusim models (kernels/isa.py DATAFLOWS)
+CORE_TYPES = {"systolic_ws": "ws", "systolic_os": "os"}
+# "ideal" is npusim's own extra value; "ramulator"/"ramulator2" are the cycle-level DRAM
+# of the standard their dram_config_path describes (see _dram_memory)
+DRAM_TYPES = ("simple", "ramulator", "ramulator2", "ideal")
+# Booksim2's topology lives in a separate file: npusim's crossbar stands in for it (with a
+# warning) until the NoC models router topologies.
 ICNT_TYPES = {"simple": "crossbar", "booksim2": "crossbar"}
 # ONNXim "simple" runs one layer at a time, requests in arrival order: npusim's fifo;
-# "time_multiplex" round-robins between requests, "spatial_split" gives each partition
-# its own cores. (Its "partition_cpu" has no match.)
+# "time_multiplex" round-robins between requests; "spatial_split" (two halves) and
+# "partition_cpu" (the cores of each "partition" entry serve the requests of that
+# partition) give each partition its own cores: npusim's spatial policy.
 SCHEDULERS = {"simple": "fifo", "fifo": "fifo", "time_multiplex": "time-shared",
-              "spatial_split": "spatial"}
+              "spatial_split": "spatial", "partition_cpu": "spatial"}
 
-# Values ONNXim configs commonly leave out, with the value used instead.
+# Values for keys a config leaves out: ONNXim's own defaults where it has them
+# (SimulationConfig.h: dram_nbl 1, icnt_injection_ports_per_core 1, every vector latency
+# 1), else the value every ONNXim sample config uses.
 DEFAULTS = {
     "core_type": "systolic_ws",
     "dram_req_size": 32,     # every ONNXim sample config uses 32 B
     "dram_latency": 10,      # every ONNXim sample config uses 10 DRAM cycles
-    "dram_nbl": 1,           # ONNXim's own default
+    "dram_nbl": 1,           # ONNXim's default
     "icnt_type": "simple",
     "icnt_latency": 1,       # ONNXim sample configs use 1
     "scheduler": "simple",
 }
+ONNXIM_LATENCY_DEFAULT = 1  # CoreConfig in SimulationConfig.h
 REQUIRED = ("num_cores", "core_freq", "core_width", "core_height", "spad_size",
-            "accum_spad_size", "dram_type", "dram_freq", "dram_channels", "precision")
+            "dram_type", "dram_freq", "dram_channels", "precision")
+
+# The DRAM description files ONNXim's current configs name, as ONNXim ships them (used when
+# the file is not next to the JSON): (Ramulator standard, org preset, timing preset)
+ONNXIM_DRAM_FILES = {
+    "HBM2.yaml": ("HBM2", "HBM2_8Gb", "HBM2_2.5Gbps"),
+    "DDR4.yaml": ("DDR4", "DDR4_16Gb_x4", "DDR4_1600J"),
+    "HBM-config.cfg": ("HBM", "HBM_4Gb", "HBM_2_5Gbps"),
+}
+# Ramulator standard -> npusim DRAM family (HBM, the first generation, is nearest HBM2)
+RAMULATOR_FAMILIES = {"HBM2": "HBM2", "HBM": "HBM2", "DDR4": "DDR4", "LPDDR4": "LPDDR4",
+                      "LPDDR5": "LPDDR5", "GDDR6": "GDDR6"}
 
 
-def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config") -> dict:
+def _warn(text: str) -> None:
+    warnings.warn(text, NpusimWarning, stacklevel=3)
+
+
+def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config",
+                   base_dir: str | Path | None = None) -> dict:
     """Translate a parsed ONNXim JSON config into an npusim TOML-shaped dict (unvalidated).
+
+    ``base_dir``: where relative ``dram_config_path`` files are looked up (the JSON file's
+    folder). Hardware keys npusim cannot model yet are one :class:`NpusimWarning` each.
 
     Derived values:
       * vector: ``vector_process_bit / (8 * precision)`` elements per pass, split as
         lanes = core_width and alus = elements / core_width (one lane per array column),
         or lanes = elements, alus = 1 when that does not divide evenly. Only the product
         matters for throughput, as in ONNXim.
-      * memory.channel_bytes_per_cycle = dram_req_size / dram_nbl, matching ONNXim's own
-        peak bandwidth (``dram_freq * dram_channels * dram_req_size / dram_nbl``).
+      * memory: ``simple`` (ONNXim's fixed-latency DRAM) keeps ``channel_bytes_per_cycle =
+        dram_req_size / dram_nbl``, matching ONNXim's own peak bandwidth (``dram_freq *
+        dram_channels * dram_req_size / dram_nbl``); ``ramulator``/``ramulator2`` become
+        npusim's cycle-level DRAM with the standard of the file's DRAM family and density
+        clocked at ``dram_freq`` (the nearest one, with a warning, when there is no such
+        standard), one npusim channel per pseudo channel of each of ``dram_channels``.
       * noc.flit_bytes = dram_req_size (at most 1024): ONNXim's simple interconnect moves
         one whole request per cycle per port. noc.freq_mhz defaults to core_freq.
+      * missing vector latencies are ONNXim's default, 1 cycle; a missing accum_spad_size
+        is spad_size (ONNXim read both from one sram_size before it split them), with a
+        warning.
     """
     if not isinstance(data, dict):
         raise NpusimError(f"ONNXim config must be a JSON object, got {type(data).__name__}")
-    _check_keys(data, TOP_KEYS + CORE_KEYS, IGNORED_KEYS | IGNORED_CORE_KEYS, "")
+    _check_keys(data, TOP_KEYS + CORE_KEYS, "")
     cfg = {**DEFAULTS, **data}
     num_cores = _get(cfg, "num_cores", Rule("int", 1, 1024))
     core = _core_table(cfg, num_cores)
@@ -125,10 +169,11 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
     for key in REQUIRED:
         if key not in merged:
             raise NpusimError(f"ONNXim key {key} is missing (needed by {source})")
+    if "accum_spad_size" not in merged:
+        merged["accum_spad_size"] = merged["spad_size"]
+        _warn(f"ONNXim config {source} has no accum_spad_size: using spad_size = "
+              f"{merged['spad_size']} KB, as ONNXim did when one sram_size set both")
 
-    if merged["core_type"] != "systolic_ws":
-        raise NpusimError(f"ONNXim key core_type = {merged['core_type']!r} is not supported: "
-                          f"npusim simulates weight-stationary arrays ('systolic_ws') only")
     precision = _get(merged, "precision", Rule("choice", choices=PRECISIONS))
     width = _get(merged, "core_width", Rule("int", 1, 4096))
     req = _get(merged, "dram_req_size", Rule("pow2", 8, 4096))
@@ -140,11 +185,20 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
 
     latency = {}
     for key, ops in LATENCY_KEYS.items():
-        if key in merged:
-            value = _get(merged, key, Rule("int", 1, 10000))
-            latency.update({op: value for op in ops})
+        value = merged.get(key, ONNXIM_LATENCY_DEFAULT)
+        value = _get({key: value}, key, Rule("int", 1, 10000))
+        latency.update({op: value for op in ops})
+    for key, (default, npusim_does) in UNMODELLED.items():
+        if key in merged and merged[key] != default:
+            _warn(f"ONNXim key {key} = {merged[key]!r} is not modelled yet (ONNXim's default "
+                  f"is {default}): npusim runs as if it were {default}: {npusim_does}")
+    icnt = _lookup(merged, "icnt_type", ICNT_TYPES)
+    if merged["icnt_type"] == "booksim2":
+        path = merged.get("icnt_config_path", "(no icnt_config_path)")
+        _warn(f"ONNXim key icnt_type = 'booksim2' ({path}) is not modelled yet: npusim "
+              f"uses its crossbar with icnt_latency and icnt_freq")
 
-    return {
+    out = {
         "name": name,
         "description": f"imported from ONNXim config {source}",
         "num_cores": num_cores,
@@ -153,31 +207,113 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
         "scheduler": {"policy": _lookup(merged, "scheduler", SCHEDULERS),
                       "partitions": _partitions(merged, num_cores)},
         "core": {
-            "systolic": {"width": width, "height": merged["core_height"]},
+            "systolic": {"width": width, "height": merged["core_height"],
+                         "dataflow": _lookup(merged, "core_type", CORE_TYPES)},
             "vector": {"lanes": lanes, "alus": alus, "latency": latency},
             "spad_kib": merged["spad_size"],
             "accum_kib": merged["accum_spad_size"],
         },
         "dma": {"request_bytes": req},
         "noc": {
-            "type": _lookup(merged, "icnt_type", ICNT_TYPES),
+            "type": icnt,
             "freq_mhz": merged.get("icnt_freq", merged["core_freq"]),
             "latency": merged["icnt_latency"],
             "flit_bytes": min(req, 1024),
         },
-        "memory": {
-            "type": _lookup(merged, "dram_type", DRAM_TYPES),
-            "freq_mhz": merged["dram_freq"],
-            "channels": merged["dram_channels"],
-            "latency": merged["dram_latency"],
-            "channel_bytes_per_cycle": req // nbl,
-        },
+        "memory": _memory(merged, req, nbl, base_dir, source),
     }
+    if merged.get("dram_size"):
+        out["memory"]["capacity_gib"] = _get(merged, "dram_size", Rule("int", 0, 1 << 20))
+    return out
 
 
-def _check_keys(table: dict, known: tuple, ignored: dict, where: str) -> None:
+def _memory(cfg: dict, req: int, nbl: int, base_dir, source: str) -> dict:
+    kind = cfg["dram_type"]
+    if kind not in DRAM_TYPES:
+        choices = ", ".join(repr(k) for k in DRAM_TYPES)
+        raise NpusimError(f"ONNXim key dram_type = {kind!r} is not supported: must be one of "
+                          f"{choices}")
+    simple = {"type": "ideal" if kind == "ideal" else "simple", "freq_mhz": cfg["dram_freq"],
+              "channels": cfg["dram_channels"], "latency": cfg["dram_latency"],
+              "channel_bytes_per_cycle": req // nbl}
+    if kind in ("simple", "ideal"):
+        return simple
+    _get(cfg, "dram_channels", Rule("int", 1, 1024))
+    spec = _dram_file(cfg.get("dram_config_path"), base_dir)
+    family = RAMULATOR_FAMILIES.get(spec[0]) if spec else None
+    if family is None:
+        what = f"{spec[0]} ({cfg.get('dram_config_path')})" if spec else \
+            f"no readable dram_config_path ({cfg.get('dram_config_path', 'not given')})"
+        _warn(f"ONNXim key dram_type = {kind!r} with {what}: npusim has no such DRAM "
+              f"standard; using its fixed-latency memory with dram_freq, dram_channels and "
+              f"dram_latency")
+        return simple
+    std, exact = _nearest_standard(family, spec, cfg["dram_freq"])
+    if not exact:
+        _warn(f"ONNXim key dram_type = {kind!r} with {spec[0]} {spec[1]} at dram_freq = "
+              f"{cfg['dram_freq']} MHz ({cfg.get('dram_config_path')}): npusim has no such "
+              f"standard; using the nearest, {std.name} ({std.freq_mhz} MHz)")
+    channels = cfg["dram_channels"] * std.pseudo_channels
+    return {"type": "dram", "standard": std.name, "channels": channels}
+
+
+def _dram_file(path: str | None, base_dir) -> tuple[str, str, str] | None:
+    """(Ramulator standard, org preset, timing preset) from a Ramulator 2 YAML or
+    Ramulator 1 .cfg file: the file next to the JSON (resolved as ONNXim resolves it,
+    relative to the folder), else ONNXim's own file of that name."""
+    if not path:
+        return None
+    p = Path(path)
+    if not p.is_absolute() and base_dir is not None:
+        p = Path(base_dir) / p
+    if p.is_file():
+        text = p.read_text(errors="replace")
+        if p.suffix in (".yaml", ".yml"):
+            import yaml  # PyYAML, installed with dask
+
+            try:
+                dram = yaml.safe_load(text)["MemorySystem"]["DRAM"]
+                return (str(dram["impl"]), str(dram["org"]["preset"]),
+                        str(dram["timing"]["preset"]))
+            except (yaml.YAMLError, KeyError, TypeError):
+                return None
+        fields = dict(re.findall(r"^\s*(\w+)\s*=\s*(\S+)", text, re.MULTILINE))
+        if "standard" in fields:
+            return fields["standard"], fields.get("org", ""), fields.get("speed", "")
+        return None
+    return ONNXIM_DRAM_FILES.get(Path(path).name)
+
+
+def _nearest_standard(family: str, spec: tuple[str, str, str], freq: int):
+    """The npusim standard of ``family`` clocked at ``freq`` with the spec's density (and
+    width), else the nearest by clock, density, width; and whether it is an exact match.
+    Pseudo-channel HBM2 (as Ramulator 2 models it) is preferred over legacy mode."""
+    from npusim.dram import list_standards, load_standard
+
+    def size(text, pattern):
+        m = re.search(pattern, text)
+        return int(m.group(1)) if m else None
+
+    density, width = size(spec[1], r"(\d+)Gb"), size(spec[1], r"_x(\d+)")
+    best = None
+    for name in list_standards():
+        std = load_standard(name)
+        if std.family != family:
+            continue
+        d, w = size(name, r"(\d+)Gb"), size(name, r"_x(\d+)")
+        key = (abs(std.freq_mhz - freq),
+               abs(math.log2(d / density)) if d and density else 0,
+               0 if width is None or w == width else 1, "legacy" in name, name)
+        if best is None or key < best[0]:
+            best = (key, std)
+    key, std = best
+    exact = key[0] == 0 and key[1] == 0 and key[2] == 0 and spec[0] == family
+    return std, exact
+
+
+def _check_keys(table: dict, known: tuple, where: str) -> None:
     """Unknown keys are errors (a typo would otherwise silently fall back to a default)."""
-    valid = list(known) + list(ignored)
+    valid = list(known)
     for key in table:
         if key not in valid:
             close = difflib.get_close_matches(key, valid, n=1)
@@ -199,7 +335,7 @@ def _core_table(cfg: dict, num_cores: int) -> dict:
             # ONNXim itself reads core_config["core_<i>"] for every core, with no fallback.
             raise NpusimError(f"ONNXim config lacks core_config.core_{i} "
                               f"(num_cores = {num_cores}; one entry per core is required)")
-        _check_keys(entry, CORE_KEYS, IGNORED_CORE_KEYS, f"core_config.core_{i}.")
+        _check_keys(entry, CORE_KEYS, f"core_config.core_{i}.")
         cores.append(entry)
     first = cores[0]
     for i, entry in enumerate(cores[1:], start=1):

@@ -16,27 +16,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from npusim.errors import NpusimError
-from npusim.kernels.isa import DATAFLOWS
+from npusim.kernels.isa import DATAFLOWS, VECTOR_OPS
+from npusim.kernels.names import MEMORY_TYPES, NOC_TYPES, POLICIES
 
 # ---------------------------------------------------------------------------------------
 # Choice lists and defaults
 # ---------------------------------------------------------------------------------------
 
 PRECISIONS = (1, 2, 4)
-SCHEDULERS = ("fifo", "time-shared", "spatial")  # kernels/policies/, one file each
-NOC_TYPES = ("crossbar",)
-MEMORY_TYPES = ("ideal", "simple", "dram")
 PAGE_POLICIES = ("open", "closed")
 CHANNEL_HASHES = ("none", "ipoly")
 ADDRESS_FIELDS = ("Ro", "Bg", "Ba", "Ra", "Co", "Ch")
 FIDELITIES = ("full", "fast")  # npusim.fast: "fast" extrapolates repeated regions
 ENERGY_DATATYPES = ("auto", "int8", "int16", "fp16", "bf16", "fp32")  # npusim.energy.table
-
-VECTOR_OPS = (
-    "add", "sub", "mul", "div", "max", "min", "exp", "log", "sqrt", "rsqrt", "recip",
-    "tanh", "sigmoid", "erf", "gelu", "pow", "cast", "reduce",
-)
-"""Vector-unit operations with a latency; ``reduce`` is one level of an add/compare tree."""
 
 DEFAULT_VECTOR_LATENCY = {
     "add": 1, "sub": 1, "mul": 1, "div": 4, "max": 1, "min": 1,
@@ -247,6 +239,9 @@ class MemoryConfig:
     ranks: int = _int(0, 16, default=0)                # "dram": 0 = the standard's count
     latency: int = _int(0, 100000, default=0)          # memory cycles, used by "simple"
     channel_bytes_per_cycle: int = _int(0, 4096, default=0)  # "dram": from the standard
+    # capacity in GiB (ONNXim dram_size); 0: unbounded. A workload whose tensors need more
+    # DRAM address space runs with a warning (as ONNXim's language scheduler warns)
+    capacity_gib: int = _int(0, 1 << 20, default=0)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
 
     @property
@@ -264,7 +259,7 @@ class SchedulerConfig:
     """How requests share the cores: the policy (a file in ``kernels/policies/``), optional
     core partitions, and the batch limit of LLM serving (iteration-level batching)."""
 
-    policy: str = _choice(SCHEDULERS, default="fifo")
+    policy: str = _choice(POLICIES, default="fifo")
     # cores of each partition; empty: one partition of all cores ("spatial" splits evenly)
     partitions: tuple = _partitions(default=())
     max_batch: int = _int(1, 65536, default=32)  # LLM requests batched in one iteration

@@ -14,11 +14,12 @@ from npusim.dram.standard import (
     DramStandard,
     Rule,
     dram_dir,
+    dram_standard,
     list_standards,
     load_standard,
 )
 
 __all__ = [
     "COMMANDS", "COMMON_TIMINGS", "LEVELS", "LOG_COLUMNS", "RANK_WIDE", "DramStandard", "Rule",
-    "check_command_log", "dram_dir", "list_standards", "load_standard",
+    "check_command_log", "dram_dir", "dram_standard", "list_standards", "load_standard",
 ]

@@ -37,11 +37,16 @@ import numpy as np
 
 from npusim.dram.standard import COMMANDS, LEVELS, RANK_WIDE, DramStandard
 from npusim.errors import NpusimError
+from npusim.kernels.names import ACT as _ACT
+from npusim.kernels.names import PRE as _PRE
+from npusim.kernels.names import PREA as _PREA
+from npusim.kernels.names import RD as _RD
+from npusim.kernels.names import RDA as _RDA
+from npusim.kernels.names import REF as _REF
+from npusim.kernels.names import WR as _WR
+from npusim.kernels.names import WRA as _WRA
 
 LOG_COLUMNS = ("cycle", "channel", "rank", "bankgroup", "bank", "row", "column", "command")
-_ACT, _PRE, _PREA, _RD, _WR, _RDA, _WRA, _REF = (COMMANDS.index(c) for c in
-                                                 ("ACT", "PRE", "PREA", "RD", "WR", "RDA",
-                                                  "WRA", "REF"))
 _CAS = (_RD, _WR, _RDA, _WRA)
 _WIDE = tuple(COMMANDS.index(c) for c in RANK_WIDE)
 _CH, _RK, _BG, _BK = range(4)

@@ -48,15 +48,15 @@ def read_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     return np.array(addrs, dtype=np.int64), np.array(writes, dtype=np.int64)
 
 
-def replay_energy(st, cfg, end: int) -> dict[str, Any] | None:
+def replay_energy(mem, cfg, end: int) -> dict[str, Any] | None:
     """DRAM energy of a replay (``npusim.energy.dram``), None without [power] currents."""
     from npusim.energy.dram import counts_from_state, dram_energy
-    from npusim.engine import dram_standard
+    from npusim.dram.standard import dram_standard
 
     std = dram_standard(cfg)
     if std.power is None:
         return None
-    c = counts_from_state(st, cfg, std, end)
+    c = counts_from_state(mem, cfg, std, end)
     comps = dram_energy(std, c)
     total = sum(comps.values())
     seconds = end / (std.freq_mhz * 1e6)
@@ -72,17 +72,22 @@ def replay_requests(cfg: NpuConfig, addrs: np.ndarray, writes: np.ndarray, skip:
                     log_commands: int = 0) -> tuple[dict[str, Any], Any]:
     """Replay requests on ``cfg``'s DRAM; returns (stats, final state)."""
     from npusim.dram.stats import dram_stats
-    from npusim.engine import TimeBase, make_params, make_state, memory_tables
+    from npusim.dram.tables import memory_tables
     from npusim.kernels import state as ks
     from npusim.kernels.replay import replay
+    from npusim.params import TimeBase, make_params
     from npusim.program import ProgramBuilder
+    from npusim.scheduling import place
+    from npusim.state import make_state
 
     if cfg.memory.type != "dram":
         raise NpusimError(f"trace replay needs a cycle-level DRAM config (memory.type = 'dram'),"
                           f" config '{cfg.name}' has memory.type = '{cfg.memory.type}'")
     p = make_params(cfg, TimeBase.of(cfg), skip)
     mt = memory_tables(cfg)
-    st = make_state(cfg, ProgramBuilder().build(), p, mt, log_commands)
+    prog = ProgramBuilder().build()
+    st = make_state(cfg, prog, p, mt, place(cfg, [0] * prog.n_requests),
+                    log_commands=log_commands)
     cursor = np.zeros(2, dtype=np.int64)
     t0 = time.perf_counter()
     replay(st, mt, p, addrs[:0], writes[:0], cursor, 1)  # compile / load from cache
@@ -96,8 +101,8 @@ def replay_requests(cfg: NpuConfig, addrs: np.ndarray, writes: np.ndarray, skip:
             raise NpusimError("trace replay stalled: this is an npusim bug, please report it")
     wall = time.perf_counter() - t1
     end = int(st.glob[ks.G_END])
-    stats = dram_stats(st, cfg, end)
-    stats["energy"] = replay_energy(st, cfg, end)
+    stats = dram_stats(st.mem, cfg, end)
+    stats["energy"] = replay_energy(st.mem, cfg, end)
     stats.update({"requests": int(len(addrs)), "wall_seconds": wall,
                   "compile_seconds": compile_s,
                   "requests_per_second": len(addrs) / wall if wall > 0 else None})

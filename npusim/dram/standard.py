@@ -54,11 +54,8 @@ from typing import Any
 import numpy as np
 
 from npusim.errors import NpusimError
+from npusim.kernels.names import COMMANDS, LEVELS, RANK_WIDE  # the kernel's numbering
 from npusim.paths import bundled_names, resolve_data_file
-
-COMMANDS = ("ACT", "PRE", "PREA", "RD", "WR", "RDA", "WRA", "REF")  # kernel command index
-LEVELS = ("channel", "rank", "bankgroup", "bank")
-RANK_WIDE = ("PREA", "REF")
 COMMON_TIMINGS = ("CL", "CWL", "RCD", "RP", "RAS", "RC", "BL", "CCD_S", "CCD_L", "RRD_S",
                   "RRD_L", "FAW", "WR", "WTR_S", "WTR_L", "RTP", "RTRS", "RFC", "REFI")
 ORGANIZATION_KEYS = ("channels", "pseudo_channels", "ranks", "bank_groups", "banks_per_group",
@@ -435,6 +432,11 @@ def _check_timing_sanity(path: Path, t: dict[str, int]) -> None:
         need(t[f"{base}_L"] >= t[f"{base}_S"], f"{base}_L = {t[f'{base}_L']} must be >= "
                                                f"{base}_S = {t[f'{base}_S']}")
     need(t["REFI"] > t["RFC"], f"REFI = {t['REFI']} must be > RFC = {t['RFC']}")
+
+
+def dram_standard(cfg) -> DramStandard | None:
+    """The DRAM standard of an ``NpuConfig`` whose memory is "dram", else None."""
+    return load_standard(cfg.memory.standard) if cfg.memory.type == "dram" else None
 
 
 def load_standard(name_or_path: str | Path) -> DramStandard:

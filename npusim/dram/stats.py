@@ -18,8 +18,9 @@ def percentile_from_histogram(hist: np.ndarray, q: float) -> int:
 
 
 def dram_stats(st, cfg, dram_cycles: int) -> dict[str, Any]:
-    """Row-buffer outcomes, traffic, bandwidth utilization and read latency."""
-    from npusim.engine import dram_standard
+    """Row-buffer outcomes, traffic, bandwidth utilization and read latency, from the
+    memory unit's tables (``State.mem``)."""
+    from npusim.dram.standard import dram_standard
 
     std = dram_standard(cfg)
     n_ch = cfg.memory.channels

@@ -161,7 +161,7 @@ def energy_report(cfg, prog, st, tb, total_cycles: int, layer_rows: list[dict]) 
 
     table = load_energy_table(cfg.energy.table, cfg.energy.override)
     seconds = total_cycles / (cfg.core_freq_mhz * 1e6)
-    ld, stb = st.layer_st[ks.L_LD_BYTES], st.layer_st[ks.L_ST_BYTES]
+    ld, stb = st.cores.layer_st[ks.L_LD_BYTES], st.cores.layer_st[ks.L_ST_BYTES]
     counts = layer_actions(prog, cfg, ld, stb)
     unit_pj = action_energy_pj(cfg, table)
     layer_action_j = counts * unit_pj[None, :] * 1e-12  # [layer, action]
@@ -175,7 +175,7 @@ def energy_report(cfg, prog, st, tb, total_cycles: int, layer_rows: list[dict]) 
     warnings = []
     std = None
     if cfg.memory.type == "dram":
-        from npusim.engine import dram_standard
+        from npusim.dram.standard import dram_standard
 
         std = dram_standard(cfg)
         if std.power is None:
@@ -185,7 +185,7 @@ def energy_report(cfg, prog, st, tb, total_cycles: int, layer_rows: list[dict]) 
                         "(use 'dram' for DRAM energy)")
     if std is not None and std.power is not None:
         end = -(-int(st.glob[ks.G_END]) // tb.mem_period)
-        dc = counts_from_state(st, cfg, std, end)
+        dc = counts_from_state(st.mem, cfg, std, end)
         dram_j = dram_energy(std, dc)
         totals.update(dram_j)
         moved = ld + stb

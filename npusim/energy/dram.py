@@ -54,13 +54,14 @@ def rank_active_cycles(drank: np.ndarray, end: int) -> np.ndarray:
     return drank[ks.RK_ACTIVE_CYCLES] + np.maximum(tail, 0)
 
 
-def counts_from_state(st, cfg, std, end: int) -> DramCounts:
-    """Counts of a run from the final controller state; ``end`` is the run's DRAM cycle."""
+def counts_from_state(mem, cfg, std, end: int) -> DramCounts:
+    """Counts of a run from the memory unit's final tables (``State.mem``); ``end`` is the
+    run's DRAM cycle."""
     n = cfg.memory.channels
-    dch = st.dch[:, :n]
-    drank = st.drank[:, :n, :cfg.memory.ranks]
+    dch = mem.dch[:, :n]
+    drank = mem.drank[:, :n, :cfg.memory.ranks]
     # an auto-precharge that falls after the end of the run has not happened yet
-    late = int((st.dbank[ks.B_AUTO_CLOSE, :n] > end).sum())
+    late = int((mem.dbank[ks.B_AUTO_CLOSE, :n] > end).sum())
     return DramCounts(
         activates=int(dch[ks.DC_ACTS].sum()),
         bank_closes=int(dch[ks.DC_BANK_CLOSES].sum()) - late,

@@ -4,6 +4,7 @@ See :mod:`npusim.fast.regions` (what repeats) and :mod:`npusim.fast.forward` (wh
 run skips it).
 """
 
+from npusim.fast.forward import FastForward
 from npusim.fast.regions import Region, find_regions
 
-__all__ = ["Region", "find_regions"]
+__all__ = ["FastForward", "Region", "find_regions"]

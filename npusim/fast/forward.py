@@ -54,17 +54,17 @@ WINDOWS = 16  # side by side: the region's work is measured in windows of 1/16 o
 # adds the skipped iterations' share of their increments; everything else in the state
 # is either a time (moved with the run) or current occupancy (left as it is).
 COUNTERS = (
-    ("core", (ks.C_SA_STREAM, ks.C_SA_MACS, ks.C_VU_BUSY, ks.C_VU_OPS, ks.C_BUSY,
+    ("cores", "core", (ks.C_SA_STREAM, ks.C_SA_MACS, ks.C_VU_BUSY, ks.C_VU_OPS, ks.C_BUSY,
               ks.C_LD_REQUESTS, ks.C_ST_REQUESTS, ks.C_LD_BYTES, ks.C_ST_BYTES, ks.C_TILES,
               ks.C_READ_LAT_SUM, ks.C_READ_LAT_N)),
-    ("chan", (ks.H_READS, ks.H_WRITES, ks.H_READ_BYTES, ks.H_WRITE_BYTES)),
-    ("dch", (ks.DC_READS, ks.DC_WRITES, ks.DC_READ_BYTES, ks.DC_WRITE_BYTES, ks.DC_ACTS,
+    ("mem", "chan", (ks.H_READS, ks.H_WRITES, ks.H_READ_BYTES, ks.H_WRITE_BYTES)),
+    ("mem", "dch", (ks.DC_READS, ks.DC_WRITES, ks.DC_READ_BYTES, ks.DC_WRITE_BYTES, ks.DC_ACTS,
              ks.DC_PRES, ks.DC_REFS, ks.DC_CMDS, ks.DC_BUS_BUSY, ks.DC_LAT_SUM, ks.DC_LAT_N,
              ks.DC_RD_CMDS, ks.DC_WR_CMDS, ks.DC_RDA_CMDS, ks.DC_WRA_CMDS,
              ks.DC_BANK_CLOSES)),
-    ("dbank", (ks.B_HITS, ks.B_MISSES, ks.B_CONFLICTS, ks.B_READS, ks.B_WRITES)),
-    ("drank", (ks.RK_ACTIVE_CYCLES,)),
-    ("lat_hist", None),
+    ("mem", "dbank", (ks.B_HITS, ks.B_MISSES, ks.B_CONFLICTS, ks.B_READS, ks.B_WRITES)),
+    ("mem", "drank", (ks.RK_ACTIVE_CYCLES,)),
+    ("mem", "lat_hist", None),
 )
 # How far side-by-side work has got: bytes moved, else array and vector cycles issued.
 PROGRESS = ((ks.L_LD_BYTES, ks.L_ST_BYTES), (ks.L_SA_CYCLES, ks.L_VU_CYCLES))
@@ -72,14 +72,14 @@ PROGRESS = ((ks.L_LD_BYTES, ks.L_ST_BYTES), (ks.L_SA_CYCLES, ks.L_VU_CYCLES))
 LAYER_STATS = (ks.L_SA_CYCLES, ks.L_VU_CYCLES, ks.L_LD_BYTES, ks.L_ST_BYTES)
 # Times of the memory state that results read against the end of the run (DRAM cycles):
 # moved by the total extrapolated time so that "after the end" stays after it.
-END_TIMES = (("drank", (ks.RK_ACTIVE_UNTIL, ks.RK_ACTIVE_MARK)),
-             ("dbank", (ks.B_AUTO_CLOSE, ks.B_ACT_CYCLE)))
+END_TIMES = (("mem", "drank", (ks.RK_ACTIVE_UNTIL, ks.RK_ACTIVE_MARK)),
+             ("mem", "dbank", (ks.B_AUTO_CLOSE, ks.B_ACT_CYCLE)))
 
 
 def _counters(st) -> dict[str, np.ndarray]:
     out = {}
-    for name, fields in COUNTERS:
-        table = getattr(st, name)
+    for unit, name, fields in COUNTERS:
+        table = getattr(getattr(st, unit), name)
         out[name] = (table if fields is None else table[list(fields)]).astype(np.float64)
     return out
 
@@ -103,10 +103,10 @@ def _static_work(prog) -> np.ndarray:
 
 def _released(st, prog) -> np.ndarray:
     """Layers the scheduler has released (ready, running or ended)."""
-    ls = st.layer_st
+    ls = st.cores.layer_st
     rel = ls[ks.L_PREDS_LEFT] == 0
     roots = prog.layer[:, isa.L_N_PREDS] == 0
-    waiting = prog.release_order[int(st.glob[ks.G_RELEASED]):]
+    waiting = prog.release_order[int(st.cores.ctl[ks.CC_RELEASED]):]
     rel[waiting] = False
     return rel | (ls[ks.L_END] >= 0) | (roots & (ls[ks.L_START] >= 0))
 
@@ -172,8 +172,8 @@ class FastForward:
     def _claim(self, st, layers) -> None:
         for x in map(int, layers):
             if x not in self._claims:
-                self._claims[x] = 0 if st.layer_st[ks.L_NOTIFY, x] else 1  # 1: ours to clear
-                st.layer_st[ks.L_NOTIFY, x] = 1
+                self._claims[x] = 0 if st.cores.layer_st[ks.L_NOTIFY, x] else 1  # 1: ours to clear
+                st.cores.layer_st[ks.L_NOTIFY, x] = 1
             self._claims[x] += 2
 
     def _unclaim(self, st, layers) -> None:
@@ -182,7 +182,7 @@ class FastForward:
                 self._claims[x] -= 2
                 if self._claims[x] < 2:
                     if self._claims.pop(x):
-                        st.layer_st[ks.L_NOTIFY, x] = 0
+                        st.cores.layer_st[ks.L_NOTIFY, x] = 0
 
     # -- setting up -----------------------------------------------------------------
     def watch(self, run, first_layer: int = 0) -> None:
@@ -237,7 +237,7 @@ class FastForward:
         self._decide(run, w)
 
     def _sample_anchors(self, run, w: _Watch) -> None:
-        ls = run.st.layer_st
+        ls = run.st.cores.layer_st
         anchors = w.anchors
         while w.outcome == "watching" and len(w.times) < len(anchors):
             a = anchors[len(w.times)]
@@ -254,7 +254,7 @@ class FastForward:
     def _sample_progress(self, run, w: _Watch) -> None:
         """Side by side: a sample whenever another window of the region's work is done
         (bytes moved, or array and vector cycles for work that moves none)."""
-        ls = run.st.layer_st
+        ls = run.st.cores.layer_st
         layers = w.region.layers()
         if self.cut[layers].any():
             w.outcome = "skipped with an enclosing region"
@@ -295,12 +295,12 @@ class FastForward:
         """Progress units of ``layers``: iterations, or the bytes / cycles they took."""
         if not w.by_progress:
             return len(layers) / w.region.period
-        return float(run.st.layer_st[list(PROGRESS[w.metric])][:, layers].sum())
+        return float(run.st.cores.layer_st[list(PROGRESS[w.metric])][:, layers].sum())
 
     def _cut(self, run, w: _Watch, per_unit: float, per_unit_counts: dict, how: str) -> None:
         st, prog = run.st, run.prog
         r = w.region
-        ls = st.layer_st
+        ls = st.cores.layer_st
         n = prog.layer.shape[0]
         released = _released(st, prog)
         started = ls[ks.L_START] >= 0
@@ -337,7 +337,7 @@ class FastForward:
         ref_start = ls[ks.L_START, ref_layers] + self.shift[ref_layers]
         ref_end = ls[ks.L_END, ref_layers] + self.shift[ref_layers]
         predicted_end = int((ref_end + moved).max())
-        waiting = prog.release_order[int(st.glob[ks.G_RELEASED]):]
+        waiting = prog.release_order[int(st.cores.ctl[ks.CC_RELEASED]):]
         if len(waiting):  # program rows keep the arrival the user gave
             arrival = int(prog.layer[waiting, isa.L_RELEASE].min()) * self.tb.core_period
             if arrival < predicted_end:
@@ -383,7 +383,7 @@ class FastForward:
         """Once the skipped layers and those running beside them have ended, what runs
         after them moves by the difference between the region's extrapolated end and the
         end the shortened run saw."""
-        ls = run.st.layer_st
+        ls = run.st.cores.layer_st
         last = np.concatenate([w.cut_layers, w.in_flight])
         if (ls[ks.L_END, last] < 0).any():
             return
@@ -394,8 +394,8 @@ class FastForward:
         if os.environ.get("FASTDBG"):
             print("SETTLE", w.region, "pred", w.predicted_end, "sim_end", sim_end, "offset", self.offset,
                   "delta", delta, "period", w.period, "cut", len(w.cut_layers), "inflight", len(w.in_flight),
-                  "ends_inflight", sorted(run.st.layer_st[ks.L_END, w.in_flight].tolist())[-5:],
-                  "cut_ends", sorted(run.st.layer_st[ks.L_END, w.cut_layers].tolist())[-3:], "P", self.tb.core_period)
+                  "ends_inflight", sorted(run.st.cores.layer_st[ks.L_END, w.in_flight].tolist())[-5:],
+                  "cut_ends", sorted(run.st.cores.layer_st[ks.L_END, w.cut_layers].tolist())[-3:], "P", self.tb.core_period)
         after = np.ones(self.shift.shape[0], bool)  # layers added since: all after
         after[:w.after.shape[0]] = w.after
         self.shift[after & ~self.cut] += delta
@@ -407,7 +407,7 @@ class FastForward:
     # -- results ----------------------------------------------------------------------
     def final_state(self, st):
         """A copy of ``st`` as the full run would have left it, for the results."""
-        ls = st.layer_st.copy()
+        ls = st.cores.layer_st.copy()
         n = ls.shape[1]
         shift, cut = self.shift[:n], self.cut[:n]
         for f in (ks.L_START, ks.L_END):
@@ -418,24 +418,23 @@ class FastForward:
             ls[f, cut] = self.synth_stats[i, :n][cut]
         glob = st.glob.copy()
         end = max(int(ls[ks.L_END].max()) if n else 0, int(glob[ks.G_END]))
-        extra = end - int(glob[ks.G_END])
+        mem_extra = (end - int(glob[ks.G_END])) // self.tb.mem_period
         glob[ks.G_END] = end
-        tables = {"layer_st": ls, "glob": glob}
-        for name, fields in COUNTERS:
-            table = getattr(st, name).copy()
+        tables = {"cores": {"layer_st": ls}, "mem": {}}
+        for unit, name, fields in COUNTERS:
+            table = getattr(getattr(st, unit), name).copy()
             add = np.rint(self.ledger[name]).astype(np.int64)
             if fields is None:
                 table += add
             else:
                 table[list(fields)] += add
-            tables[name] = table
-        mem_extra = extra // self.tb.mem_period
-        for name, fields in END_TIMES:
-            table = tables.get(name, getattr(st, name).copy())
+            tables[unit][name] = table
+        for unit, name, fields in END_TIMES:
+            table = tables[unit][name]
             for f in fields:
                 table[f] = np.where(table[f] > 0, table[f] + mem_extra, table[f])
-            tables[name] = table
-        return st._replace(**tables)
+        return st._replace(glob=glob, cores=st.cores._replace(**tables["cores"]),
+                           mem=st.mem._replace(**tables["mem"]))
 
     def report(self, prog) -> dict:
         """What was simulated and what extrapolated, for the JSON result."""
@@ -480,7 +479,7 @@ def _same(t0: float, t1: float, d0: dict, d1: dict) -> bool:
 
 
 def _core(d: dict, field_index: int) -> float:
-    fields = dict(COUNTERS)["core"]
+    fields = next(f for _, name, f in COUNTERS if name == "core")
     return float(d["core"][fields.index(field_index)].sum())
 
 

@@ -8,6 +8,7 @@ from npusim.frontend.onnx_loader import (
     load_model,
     resolve_model_path,
     symbolic_dims,
+    with_example_dims,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "load_model",
     "resolve_model_path",
     "symbolic_dims",
+    "with_example_dims",
 ]

@@ -48,7 +48,10 @@ class TensorInfo:
     name: str
     shape: tuple[int, ...]
     elem_type: int  # onnx.TensorProto enum value, e.g. 1 = FLOAT
-    is_initializer: bool = False
+    is_initializer: bool = False  # a weight or a constant (folded at load time)
+    # a small constant's value (numpy array) when the front end knows it (shape tensors,
+    # axes, scales, position ids): lowering reads Slice starts or a Pow exponent from it
+    value: Any = field(default=None, compare=False, repr=False)
 
     @property
     def numel(self) -> int:
@@ -82,6 +85,10 @@ class Node:
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     attrs: dict[str, Any] = field(default_factory=dict)
+    # a quantized op lowered as its float counterpart (QLinearConv as Conv): the original
+    # op type, for results, and the bytes per element it computes in (None: the config's)
+    origin: str = ""
+    precision: int | None = None
 
 
 @dataclass
@@ -99,10 +106,19 @@ class Graph:
     outputs: list[str]
     source_path: str = ""
     doc_string: str = ""
+    folded: int = 0  # nodes folded away at load time (constant subgraphs, shape arithmetic)
+    # tensors that could not be given a static shape, in graph order -> why (one line);
+    # lowering reports the first one after any unsupported ops (see check_shapes)
+    unshaped: dict[str, str] = field(default_factory=dict)
     _producers: dict[str, Node] | None = field(default=None, init=False, repr=False, compare=False)
     _consumers: dict[str, list[Node]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+
+    def check_shapes(self) -> None:
+        """Stop with the first tensor that has no static shape, if any."""
+        if self.unshaped:
+            raise NpusimError(next(iter(self.unshaped.values())))
 
     def invalidate(self) -> None:
         """Forget the producer/consumer index after the node list was edited."""

@@ -9,22 +9,29 @@ then gives every intermediate tensor a concrete static shape.
 
 from __future__ import annotations
 
+import ast
 import heapq
+import operator
 from pathlib import Path
 from typing import Any
 
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper
+from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper, version_converter
 
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Graph, Node, TensorInfo
+from npusim.frontend.ort_shapes import MS
+from npusim.frontend.quantized import as_float_ops
+from npusim.frontend.shapes import NOT_FOLDED, infer_static
 from npusim.paths import models_dir
 
 # Initializers with inline data and at most this many elements stay in the proto during shape
 # inference: shape-driving constants (Reshape shapes, Slice starts, Resize scales) are tiny and
 # data propagation needs their values. Everything else is turned into a plain graph input.
 _KEEP_INLINE_MAX = 1024
+# Graphs in older opsets are converted to this one (see _upgrade_opset).
+MIN_OPSET = 13
 
 
 # --------------------------------------------------------------------------- model lookup
@@ -54,7 +61,9 @@ def resolve_model_path(name_or_path: str | Path) -> Path:
 
 def symbolic_dims(path: str | Path) -> tuple[int, list[str]]:
     """Node count and the names of the model's symbolic input dims, read straight from the
-    protobuf (no shape inference), e.g. to know which ``--dim`` values a model takes."""
+    protobuf (no shape inference), e.g. to know which ``--dim`` values a model takes. A dim
+    named by an expression of others (:func:`dim_expression`) is computed from them: it
+    contributes their names, not its own."""
     proto = _read_model(Path(path))
     weights = {t.name for t in proto.graph.initializer}
     names: list[str] = []
@@ -62,9 +71,60 @@ def symbolic_dims(path: str | Path) -> tuple[int, list[str]]:
         if vi.name in weights or not vi.type.HasField("tensor_type"):
             continue
         for d in vi.type.tensor_type.shape.dim:
-            if d.HasField("dim_param") and d.dim_param not in names:
-                names.append(d.dim_param)
+            if d.HasField("dim_param"):
+                expr = dim_expression(d.dim_param)
+                for name in [d.dim_param] if expr is None else _names_in(expr):
+                    if name not in names:
+                        names.append(name)
     return len(proto.graph.node), names
+
+
+# + - * // on dims (what exporters write in a dim's name, e.g. PyTorch's
+# "past_sequence_length + sequence_length" for a cache plus the new tokens)
+_DIM_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+            ast.FloorDiv: operator.floordiv}
+
+
+def dim_expression(name: str) -> ast.expr | None:
+    """A symbolic dim whose name is arithmetic on other dims' names, parsed (never run as
+    Python): names and integers joined by ``+ - * //`` (with parentheses). None for a plain
+    name, or a name that is not such an expression."""
+    try:
+        tree = ast.parse(name, mode="eval").body
+    except SyntaxError:
+        return None
+
+    def arithmetic(n) -> bool:
+        if isinstance(n, ast.BinOp):
+            return type(n.op) in _DIM_OPS and arithmetic(n.left) and arithmetic(n.right)
+        return isinstance(n, ast.Name) or (isinstance(n, ast.Constant) and type(n.value) is int)
+
+    return tree if isinstance(tree, ast.BinOp) and arithmetic(tree) else None
+
+
+def _names_in(expr: ast.expr) -> list[str]:
+    """The dim names an expression reads, in the order they are written."""
+    names = sorted((n for n in ast.walk(expr) if isinstance(n, ast.Name)),
+                   key=lambda n: n.col_offset)
+    return list(dict.fromkeys(n.id for n in names))
+
+
+def _eval_dim(where: str, name: str, expr: ast.expr, values: dict[str, int]) -> int:
+    """The value of the dim ``name`` (parsed as ``expr``) from the dims in ``values``."""
+    def value(e) -> int:
+        if isinstance(e, ast.BinOp):
+            left, right = value(e.left), value(e.right)
+            if isinstance(e.op, ast.FloorDiv) and right == 0:
+                return 0
+            return _DIM_OPS[type(e.op)](left, right)
+        return values[e.id] if isinstance(e, ast.Name) else e.value
+
+    result = value(expr)
+    if result < 1:
+        bound = ", ".join(f"{n}={values[n]}" for n in _names_in(expr))
+        raise NpusimError(f"{where}: dimension '{name}' is {result} with {bound}; a dimension "
+                          f"must be a positive integer")
+    return result
 
 
 def default_dims(path: str | Path) -> dict[str, int]:
@@ -76,6 +136,20 @@ def default_dims(path: str | Path) -> dict[str, int]:
             pairs = (item.split("=", 1) for item in prop.value.split(",") if "=" in item)
             return {k.strip(): int(v) for k, v in pairs}
     return {}
+
+
+def with_example_dims(path: str | Path, dims: dict[str, int] | None
+                      ) -> tuple[dict[str, int] | None, dict[str, int]]:
+    """``dims`` completed with a bundled model's example dims (``npusim.default_dims``) for
+    the symbolic dims not given, and the ones so assumed. A model that is not bundled is
+    left alone: its unbound dims stay an error naming them."""
+    path = Path(path).resolve()
+    if path.parent != models_dir().resolve():
+        return dims, {}
+    given = dict(dims or {})
+    example = default_dims(path)
+    assumed = {d: example[d] for d in symbolic_dims(path)[1] if d not in given and d in example}
+    return ({**given, **assumed} or None), assumed
 
 
 def load_model(name_or_path: str | Path, dims: dict[str, int] | None = None) -> Graph:
@@ -90,21 +164,30 @@ def load_graph(path: str | Path, dims: dict[str, int] | None = None) -> Graph:
     """Read ``path`` into a :class:`Graph` with every tensor's static shape.
 
     ``dims`` binds the model's symbolic input dimensions by name, e.g. ``{"seq": 128}``.
+    Subgraphs that depend only on constants (shape arithmetic, weights made by
+    ConstantOfShape, a weight's Transpose or Cast) are folded away (:mod:`.shapes`). A tensor
+    that still has no static shape is listed in ``Graph.unshaped`` with the reason;
+    lowering stops on it (after listing any ops it cannot lower), as does
+    ``Graph.check_shapes()``.
     """
     path = Path(path)
     model = _read_model(path)
     where = f"ONNX model '{path}'"
 
     weights = _strip_weights(model)
+    moved = {vi.name for vi in model.graph.input if vi.name in weights}
     _topo_sort(model.graph, where)
+    _ort_internal_ops_to_contrib(model)
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
         raise NpusimError(f"{where} is not a valid ONNX model: {_first_line(e)}") from None
+    model = _upgrade_opset(model, where)
 
-    _bind_dims(model.graph, dict(dims or {}), where)
-    inferred, strict_error = _infer_shapes(model, where)
-    return _build_graph(inferred, weights, path, strict_error)
+    bound = dict(dims or {})
+    _bind_dims(model.graph, bound, where)
+    shaped = infer_static(model, moved, where)
+    return _build_graph(model, shaped, weights, path, bound)
 
 
 def _read_model(path: Path) -> ModelProto:
@@ -220,7 +303,9 @@ def _topo_sort(g: onnx.GraphProto, where: str) -> None:
 
 
 def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str) -> None:
-    """Replace symbolic input dims by the values in ``dims``; unknown or missing names fail."""
+    """Replace symbolic input dims by the values in ``dims``; unknown or missing names fail.
+    A dim named by an expression of other dims (:func:`dim_expression`) takes its value
+    from theirs unless ``dims`` gives it explicitly."""
     for name, value in dims.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise NpusimError(f"--dim {name}={value!r}: a dimension must be a positive integer")
@@ -244,17 +329,33 @@ def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str) -> None:
             f"{where}: input dimension(s) {', '.join(unnamed)} have neither a size nor a name, "
             "so they cannot be bound; give the model static or named input dims"
         )
-    unknown = sorted(set(dims) - set(graph_dims))
+    exprs = {d: e for d in graph_dims if (e := dim_expression(d)) is not None}
+    free = list(dict.fromkeys(n for d in graph_dims
+                              for n in (_names_in(exprs[d]) if d in exprs else [d])))
+    unknown = sorted(set(dims) - set(graph_dims) - set(free))
     if unknown:
-        names = ", ".join(sorted(graph_dims)) or "none (all input dims are static)"
+        names = ", ".join(sorted(free)) or "none (all input dims are static)"
         raise NpusimError(
             f"{where} has no dimension named {', '.join(repr(u) for u in unknown)}; "
             f"its symbolic dims are: {names}"
         )
-    unbound = sorted(set(graph_dims) - set(dims))
-    if unbound:
-        parts = [f"'{d}' (used by input {', '.join(repr(i) for i in graph_dims[d])})" for d in unbound]
-        flags = " ".join(f"--dim {d}=VALUE" for d in unbound)
+    values = dict(dims)
+    uses: dict[str, list[str]] = {}  # unbound name -> where it is used
+    for d, inputs in graph_dims.items():
+        if d in values:  # given (an explicit value wins over an expression's)
+            continue
+        if d not in exprs:
+            uses.setdefault(d, []).extend(f"input {i!r}" for i in inputs)
+            continue
+        missing = [n for n in _names_in(exprs[d]) if n not in values]
+        for n in missing:
+            uses.setdefault(n, []).extend(f"'{d}' of input {i!r}" for i in inputs)
+        if not missing:
+            values[d] = _eval_dim(where, d, exprs[d], values)
+    if uses:
+        unbound = sorted(uses)
+        parts = [f"'{n}' (used by {', '.join(dict.fromkeys(uses[n]))})" for n in unbound]
+        flags = " ".join(f"--dim {n}=VALUE" for n in unbound)
         raise NpusimError(
             f"{where} has unbound symbolic dimension(s) {', '.join(parts)}; pass {flags}"
         )
@@ -264,66 +365,61 @@ def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str) -> None:
         if not vi.type.HasField("tensor_type"):
             continue
         for d in vi.type.tensor_type.shape.dim:
-            if d.HasField("dim_param") and d.dim_param in dims:
-                d.dim_value = dims[d.dim_param]
+            if d.HasField("dim_param") and d.dim_param in values:
+                d.dim_value = values[d.dim_param]
 
 
-def _infer_shapes(model: ModelProto, where: str) -> tuple[ModelProto, str]:
-    """Strict shape inference with data propagation; lenient retry if strict mode fails.
+def _ort_internal_ops_to_contrib(model: ModelProto) -> bool:
+    """ONNX Runtime registers a few of its own ops in the ONNX domain (e.g.
+    SimplifiedLayerNormalization); the ONNX checker rejects them there, so they move to
+    ``com.microsoft`` (npusim lowers by op type). Returns whether anything changed."""
+    changed = False
+    for n in model.graph.node:
+        if n.domain in ("", "ai.onnx") and not onnx.defs.has(n.op_type):
+            n.domain = MS
+            changed = True
+    if changed and not any(o.domain == MS for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(MS, 1))
+    return changed
 
-    Returns the inferred model and the strict-mode error text (empty if strict succeeded),
-    which is quoted later if a tensor ends up without a shape.
-    """
+
+def _opset(model: ModelProto) -> int | None:
+    """The default domain's opset; None when the model imports none (e.g. ai.onnx.ml only)."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def _upgrade_opset(model: ModelProto, where: str) -> ModelProto:
+    """Graphs below opset ``MIN_OPSET`` go through ONNX's version converter, so lowering sees
+    one form of each op (Softmax over one axis, Resize instead of Upsample, Pad, Split, Slice
+    and Squeeze taking their parameters as inputs)."""
+    version = _opset(model)
+    if version is None or version >= MIN_OPSET:
+        return model
     try:
-        return onnx.shape_inference.infer_shapes(
-            model, check_type=True, strict_mode=True, data_prop=True
-        ), ""
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as e:
-        strict_error = _first_line(e)
-    try:
-        return onnx.shape_inference.infer_shapes(model, data_prop=True), strict_error
-    except (onnx.shape_inference.InferenceError, RuntimeError) as e:
-        raise NpusimError(f"{where}: shape inference failed: {_first_line(e)}") from None
+        return version_converter.convert_version(model, MIN_OPSET)
+    except Exception as e:  # noqa: BLE001 - the converter raises assorted C++ errors
+        raise NpusimError(f"{where} uses ONNX opset {version}; converting it to opset "
+                          f"{MIN_OPSET} failed: {_first_line(e)}") from None
 
 
-def _concrete_shape(vi: onnx.ValueInfoProto) -> tuple[int, ...] | None:
-    """The static shape of a tensor value, or None if its rank or any dim is unknown."""
-    if not vi.type.HasField("tensor_type"):
-        return None
-    tt = vi.type.tensor_type
-    if not tt.HasField("shape"):
-        return None
-    shape = []
-    for d in tt.shape.dim:
-        if not d.HasField("dim_value") or d.dim_value < 0:
-            return None
-        shape.append(int(d.dim_value))
-    return tuple(shape)
-
-
-def _build_graph(
-    model: ModelProto, weights: dict[str, TensorInfo], path: Path, strict_error: str
-) -> Graph:
+def _build_graph(model: ModelProto, shaped, weights: dict[str, TensorInfo], path: Path,
+                 dims: dict[str, int]) -> Graph:
     g = model.graph
-    tensors: dict[str, TensorInfo] = dict(weights)
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        if vi.name in tensors:
+    where = f"ONNX model '{path}'"
+    unshaped = {t: _unshaped_message(where, t, node, shaped, dims)
+                for t, node in shaped.unshaped.items()}
+    tensors: dict[str, TensorInfo] = {}
+    for name, t in shaped.tensors.items():
+        if name in weights:
+            tensors[name] = weights[name]
             continue
-        shape = _concrete_shape(vi)
-        if shape is not None:
-            tensors[vi.name] = TensorInfo(vi.name, shape, vi.type.tensor_type.elem_type, False)
-
-    nodes = _convert_nodes(g)
-    for node in nodes:
-        for t in node.outputs:
-            if t and t not in tensors:
-                hint = f" (strict shape inference reported: {strict_error})" if strict_error else ""
-                raise NpusimError(
-                    f"ONNX model '{path}': tensor '{t}' produced by node '{node.name}' "
-                    f"({node.op_type}) has no static shape after shape inference{hint}; "
-                    "npusim needs every tensor shape to be known"
-                )
-
+        tensors[name] = TensorInfo(name, t.shape, t.elem_type, t.constant, t.value)
+    for name, info in weights.items():
+        tensors.setdefault(name, info)
+    for name, t in tensors.items():  # initializers kept inline carry their value too
+        if name in weights and shaped.tensors.get(name) is not None:
+            t.value = shaped.tensors[name].value
+    nodes = as_float_ops(_convert_nodes(shaped.nodes))
     return Graph(
         name=g.name,
         nodes=nodes,
@@ -332,15 +428,45 @@ def _build_graph(
         outputs=[vi.name for vi in g.output],
         source_path=str(path),
         doc_string=g.doc_string,
+        folded=shaped.folded,
+        unshaped=unshaped,
     )
 
 
-def _convert_nodes(g: onnx.GraphProto) -> list[Node]:
+def _unshaped_message(where: str, tensor: str, node, shaped, dims: dict[str, int]) -> str:
+    """One line: the first tensor without a static shape, its node, the shapes of the node's
+    inputs, and what would help."""
+    seen = []
+    for i in node.input:
+        if not i:
+            continue
+        t = shaped.tensors.get(i)
+        if t is None or t.shape is None:
+            seen.append(f"{i} unknown")
+        else:
+            seen.append(f"{i} {list(t.shape)}")
+    name = node.name or node.op_type
+    bound = " ".join(f"--dim {k}={v}" for k, v in dims.items())
+    if node.op_type in NOT_FOLDED and node.domain in ("", "ai.onnx"):
+        why = (f"npusim shapes only tensors, not the sequences or loops of {node.op_type}; "
+               "export the model without them (e.g. unrolled)")
+    elif any(shaped.tensors.get(i) is not None for i in node.input if i):
+        why = ("its shape depends on values npusim does not read (input data or a weight); "
+               "export the model with static shapes for this part"
+               + (f" (dims bound: {bound})" if bound else ", or with named dims to pass as "
+                  "--dim NAME=VALUE"))
+    else:
+        why = "its inputs have no shape either"
+    return (f"{where}: tensor '{tensor}' produced by node '{name}' ({node.op_type}) has no "
+            f"static shape; its inputs: {', '.join(seen) or 'none'}; {why}")
+
+
+def _convert_nodes(protos: list[onnx.NodeProto]) -> list[Node]:
     """Graph nodes as IR nodes with unique names (``<op_type>_<index>`` when unnamed)."""
-    taken = {n.name for n in g.node if n.name}
+    taken = {n.name for n in protos if n.name}
     seen: set[str] = set()
     nodes = []
-    for i, n in enumerate(g.node):
+    for i, n in enumerate(protos):
         name = n.name
         if not name or name in seen:
             base = n.name or f"{n.op_type}_{i}"

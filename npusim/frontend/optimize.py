@@ -13,9 +13,8 @@ the right size. The file is sparse (created with ``truncate``), so it costs neit
 nor disk, whatever the model's size. Small initializers with data (shape tensors, axes,
 scales) keep their values, so shape computations fold correctly.
 
-The optimized model has no shapes for the outputs of ONNX Runtime's contrib ops (ONNX shape
-inference does not know ``com.microsoft`` ops), so a second pass asks ONNX Runtime itself
-for the type and shape of every node output and writes them into ``value_info``.
+The loader shapes the contrib ops of the optimized model (``com.microsoft``) by asking ONNX
+Runtime per node (:mod:`npusim.frontend.ort_shapes`).
 
 Public API::
 
@@ -40,23 +39,9 @@ LEVELS = ("none", "basic", "extended")
 _ORT_LEVEL = {"none": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
               "extended": "ORT_ENABLE_EXTENDED"}
 _TRANSFORMER_TYPES = ("bert", "gpt2")
-STANDARD_DOMAINS = ("", "ai.onnx")
-MS = "com.microsoft"
 ZEROS_FILE = "zeros.bin"
 _SMALL = 1024  # elements: external initializers at most this big are read (if present)
 _ALIGN = 4096
-
-# ONNX Runtime type strings -> TensorProto element types
-_ORT_TYPES = {
-    "tensor(float)": TensorProto.FLOAT, "tensor(float16)": TensorProto.FLOAT16,
-    "tensor(bfloat16)": TensorProto.BFLOAT16, "tensor(double)": TensorProto.DOUBLE,
-    "tensor(int8)": TensorProto.INT8, "tensor(uint8)": TensorProto.UINT8,
-    "tensor(int16)": TensorProto.INT16, "tensor(uint16)": TensorProto.UINT16,
-    "tensor(int32)": TensorProto.INT32, "tensor(uint32)": TensorProto.UINT32,
-    "tensor(int64)": TensorProto.INT64, "tensor(uint64)": TensorProto.UINT64,
-    "tensor(bool)": TensorProto.BOOL,
-}
-
 
 def _ort():
     try:
@@ -71,35 +56,6 @@ def check_level(level: str) -> str:
     if level not in LEVELS:
         raise NpusimError(f"--optimize {level!r}: expected one of {', '.join(LEVELS)}")
     return level
-
-
-def needs_ort_shapes(path: str | Path) -> bool:
-    """Whether the model has nodes outside the standard ONNX domain (e.g. ``com.microsoft``)
-    with an output whose shape the file does not state (ONNX shape inference cannot give
-    it)."""
-    try:
-        model = onnx.load(str(path), format="protobuf", load_external_data=False)
-    except Exception:  # noqa: BLE001 - the loader reports unreadable files properly
-        return False
-    g = model.graph
-    shaped = {vi.name for vi in list(g.value_info) + list(g.output)
-              if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")}
-    return any(o and o not in shaped for n in g.node if n.domain not in STANDARD_DOMAINS
-               for o in n.output)
-
-
-def _ort_onnx_domain_ops() -> set[str]:
-    """Op types ONNX Runtime registers only in the ONNX domain although ONNX has no such op
-    (e.g. SimplifiedLayerNormalization): npusim files them under com.microsoft."""
-    try:
-        from onnxruntime.capi import onnxruntime_pybind11_state as capi
-
-        domains: dict[str, set[str]] = {}
-        for schema in capi.get_all_operator_schema():
-            domains.setdefault(schema.name, set()).add(schema.domain)
-        return {n for n, d in domains.items() if "" in d and MS not in d and not onnx.defs.has(n)}
-    except Exception:  # noqa: BLE001 - a build without the schema list
-        return {"SimplifiedLayerNormalization"}
 
 
 # --------------------------------------------------------------------------- zero weights
@@ -251,79 +207,6 @@ def _transformer_fusions(src: Path, dst: Path, model_type: str, num_heads: int,
                           f"failed on {where}: {_first_line(e)}") from None
 
 
-def annotate_shapes(path: Path, where: str) -> None:
-    """Write ONNX Runtime's type and shape of every node output into the model's value_info.
-
-    ONNX shape inference cannot see through contrib ops, ONNX Runtime can: every node output
-    becomes a graph output of a throw-away copy, and the session reports their shapes.
-    """
-    ort = _ort()
-    model = onnx.load(str(path), format="protobuf", load_external_data=False)
-    g = model.graph
-    known = {vi.name for vi in list(g.input) + list(g.output)} | {t.name for t in g.initializer}
-    wanted = [o for n in g.node for o in n.output if o and o not in known]
-    if not wanted:
-        return
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    del probe.graph.value_info[:]
-    # weights become typed inputs (shape inference needs no values, and the session then
-    # reads no data); small inline tensors stay, they may drive shapes
-    pg = probe.graph
-    small = [t.data_location != TensorProto.EXTERNAL and _numel(t) <= _SMALL
-             for t in pg.initializer]
-    keep = [t for t, k in zip(pg.initializer, small) if k]
-    moved = [(t.name, t.data_type, list(t.dims)) for t, k in zip(pg.initializer, small) if not k]
-    input_names = {vi.name for vi in pg.input}
-    del pg.initializer[:]
-    pg.initializer.extend(keep)
-    for name, dtype, dims in moved:
-        if name not in input_names:
-            pg.input.append(helper.make_tensor_value_info(name, dtype, dims))
-    for name in dict.fromkeys(wanted):
-        probe.graph.output.append(onnx.ValueInfoProto(name=name))
-    onnx_domain = _ort_onnx_domain_ops()
-    for n in pg.node:  # back where ONNX Runtime registers them
-        if n.domain == MS and n.op_type in onnx_domain:
-            n.domain = ""
-    probe_path = path.with_name(path.stem + ".shapes.onnx")
-    onnx.save(probe, str(probe_path))
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
-    try:
-        sess = ort.InferenceSession(str(probe_path), so, providers=["CPUExecutionProvider"])
-    except Exception as e:  # noqa: BLE001
-        raise NpusimError(f"ONNX Runtime could not infer the tensor shapes of {where}: "
-                          f"{_first_line(e)}") from None
-    finally:
-        probe_path.unlink(missing_ok=True)
-    have = {vi.name: vi for vi in g.value_info}
-    for out in sess.get_outputs():
-        if out.name in known or out.type not in _ORT_TYPES:
-            continue
-        vi = helper.make_tensor_value_info(out.name, _ORT_TYPES[out.type], out.shape)
-        if out.name in have:
-            have[out.name].CopyFrom(vi)
-        else:
-            g.value_info.append(vi)
-    onnx.save(model, str(path))
-
-
-def _ort_internal_ops_to_contrib(model: onnx.ModelProto) -> bool:
-    """ONNX Runtime registers a few of its own ops in the ONNX domain (e.g.
-    SimplifiedLayerNormalization); the ONNX checker rejects them there, so they move to
-    ``com.microsoft`` (npusim lowers by op type). Returns whether anything changed."""
-    changed = False
-    for n in model.graph.node:
-        if n.domain in STANDARD_DOMAINS and not onnx.defs.has(n.op_type):
-            n.domain = MS
-            changed = True
-    if changed and not any(o.domain == MS for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(MS, 1))
-    return changed
-
-
 def keep_node_order(path: Path, original: list[str]) -> None:
     """Reorder the optimized graph's nodes to follow the original model's order.
 
@@ -361,10 +244,7 @@ def keep_node_order(path: Path, original: list[str]) -> None:
             missing[u] -= 1
             if missing[u] == 0:
                 heapq.heappush(ready, (key[u], u))
-    changed = _ort_internal_ops_to_contrib(model)
     if len(order) != len(nodes) or order == list(range(len(nodes))):
-        if changed:
-            onnx.save(model, str(path))
         return
     copies = [onnx.NodeProto() for _ in nodes]
     for c, i in zip(copies, order):
@@ -429,7 +309,6 @@ def optimize_model(path: str | Path, level: str = "extended", *, dims: dict[str,
         _transformer_fusions(stage, result, mtype, num_heads, hidden_size, where)
     else:
         _session_optimize(prepared, result, level, where)
-    annotate_shapes(result, where)
     keep_node_order(result, original)
     return result
 
@@ -439,16 +318,13 @@ def prepared_model(path: str | Path, optimize: str = "none", dims: dict[str, int
                    **kwargs) -> Iterator[tuple[Path, dict | None]]:
     """The file (and the dims still to bind) the loader should read for ``--optimize``.
 
-    ``none`` on a standard-ONNX model is the file itself. Otherwise the model goes through
-    :func:`optimize_model` in a temporary directory (removed on exit); ``none`` on a model
-    with contrib ops (``com.microsoft``) whose output shapes the file does not state is
-    copied unchanged with the shapes ONNX Runtime infers for them (ONNX shape inference
-    cannot). Dims are bound before
-    optimizing, so the caller gets ``None`` back for them.
+    ``none`` is the file itself. Otherwise the model goes through :func:`optimize_model` in
+    a temporary directory (removed on exit); dims are bound before optimizing, so the
+    caller gets ``None`` back for them.
     """
     check_level(optimize)
     path = Path(path)
-    if optimize == "none" and not needs_ort_shapes(path):
+    if optimize == "none":
         yield path, dims
         return
     tmp = tempfile.mkdtemp(prefix="npusim-ort-")
@@ -463,5 +339,4 @@ def _first_line(e: Exception) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-__all__ = ["LEVELS", "optimize_model", "prepared_model", "annotate_shapes",
-           "fill_zero_weights", "needs_ort_shapes", "check_level"]
+__all__ = ["LEVELS", "optimize_model", "prepared_model", "fill_zero_weights", "check_level"]

@@ -12,12 +12,13 @@ from typing import Callable
 from npusim.config import NpuConfig
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Graph, Node
+from npusim.frontend.shapes import ALWAYS_FOLDED
 from npusim.lowering.context import LoweringContext
-from npusim.lowering.conv import lower_conv
+from npusim.lowering.conv import SPATIAL_RANKS, lower_conv
 from npusim.lowering.gemm import lower_gemm, lower_matmul
-from npusim.lowering import attention, vector
+from npusim.lowering import attention, conv_transpose, einsum, movement, vector
 from npusim.lowering.fusion import plan_fusions
-from npusim.lowering.layout import lower_free, lower_relabel
+from npusim.lowering.layout import lower_empty, lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
 from npusim.program import Program, ProgramBuilder
 
@@ -30,16 +31,74 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
     "Squeeze": lower_relabel,
     "Unsqueeze": lower_relabel,
     "Identity": lower_relabel,
+    "Dropout": lower_relabel,  # inference: the output is the input
+    "BitCast": lower_relabel,
     **vector.LOWERINGS,
+    **movement.LOWERINGS,
+    **einsum.LOWERINGS,
+    **conv_transpose.LOWERINGS,
     **attention.LOWERINGS,
 }
+
+
+# Standard ONNX ops npusim does not lower, and why (the up-front error quotes the reason).
+# Every op of the standard set is in LOWERINGS, folded by the front end
+# (frontend.shapes.ALWAYS_FOLDED), mapped to a float op (frontend.quantized.QUANTIZED) or
+# here; tests/test_onnx_package.py checks it for the installed onnx.
+_SEQUENCES = "sequence and optional values: npusim lowers tensors only"
+_CONTROL = ("data-dependent control flow (an If is inlined when its condition is a "
+            "constant); export the model with loops unrolled")
+_RANDOM = "random number generation: no NPU cost model"
+_DATA_SIZED = "the output size depends on the data, which npusim never reads"
+_NOT_NPU = "not NPU work (strings, image decoding, training losses)"
+_NOT_YET = "no lowering yet"
+CANNOT_LOWER: dict[str, str] = {
+    **dict.fromkeys(["SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase",
+                     "SequenceInsert", "SequenceLength", "SequenceMap", "SplitToSequence",
+                     "ConcatFromSequence", "Optional", "OptionalGetElement",
+                     "OptionalHasElement"], _SEQUENCES),
+    **dict.fromkeys(["If", "Loop", "Scan"], _CONTROL),
+    **dict.fromkeys(["LSTM", "GRU", "RNN"], "recurrent cells: no lowering yet; export them "
+                                            "unrolled (MatMul/Gemm per step)"),
+    **dict.fromkeys(["Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
+                     "RandomUniform", "RandomUniformLike"], _RANDOM),
+    **dict.fromkeys(["NonZero", "Unique", "Compress", "NonMaxSuppression"], _DATA_SIZED),
+    **dict.fromkeys(["StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
+                     "TfIdfVectorizer", "ImageDecoder", "SoftmaxCrossEntropyLoss",
+                     "NegativeLogLikelihoodLoss"], _NOT_NPU),
+    **dict.fromkeys(["DFT", "STFT", "Det", "RoiAlign", "MaxRoiPool", "GridSample",
+                     "AffineGrid", "DeformConv", "Col2Im", "MaxUnpool", "LinearAttention",
+                     "CausalConvWithState"], _NOT_YET),
+}
+
+
+# Lowered op types whose lowering takes only some forms yet: (can it lower this node?, why
+# not). Such nodes are listed up front like the op types above.
+_CONV_RANKS = (lambda g, n: len(g.shape(n.inputs[0])) - 2 in SPATIAL_RANKS,
+               "the convolution loop nest takes 1, 2 or 3 spatial dims")
+LIMITS: dict[str, tuple[Callable[[Graph, Node], bool], str]] = {
+    "Conv": _CONV_RANKS, "FusedConv": _CONV_RANKS,
+}
+
+
+def _why_not(op: str) -> str:
+    if op in ALWAYS_FOLDED:
+        return "made from shapes or constants only, but these depend on input values"
+    return CANNOT_LOWER.get(op) or (LIMITS[op][1] if op in LIMITS else "")
+
+
+def _lowerable(graph: Graph, node: Node) -> bool:
+    if node.op_type not in LOWERINGS:
+        return False
+    limit = LIMITS.get(node.op_type)
+    return limit is None or node.inputs[0] not in graph.tensors or limit[0](graph, node)
 
 
 def unsupported_ops(graph: Graph) -> dict[str, list[str]]:
     """Op type -> names of the nodes npusim cannot lower."""
     missing: dict[str, list[str]] = {}
     for node in graph.nodes:
-        if node.op_type not in LOWERINGS:
+        if not _lowerable(graph, node):
             missing.setdefault(node.op_type, []).append(node.name)
     return missing
 
@@ -54,8 +113,20 @@ def lower_graph(graph: Graph, config: NpuConfig, mapping: MappingTable | None = 
     builder = ProgramBuilder()
     warnings = lower_into(builder, graph, config, mapping, unsupported)
     program = builder.build()
-    program.warnings += warnings
+    program.warnings += warnings + capacity_warnings(builder, config)
     return program
+
+
+def capacity_warnings(builder: ProgramBuilder, config: NpuConfig) -> list[str]:
+    """A warning when the tensors laid out so far (weights, activations, KV caches; nothing
+    is freed) need more DRAM than ``memory.capacity_gib`` (0: unbounded)."""
+    cap = config.memory.capacity_gib
+    used = builder.next_free_address
+    if not cap or used <= cap * 2**30:
+        return []
+    return [f"the workload's tensors take {used / 2**30:.2f} GiB of DRAM, more than "
+            f"memory.capacity_gib = {cap} GiB (npusim lays every tensor out once and frees "
+            f"none; the run goes on)"]
 
 
 def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
@@ -67,12 +138,14 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
         raise NpusimError(f"unsupported = {unsupported!r}: must be 'error' or 'zero-cost'")
     missing = unsupported_ops(graph)
     listing = [f"  {op}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
+               + (f" ({_why_not(op)})" if _why_not(op) else "")
                for op, names in sorted(missing.items())]
     if missing and unsupported == "error":
         raise NpusimError(
             f"model '{graph.name}' uses op types npusim cannot lower yet:\n" + "\n".join(listing)
             + f"\nsupported op types: {', '.join(sorted(LOWERINGS))}"
             + "\n(--unsupported zero-cost treats them as free instead)")
+    graph.check_shapes()
     ctx = LoweringContext(graph=graph, config=config, builder=builder, mapping=mapping)
     first = builder.n_layers
     fused = plan_fusions(graph)
@@ -93,7 +166,16 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
                 ctx.producer_layer[out] = layer
             layer_of[node.name] = layer
             continue
-        LOWERINGS.get(node.op_type, lower_free)(ctx, node)
+        before = builder.n_layers
+        ctx.node_precision = node.precision
+        lower = LOWERINGS[node.op_type] if _lowerable(graph, node) else lower_free
+        if all(graph.tensor(t).numel == 0 for t in node.outputs if t in graph.tensors):
+            lower = lower_empty  # nothing to compute (a zero-sized axis)
+        lower(ctx, node)
+        ctx.node_precision = None
+        if node.origin:  # results name the op the model has (QLinearConv, not Conv)
+            for layer in range(before, builder.n_layers):
+                builder.layer_info(layer).op_type = node.origin
         layer_of[node.name] = builder.n_layers - 1
     if prefix:
         builder.prefix_names(first, prefix)

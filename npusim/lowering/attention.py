@@ -87,7 +87,7 @@ from math import prod
 import numpy as np
 
 from npusim.errors import NpusimError
-from npusim.frontend.graph import Node, TensorInfo
+from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import lower_conv
 from npusim.lowering.gemm import GemmProblem, _batch_strides, emit_gemm, lower_gemm
@@ -114,15 +114,6 @@ def _shape(ctx: LoweringContext, t: str) -> tuple[int, ...]:
 
 def _err(node: Node, why: str) -> NpusimError:
     return NpusimError(f"{node.op_type} '{node.name}': {why}")
-
-
-def _scratch(ctx: LoweringContext, node: Node, tag: str, shape) -> str:
-    """An internal tensor of the op (in DRAM), e.g. the attention scores."""
-    name = f"{node.name}::{tag}"
-    if name not in ctx.graph.tensors:
-        ctx.graph.tensors[name] = TensorInfo(name, tuple(int(d) for d in shape), 1, False)
-    ctx.addr(name)
-    return name
 
 
 def _preds(ctx: LoweringContext, tensors) -> list[int]:
@@ -204,7 +195,7 @@ def attention_core(ctx: LoweringContext, node: Node, a: AttnShape, q: Operand, k
     _check_heads(node, a)
     prec = ctx.precision
     B, S, L, N, Nkv, g = a.B, a.S, a.L, a.heads, a.kv_heads, a.group
-    scores = _scratch(ctx, node, "scores", (B, N, S, L))
+    scores = ctx.scratch(f"{node.name}::scores", (B, N, S, L))
     s_addr = ctx.addr(scores)
 
     offs = [(((b * N + j * g) * S * a.dqk) * prec, ((b * Nkv + j) * L * a.dqk) * prec,
@@ -308,7 +299,7 @@ def _cache(ctx: LoweringContext, node: Node, which: str, present: str | None,
     """The KV-cache buffer: the present output when the graph has it, else a scratch."""
     if present is not None:
         return ctx.addr(present), present
-    t = _scratch(ctx, node, f"{which}_cache", shape)
+    t = ctx.scratch(f"{node.name}::{which}_cache", shape)
     return ctx.addr(t), t
 
 
@@ -339,7 +330,7 @@ def lower_ms_attention(ctx: LoweringContext, node: Node) -> None:
     P = _shape(ctx, past)[3] if past else 0
     L = _shape(ctx, present)[3] if present else P + S
 
-    qkv = _scratch(ctx, node, "qkv", (B, S, Htot))
+    qkv = ctx.scratch(f"{node.name}::qkv", (B, S, Htot))
     prob = GemmProblem(N=B * S, C=Hin, M=Htot, batch_offsets=[(0, 0, 0)], x_addr=ctx.addr(x),
                        x_row_stride=Hin * prec, x_trans=False, w_addr=ctx.addr(w),
                        w_trans=False, y_addr=ctx.addr(qkv),
@@ -386,7 +377,7 @@ def _kv_side(ctx: LoweringContext, node: Node, which: str, new: Operand, rows: i
               bias_addr=bias_addr, rotary=rotary, extra_deps=(past,) if past else ())
         return Operand(c_addr, (c_t,))
     if bias_addr is not None or rotary is not None:
-        t = _scratch(ctx, node, which, (B, kv_heads, L, d))
+        t = ctx.scratch(f"{node.name}::{which}", (B, kv_heads, L, d))
         op = _prep(ctx, node, f"{which}_prep", new, rows, cols, ctx.addr(t), t,
                    bias_addr=bias_addr, rotary=rotary)
     else:
@@ -442,7 +433,7 @@ def lower_mha(ctx: LoweringContext, node: Node) -> None:
     b_addr = ctx.addr(bias) if bias else None
     q = Operand(q_addr, (q_in,))
     if b_addr is not None:
-        t = _scratch(ctx, node, "q", (B, heads, S, d))
+        t = ctx.scratch(f"{node.name}::q", (B, heads, S, d))
         q = _prep(ctx, node, "q_prep", q, B * S, heads * d, ctx.addr(t), t, bias_addr=b_addr)
     k = _kv_side(ctx, node, "k", k_new, B * Lk, heads * d, B, heads, P, L, d, past_k, pres_k,
                  b_addr + heads * d * prec if b_addr is not None else None)
@@ -489,7 +480,7 @@ def lower_gqa(ctx: LoweringContext, node: Node) -> None:
         rot_q = rot_k = (ctx.addr(cos), ctx.addr(sin), half, P)
     q = Operand(q_addr, (q_in,))
     if rot_q is not None:
-        t = _scratch(ctx, node, "q", (B, heads, S, d))
+        t = ctx.scratch(f"{node.name}::q", (B, heads, S, d))
         q = _prep(ctx, node, "q_prep", q, B * S, heads * d, ctx.addr(t), t, rotary=rot_q,
                   extra_deps=(cos, sin))
     k = _kv_side(ctx, node, "k", k_new, B * S, kv_heads * d, B, kv_heads, P, L, d, past_k,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from npusim.config import NpuConfig
 from npusim.errors import NpusimError
@@ -24,14 +24,18 @@ class LoweringContext:
     # a GEMM or conv that absorbs a BatchNormalization or a bias Add loads that bias
     # (node name -> tensor holding it), as it would after the deployment-time folding
     folded_bias: dict[str, str] = field(default_factory=dict)
+    # bytes per element of the node being lowered when it differs from the config's (a
+    # quantized QLinearConv / MatMulInteger computes in int8: Node.precision)
+    node_precision: int | None = None
 
     @property
     def budget(self) -> Budget:
-        return Budget.of(self.config)
+        b = Budget.of(self.config)
+        return b if self.node_precision is None else replace(b, precision=self.node_precision)
 
     @property
     def precision(self) -> int:
-        return self.config.precision
+        return self.node_precision or self.config.precision
 
     def addr(self, tensor: str) -> int:
         """DRAM base address of a tensor, allocated on first use."""
@@ -39,6 +43,16 @@ class LoweringContext:
             nbytes = self.graph.tensor(tensor).numel * self.precision
             self.address[tensor] = self.builder.allocate(nbytes)
         return self.address[tensor]
+
+    def scratch(self, name: str, shape) -> str:
+        """An internal tensor of a lowering (a GEMM's output before a layout move, a
+        transposed convolution's columns): registered in the graph and given DRAM space."""
+        from npusim.frontend.graph import TensorInfo
+
+        if name not in self.graph.tensors:
+            self.graph.tensors[name] = TensorInfo(name, tuple(int(d) for d in shape), 1, False)
+        self.addr(name)
+        return name
 
     def alias(self, tensor: str, same_as: str) -> None:
         """``tensor`` occupies the same bytes as ``same_as`` (a pure relabelling)."""

@@ -38,8 +38,9 @@ from npusim.program import Instr, LayerInfo
 SPATIAL_RANKS = (1, 2, 3)
 
 
-def _pads(node: Node, in_dims, out_dims, kernel, strides, dil) -> tuple[int, ...]:
-    """Padding before each spatial dim (``pads`` or ``auto_pad``)."""
+def begin_pads(node: Node, in_dims, out_dims, kernel, strides, dil) -> tuple[int, ...]:
+    """Padding before each spatial dim (ONNX ``pads`` or ``auto_pad``, any number of dims):
+    the one rule convolutions and pooling windows share."""
     rank = len(in_dims)
     auto = node.attrs.get("auto_pad", "NOTSET")
     if isinstance(auto, bytes):
@@ -109,10 +110,11 @@ def lower_conv(ctx: LoweringContext, node: Node) -> None:
     groups = int(node.attrs.get("group", 1))
     strides = tuple(node.attrs.get("strides", [1] * rank))
     dil = tuple(node.attrs.get("dilations", [1] * rank))
-    pads = _pads(node, in_dims, out_dims, kernel, strides, dil)
-    if groups > 1 and groups == Ctot == Mtot and rank == 2:
+    pads = begin_pads(node, in_dims, out_dims, kernel, strides, dil)
+    if groups > 1 and groups == Ctot == Mtot:
         # depthwise: nothing to reduce across channels, the systolic array would use one
-        # column of one row; the vector unit does it (as a pooling-like window op)
+        # column of one row; the vector unit does it (as a pooling-like window op, over 1,
+        # 2 or 3 spatial dims like the pooling ops)
         from npusim.lowering.vector import lower_pool
 
         return lower_pool(ctx, node)

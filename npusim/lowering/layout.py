@@ -26,7 +26,8 @@ def lower_relabel(ctx: LoweringContext, node: Node) -> None:
         ctx.producer_layer[out] = layer
 
 
-def lower_free(ctx: LoweringContext, node: Node) -> None:
+def lower_free(ctx: LoweringContext, node: Node,
+               how: str = "unsupported: treated as free") -> None:
     """An op npusim cannot lower, treated as free on request (``--unsupported zero-cost``):
     its outputs get DRAM space, it takes no cycles and moves no data."""
     g = ctx.graph
@@ -36,7 +37,12 @@ def lower_free(ctx: LoweringContext, node: Node) -> None:
     info = LayerInfo(name=node.name, op_type=node.op_type,
                      input_shapes=[g.shape(t) for t in node.inputs if t and t in g.tensors],
                      output_shape=g.shape(node.outputs[0]) if node.outputs[0] in g.tensors else (),
-                     macs=0, mapping="", mapping_source="unsupported: treated as free")
+                     macs=0, mapping="", mapping_source=how)
     layer = ctx.builder.begin_layer(info, ctx.preds(node))
     for out in node.outputs:
         ctx.producer_layer[out] = layer
+
+
+def lower_empty(ctx: LoweringContext, node: Node) -> None:
+    """An op whose outputs have no elements (a zero-sized axis): no tiles."""
+    lower_free(ctx, node, "empty output (nothing to compute)")

@@ -43,14 +43,15 @@ LayerNormalization     add; per row: reduce x T, mul (mean);  sub, mul (square),
                        per row: reduce x T, mul (variance), add (eps), rsqrt;
                        mul (normalize), mul (gamma), add (beta, when B is given)
 SimplifiedLayerNorm.   mul (square), add; per row: reduce x T, mul (mean), add (eps), rsqrt;
-                       mul (normalize), mul (gamma)                       (RMS norm)
+ / RMSNormalization    mul (normalize), mul (gamma)                       (RMS norm)
+Instance/GroupNorm.    as LayerNormalization, per (image, channel) / (image, group) row
+ReduceL1/L2/Prod/...,  ArgMax, Hardmax, CumSum (log-step scan), TopK (k selection rounds or
+Lp/MeanVarianceNorm.   a bitonic sort), DynamicQuantizeLinear: see ROW_OPS
 MaxPool                max with kh*kw passes      (every output element compares its window)
 AveragePool            add with kh*kw passes, mul (the window sum, scaled)
 Concat, Split, Slice   no vector step: DMA in, DMA out (a Concat whose inputs could be
                        written in place still costs one copy here)
 Gather                 no vector step: load the indices, then the gathered rows, store them
-Constant               nothing (no tiles: the value sits in DRAM from the start, so its
-                       consumers do not wait for it)
 =====================  ====================================================================
 
 Softmax and LogSoftmax follow opset 13 (one axis, default -1); LayerNormalization
@@ -73,12 +74,14 @@ holds: every input slice and the output slice, ``precision`` bytes per element.
   ``ceil(elements / num_cores)`` elements, so every core gets work when there is enough.
   Each operand loads exactly the part of it the tile reads: a broadcast operand (a bias of
   shape [C], a scalar) is loaded once per tile, never replicated in DRAM traffic.
-- Reductions, Softmax and LayerNormalization view their input as ``[O, L, I]`` (``L`` the
-  reduced axes) and tile along ``O`` (and ``I``), whole rows per tile. A row too long for
-  half the scratchpad is streamed in chunks by one group of tiles (in order on one core):
-  a reduction accumulates chunk by chunk; Softmax and LayerNormalization make three
-  passes over the row (statistics, then the intermediate written to the output, then the
-  final values), which costs the extra DRAM traffic a real spill costs.
+- Reductions, Softmax, the normalizations, scans and TopK view their input as ``[O, L,
+  I]`` (``L`` the reduced axes) and tile along ``O`` (and ``I``), whole rows per tile,
+  through one emitter (``emit_row_layer``) that attention and the fused ops use too. A
+  row too long for half the scratchpad is streamed in chunks by one group of tiles (in
+  order on one core): a reduction (or TopK) accumulates chunk by chunk and stores what it
+  keeps at the end; Softmax and LayerNormalization make three passes over the row
+  (statistics, then the intermediate written to the output, then the final values), which
+  costs the extra DRAM traffic a real spill costs.
 - Pooling tiles ``p`` output rows (and ``c`` channels) of one image, loading the input rows
   their windows need (clipped at the padded borders).
 
@@ -101,6 +104,7 @@ from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
 from npusim.kernels import isa
 from npusim.lowering.context import LoweringContext
+from npusim.lowering.conv import begin_pads  # the padding rule of Conv
 from npusim.program import Instr, LayerInfo
 
 MOVE = "cast"  # a data move through the vector unit: one 1-cycle pass, no arithmetic
@@ -148,9 +152,45 @@ ELEMENTWISE: dict[str, list[tuple[str, int]]] = {
     # index values are unknown, so the data read is costed as the slice of data the
     # output lines up with (a data move through the vector unit)
     "GatherElements": [(MOVE, 1)],
+    # activations with a negative branch: the branch, then a select (one compare pass)
+    "Elu": [("exp", 1), ("sub", 1), ("mul", 1), ("max", 1)],  # alpha*(exp(x)-1) | x
+    "Selu": [("exp", 1), ("sub", 1), ("mul", 1), ("max", 1), ("mul", 1)],  # ... * gamma
+    "Celu": [("mul", 1), ("exp", 1), ("sub", 1), ("mul", 1), ("min", 1), ("max", 1),
+             ("add", 1)],  # max(0,x) + min(0, alpha*(exp(x/alpha)-1))
+    "ThresholdedRelu": [("sub", 1), ("max", 1)],  # compare with alpha, select
+    "Shrink": [("sub", 1), ("sub", 1), ("add", 1), ("sub", 1), ("max", 1), ("max", 1)],
+    "Softplus": [("exp", 1), ("add", 1), ("log", 1)],  # log(1 + exp(x))
+    "Softsign": [("sub", 1), ("max", 1), ("add", 1), ("div", 1)],  # x / (1 + |x|)
+    "Mish": [("exp", 1), ("add", 1), ("log", 1), ("tanh", 1), ("mul", 1)],
+    "Sum": [("add", 1)],  # n inputs: n - 1 passes
+    "Mean": [("add", 1), ("mul", 1)],  # n - 1 adds, one scale by 1/n
+    "CastLike": [("cast", 1)],
+    "Mod": [("div", 1), ("cast", 1), ("mul", 1), ("sub", 1)],  # x - floor(x/y)*y
+    # integer logic: one ALU pass each (a shift is a multiply by a power of two)
+    "BitShift": [("mul", 1)], "BitwiseAnd": [("min", 1)], "BitwiseOr": [("max", 1)],
+    "BitwiseXor": [("sub", 1)], "BitwiseNot": [("sub", 1)], "Xor": [("sub", 1)],
+    # trigonometry: the vector unit's function pipeline, charged at the exp latency
+    "Sin": [("exp", 1)], "Cos": [("exp", 1)], "Asin": [("exp", 1)], "Acos": [("exp", 1)],
+    "Atan": [("exp", 1)], "Tan": [("exp", 1), ("exp", 1), ("div", 1)],  # sin / cos
+    "Sinh": [("exp", 1), ("recip", 1), ("sub", 1), ("mul", 1)],  # (e^x - e^-x) / 2
+    "Cosh": [("exp", 1), ("recip", 1), ("add", 1), ("mul", 1)],
+    "Asinh": [("mul", 1), ("add", 1), ("sqrt", 1), ("add", 1), ("log", 1)],
+    "Acosh": [("mul", 1), ("sub", 1), ("sqrt", 1), ("add", 1), ("log", 1)],
+    "Atanh": [("add", 1), ("sub", 1), ("div", 1), ("log", 1), ("mul", 1)],
+    "Trilu": [("max", 1)],  # keep or zero each element: a select
+    "SwiGLU": [("mul", 1), ("sigmoid", 1), ("mul", 1), ("mul", 1)],  # A*sigmoid(alpha*A)*B
+    "ReverseSequence": [(MOVE, 1)],  # rows copied in reverse order
+    # quantization: x / scale (a multiply by the reciprocal) + zero point, round, saturate
+    "QuantizeLinear": [("mul", 1), ("add", 1), ("cast", 1), ("max", 1), ("min", 1)],
+    "DequantizeLinear": [("sub", 1), ("mul", 1)],
+    # local response normalization: square, the sum over `size` neighbouring channels,
+    # scale, bias, ^beta, divide (the window sum costs `size` add passes)
+    "LRN": [("mul", 1), ("add", 1), ("mul", 1), ("add", 1), ("pow", 1), ("div", 1)],
 }
 POW_CONST = {2.0: [("mul", 1)], 0.5: [("sqrt", 1)]}  # Pow with a known constant exponent
-VARIADIC = ("Max", "Min")  # passes = number of inputs - 1
+VARIADIC = ("Max", "Min", "Sum", "Mean")  # the first step takes number of inputs - 1 passes
+# inputs that are not data (a shape, a diagonal offset, a type template): not loaded
+DATA_INPUTS = {"Expand": 1, "Trilu": 1, "CastLike": 1, "ReverseSequence": 1}
 
 EL, ROW = "element", "row"  # a step over every element, or over one value per row
 TREE = -1  # passes placeholder: ceil(log2(L)) levels of the reduce tree
@@ -172,11 +212,48 @@ def _reduce_phase(op: str, *row_after: tuple[str, int, str]) -> list[Phase]:
     return [Phase(((op, 1, EL), ("reduce", TREE, ROW)) + row_after)]
 
 
-ROW_OPS: dict[str, list[Phase]] = {
+_ABS = (("sub", 1, EL), ("max", 1, EL))  # |x| = max(x, -x)
+_SQUARE_SUM = (("mul", 1, EL), ("add", 1, EL))
+_MEAN = Phase((("add", 1, EL), ("reduce", TREE, ROW), ("mul", 1, ROW)))
+_CENTRED_VARIANCE = Phase((("sub", 1, EL), ("mul", 1, EL), ("add", 1, EL),  # (x - mean)^2
+                           ("reduce", TREE, ROW), ("mul", 1, ROW), ("add", 1, ROW),
+                           ("rsqrt", 1, ROW)), writes=True)
+_NORMALIZE = [_MEAN, _CENTRED_VARIANCE,  # normalize, gamma, beta (beta dropped without B)
+              Phase((("mul", 1, EL), ("mul", 1, EL), ("add", 1, EL)), reads="y", writes=True,
+                    params=True, shift=True)]
+# RMS norm (ONNX's RMSNormalization, ONNX Runtime's SimplifiedLayerNormalization):
+# x * rsqrt(mean(x^2) + eps) * scale
+_RMS_NORMALIZE = [
+    Phase(_SQUARE_SUM + (("reduce", TREE, ROW), ("mul", 1, ROW), ("add", 1, ROW),
+                         ("rsqrt", 1, ROW))),  # mean of squares, + eps, rsqrt
+    Phase((("mul", 1, EL), ("mul", 1, EL)), writes=True, params=True),  # normalize, scale
+]
+
+# op -> its phases, or (for an op whose steps depend on how many values it keeps per row,
+# TopK) a function (kept values, row length) -> phases
+ROW_OPS: dict[str, list[Phase] | Callable[[int, int], list[Phase]]] = {
     "ReduceSum": _reduce_phase("add"),
     "ReduceMean": _reduce_phase("add", ("mul", 1, ROW)),
     "ReduceMax": _reduce_phase("max"),
     "ReduceMin": _reduce_phase("min"),
+    "ReduceProd": _reduce_phase("mul"),
+    "ReduceLogSum": _reduce_phase("add", ("log", 1, ROW)),
+    "ReduceL1": [Phase(_ABS + (("add", 1, EL), ("reduce", TREE, ROW)))],
+    "ReduceL2": [Phase(_SQUARE_SUM + (("reduce", TREE, ROW), ("sqrt", 1, ROW)))],
+    "ReduceSumSquare": [Phase(_SQUARE_SUM + (("reduce", TREE, ROW),))],
+    "ReduceLogSumExp": [
+        Phase((("max", 1, EL), ("reduce", TREE, ROW))),
+        Phase((("sub", 1, EL), ("exp", 1, EL), ("add", 1, EL), ("reduce", TREE, ROW),
+               ("log", 1, ROW), ("add", 1, ROW))),
+    ],
+    # the extreme value, then one compare pass over the row for its position
+    "ArgMax": [Phase((("max", 1, EL), ("reduce", TREE, ROW), ("sub", 1, EL)))],
+    "ArgMin": [Phase((("min", 1, EL), ("reduce", TREE, ROW), ("sub", 1, EL)))],
+    "Hardmax": [Phase((("max", 1, EL), ("reduce", TREE, ROW), ("sub", 1, EL), ("max", 1, EL)),
+                      writes=True)],
+    # prefix sums: log2(L) shifted-add passes over the row (Hillis-Steele scan)
+    "CumSum": [Phase((("add", TREE, EL),), writes=True)],
+    "CumProd": [Phase((("mul", TREE, EL),), writes=True)],
     "Softmax": [
         Phase((("max", 1, EL), ("reduce", TREE, ROW))),
         Phase((("sub", 1, EL), ("exp", 1, EL), ("add", 1, EL), ("reduce", TREE, ROW)),
@@ -189,27 +266,57 @@ ROW_OPS: dict[str, list[Phase]] = {
                ("log", 1, ROW)), writes=True),
         Phase((("sub", 1, EL),), reads="y", writes=True),
     ],
-    "LayerNormalization": [
-        Phase((("add", 1, EL), ("reduce", TREE, ROW), ("mul", 1, ROW))),  # mean
-        Phase((("sub", 1, EL), ("mul", 1, EL), ("add", 1, EL),  # (x - mean)^2 summed
-               ("reduce", TREE, ROW), ("mul", 1, ROW), ("add", 1, ROW), ("rsqrt", 1, ROW)),
-              writes=True),
-        Phase((("mul", 1, EL), ("mul", 1, EL), ("add", 1, EL)), reads="y", writes=True,
-              params=True, shift=True),  # normalize, gamma, beta (beta dropped without B)
+    "LayerNormalization": _NORMALIZE,
+    "InstanceNormalization": _NORMALIZE,
+    "GroupNormalization": _NORMALIZE,
+    "MeanVarianceNormalization": [_MEAN, _CENTRED_VARIANCE,
+                                  Phase((("mul", 1, EL),), reads="y", writes=True)],
+    "RMSNormalization": _RMS_NORMALIZE,
+    "SimplifiedLayerNormalization": _RMS_NORMALIZE,
+    "LpNormalization": [  # p = 2 (p = 1: "LpNormalization/p1")
+        Phase(_SQUARE_SUM + (("reduce", TREE, ROW), ("rsqrt", 1, ROW))),
+        Phase((("mul", 1, EL),), writes=True),
     ],
-    # RMS norm (ONNX Runtime's SimplifiedLayerNormalization): x * rsqrt(mean(x^2) + eps) * g
-    "SimplifiedLayerNormalization": [
-        Phase((("mul", 1, EL), ("add", 1, EL), ("reduce", TREE, ROW), ("mul", 1, ROW),
-               ("add", 1, ROW), ("rsqrt", 1, ROW))),  # mean of squares, + eps, rsqrt
-        Phase((("mul", 1, EL), ("mul", 1, EL)), writes=True, params=True),  # normalize, gamma
+    "LpNormalization/p1": [
+        Phase(_ABS + (("add", 1, EL), ("reduce", TREE, ROW), ("recip", 1, ROW))),
+        Phase((("mul", 1, EL),), writes=True),
+    ],
+    # min and max of the whole tensor, scale and zero point, then QuantizeLinear's steps
+    "DynamicQuantizeLinear": [
+        Phase((("min", 1, EL), ("reduce", TREE, ROW), ("max", 1, EL), ("reduce", TREE, ROW),
+               ("sub", 1, ROW), ("div", 1, ROW), ("div", 1, ROW), ("cast", 1, ROW))),
+        Phase(tuple((op, n, EL) for op, n in ELEMENTWISE["QuantizeLinear"]), writes=True),
     ],
 }
 ROW_OPS["GlobalAveragePool"] = ROW_OPS["ReduceMean"]
 ROW_OPS["GlobalMaxPool"] = ROW_OPS["ReduceMax"]
-REDUCING = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "GlobalAveragePool",
-            "GlobalMaxPool")
+ROW_OPS["GlobalLpPool"] = ROW_OPS["ReduceL2"]  # p = 2
+ROW_OPS["GlobalLpPool/p1"] = ROW_OPS["ReduceL1"]
+REDUCING = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSum",
+            "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin",
+            "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
+# per-channel (or per-column) parameter inputs of the normalizations
+PARAM_INPUTS = {"LayerNormalization": (1, 3), "InstanceNormalization": (1, 3),
+                "GroupNormalization": (1, 3), "RMSNormalization": (1, 2),
+                "SimplifiedLayerNormalization": (1, 2)}
 
-POOL_STEPS = {  # K = kh * kw, the window size
+
+def _topk_phases(k: int, L: int) -> list[Phase]:
+    """TopK over rows of L: k selection rounds (the row maximum, then a compare pass that
+    retires it) or a bitonic sort of the row (T (T + 1) / 2 compare-exchange passes,
+    T = ceil(log2 L)), whichever makes fewer element passes."""
+    T = tree_levels(L)
+    if 2 * k <= T * (T + 1) // 2:
+        steps = (("max", k, EL), ("reduce", k * T, ROW), ("sub", k, EL))
+    else:
+        steps = (("max", T * (T + 1) // 2, EL),)
+    return [Phase(steps)]
+
+
+ROW_OPS["TopK"] = _topk_phases
+
+
+POOL_STEPS = {  # K = the window size (kh * kw for 2-D); LpPool: see lower_pool
     "MaxPool": lambda K: [("max", K)],
     "AveragePool": lambda K: [("add", K), ("mul", 1)],
     # a depthwise convolution: one multiply and one add per tap (its weights are loaded
@@ -506,21 +613,10 @@ def _shape(ctx: LoweringContext, t: str) -> tuple[int, ...]:
 
 
 def const_value(ctx: LoweringContext, tensor: str):
-    """The value of a constant tensor if lowering can know it (a Constant node's value, or
-    an initializer value the front end kept), else None."""
-    if not tensor:
-        return None
-    info = ctx.graph.tensors.get(tensor)
-    value = getattr(info, "value", None) if info is not None else None
-    if value is not None:
-        return np.asarray(value)
-    prod_node = ctx.graph.producer(tensor)
-    if prod_node is not None and prod_node.op_type == "Constant":
-        a = prod_node.attrs
-        for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
-            if key in a and not hasattr(a[key], "ListFields"):
-                return np.asarray(a[key])
-    return None
+    """The value of a small constant tensor (an initializer with data, a Constant, a folded
+    shape computation: the front end keeps them), else None."""
+    info = ctx.graph.tensors.get(tensor) if tensor else None
+    return None if info is None or info.value is None else np.asarray(info.value)
 
 
 def _axis(node: Node, rank: int, value, what: str = "axis") -> int:
@@ -548,10 +644,8 @@ def lower_elementwise(ctx: LoweringContext, node: Node) -> None:
     y = node.outputs[0]
     y_shape = _shape(ctx, y)
     steps = list(ELEMENTWISE[op])
-    operands = list(node.inputs)
-    if op == "Expand":
-        operands = operands[:1]  # the shape input is not data
-    elif op == "GatherElements":
+    operands = list(node.inputs)[:DATA_INPUTS.get(op)]
+    if op == "GatherElements":
         data, idx = operands[0], operands[1]
         same = _shape(ctx, data) == _shape(ctx, idx)
         operands = [idx, data] if same else [idx]  # a differently shaped table: indices only
@@ -561,14 +655,39 @@ def lower_elementwise(ctx: LoweringContext, node: Node) -> None:
             steps = list(POW_CONST[float(e.reshape(-1)[0])])
             operands = operands[:1]  # x*x or sqrt(x): the exponent is not loaded
     elif op in VARIADIC:
-        steps = [(steps[0][0], max(1, len([t for t in operands if t]) - 1))]
+        steps = [(steps[0][0], max(1, len([t for t in operands if t]) - 1))] + steps[1:]
+    elif op == "LRN":
+        steps[1] = ("add", int(node.attrs["size"]))
     elif op == "BatchNormalization":
         _check_batchnorm(ctx, node)
         return _lower_batchnorm(ctx, node, steps)
     em = LayerEmitter(ctx, node, "vector unit")
-    sources = _operand_views(ctx, operands, y_shape)
+    if op in ("QuantizeLinear", "DequantizeLinear"):
+        sources = _quant_views(ctx, node, y_shape)
+    else:
+        sources = _operand_views(ctx, operands, y_shape)
     emit_views(em, y_shape, sources, [View(ctx.addr(y), row_major(y_shape))], steps)
     em.finish()
+
+
+def _quant_views(ctx, node, y_shape) -> list[View]:
+    """x, and the scale and zero point: one value, one per channel of ``axis``, or blocks
+    along ``axis`` (blocked quantization: block_size elements share one)."""
+    r = len(y_shape)
+    views = [broadcast_view(ctx.addr(node.inputs[0]), _shape(ctx, node.inputs[0]), y_shape)]
+    for t in node.inputs[1:3]:
+        if not t:
+            continue
+        shape = _shape(ctx, t)
+        if len(shape) == r and r:  # blocked: same rank, the axis divided into blocks
+            views.append(broadcast_view(ctx.addr(t), shape, y_shape))
+        elif prod(shape) > 1:  # per axis
+            strides = [0] * r
+            strides[_axis(node, r, node.attrs.get("axis", 1))] = 1
+            views.append(View(ctx.addr(t), strides))
+        else:
+            views.append(View(ctx.addr(t), [0] * r))
+    return views
 
 
 def _check_batchnorm(ctx, node):
@@ -708,42 +827,53 @@ def lower_gather(ctx: LoweringContext, node: Node) -> None:
     em.finish()
 
 
-def lower_constant(ctx: LoweringContext, node: Node) -> None:
-    """A Constant's value sits in DRAM like a weight from the start: no tiles, no cycles,
-    and its consumers need not wait for it (it is not registered as their producer)."""
-    for out in node.outputs:
-        if out:
-            ctx.addr(out)
-    g = ctx.graph
-    out = node.outputs[0]
-    info = LayerInfo(name=node.name, op_type=node.op_type, input_shapes=[],
-                     output_shape=g.shape(out) if out in g.tensors else (), macs=0,
-                     mapping="", mapping_source="constant (no data moved)")
-    ctx.builder.begin_layer(info, [])
-
-
 # --------------------------------------------------------------------------- rows
 
+# where each row op reduces: one axis (attribute, default), every axis from one on, ...
+_ONE_AXIS = {"Softmax": -1, "LogSoftmax": -1, "Hardmax": -1, "LpNormalization": -1,
+             "ArgMax": 0, "ArgMin": 0, "TopK": -1}
+_TAIL = ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization")
+
+
 def _row_geometry(ctx, node):
-    """(O, L, I), the input's element strides for [O, L, I], and phases for a row op."""
+    """(O, L, I): the input seen as [O, L, I] with the L axis reduced."""
     op = node.op_type
     x = node.inputs[0]
     shape = _shape(ctx, x)
     r = len(shape)
-    if op in ("GlobalAveragePool", "GlobalMaxPool"):
+    if op in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "InstanceNormalization",
+              "GroupNormalization"):
         if r < 3:
             raise NpusimError(f"{op} '{node.name}': needs an input with spatial axes "
                               f"(N, C, ...), got shape {shape}")
+        if op == "InstanceNormalization":  # per image and channel, over the spatial axes
+            return shape[0] * shape[1], prod(shape[2:]), 1
+        if op == "GroupNormalization":  # per image and group of channels
+            groups = int(node.attrs["num_groups"])
+            if groups < 1 or shape[1] % groups:
+                raise NpusimError(f"GroupNormalization '{node.name}': num_groups = {groups} "
+                                  f"does not divide the {shape[1]} channels")
+            return shape[0] * groups, prod(shape[1:]) // groups, 1
         # NHWC in DRAM (as conv.py writes it): [N, H*W, C]
         return shape[0], prod(shape[2:]), shape[1]
-    if op == "Softmax" or op == "LogSoftmax":
-        ax = _axis(node, r, node.attrs.get("axis", -1))
+    if op == "DynamicQuantizeLinear":
+        return 1, max(1, prod(shape)), 1
+    if op in _ONE_AXIS or op in ("CumSum", "CumProd"):
+        if op in _ONE_AXIS:
+            value = node.attrs.get("axis", _ONE_AXIS[op])
+        else:
+            value = const_value(ctx, node.inputs[1])
+            if value is None:
+                raise NpusimError(f"{op} '{node.name}': the axis input is not a constant")
+            value = np.asarray(value).reshape(-1)[0]
+        ax = _axis(node, r, value)
         return prod(shape[:ax]), shape[ax] if r else 1, prod(shape[ax + 1:])
-    if op in ("LayerNormalization", "SimplifiedLayerNormalization"):
+    if op in _TAIL:
         ax = _axis(node, r, node.attrs.get("axis", -1))
         return prod(shape[:ax]), prod(shape[ax:]), 1
-    # ReduceX: axes from the attribute (opset < 18), a constant input, or the shapes
-    axes = node.attrs.get("axes")
+    # ReduceX and MeanVarianceNormalization: axes from the attribute (ReduceX before opset
+    # 18), a constant input, or the shapes
+    axes = node.attrs.get("axes", [0, 2, 3] if op == "MeanVarianceNormalization" else None)
     from_shapes = False
     if axes is None and len(node.inputs) > 1 and node.inputs[1]:
         axes = const_value(ctx, node.inputs[1])
@@ -757,6 +887,9 @@ def _row_geometry(ctx, node):
         else:
             axes = list(range(r))
     axes = sorted({_axis(node, r, a, "axis") for a in np.asarray(axes).reshape(-1)})
+    if op == "MeanVarianceNormalization" and r == 4 and axes == [0, 2, 3]:
+        # per channel over batch and pixels: adjacent in channels-last activations
+        return 1, shape[0] * shape[2] * shape[3], shape[1]
     red = [a for a in axes if shape[a] > 1]
     if red and any(shape[j] > 1 for j in range(red[0], red[-1] + 1) if j not in axes):
         raise NpusimError(f"{op} '{node.name}': reducing axes {axes} of shape {shape}, which "
@@ -799,51 +932,57 @@ class RowInput:
     base_of: Callable[[int], int] | None = None
 
 
-def emit_row_layer(em: LayerEmitter, *, O: int, L: int, I: int = 1, x: int | None, y: int,
-                   pitch: int | None = None, reduces: bool = False,
+def emit_row_layer(em: LayerEmitter, *, O: int, L: int, I: int = 1, x: int | None,
+                   y: int | tuple[int, ...], pitch: int | None = None, keep: int | None = None,
                    prefix: tuple[str, ...] = (), op: str | None = None,
                    inputs: tuple[RowInput, ...] = (), sum_out: int | None = None) -> None:
     """The one vector-row emitter: ``O * I`` rows of ``L`` values (element (o, l, i) of the
     input at ``x + ((o * L + l) * I + i) * precision``, or ``x + (o * pitch + l) *
     precision`` with a ``pitch`` when ``I == 1``) through the element steps ``prefix`` (fused
     adds, masks, activations) and then the row op ``op`` (a :data:`ROW_OPS` entry) into
-    ``y`` (laid out like the input, or one value per row when the op ``reduces``);
-    ``sum_out`` also stores the rows after ``prefix`` (SkipLayerNormalization's sum).
-    ``x=None``: the rows come from ``inputs`` alone (gathered embedding rows) and the
-    prefix combines them. ``y`` (and ``rows`` inputs) share the input's layout.
+    ``y``: laid out like the input, or, when the op keeps ``keep`` values per row (1 for a
+    reduction, k for TopK), ``[O, keep, I]``. ``y`` may name several outputs stored alike
+    (TopK's values and indices). ``sum_out`` also stores the rows after ``prefix``
+    (SkipLayerNormalization's sum). ``x=None``: the rows come from ``inputs`` alone
+    (gathered embedding rows) and the prefix combines them. ``rows`` inputs share the
+    input's layout.
 
     Whole rows per tile when they fit half the scratchpad, at most ``ceil(O / cores)`` per
     tile (and the ``I`` columns split when there are fewer rows than cores). A longer row is
     streamed in chunks by one group of tiles, one pass per phase of the op (its row steps
-    after the last chunk; when there is a ``prefix``, the first pass writes its result,
-    which later passes read back). The same op therefore costs the same wherever it
-    appears: as its own node or inside attention and ONNX Runtime's fused ops."""
+    after the last chunk, the kept values held on chip and stored after the last pass; when
+    there is a ``prefix``, the first pass writes its result, which later passes read back).
+    The same op therefore costs the same wherever it appears: as its own node or inside
+    attention and ONNX Runtime's fused ops."""
     ctx = em.ctx
     prec = ctx.precision
     cap = ctx.budget.spad_half // prec
     cores = ctx.config.num_cores
     q = max(1, ctx.config.dma.request_bytes // prec)
+    ys = (y,) if isinstance(y, int) else tuple(y)
     rows_in = [v for v in inputs if v.kind == "rows"]
     bcast = [v for v in inputs if v.kind == "bcast"]
     params = [v for v in inputs if v.kind == "params"]
     gathers = [v for v in inputs if v.kind == "gather"]
     if (gathers or pitch) and I != 1:
         raise ValueError("row gathers and a row pitch need I == 1")
-    if (params or bcast) and reduces:
-        raise ValueError("a reducing row op has no per-column operands")
+    if (params or bcast or prefix) and keep:  # (a long row's prefix result has no home)
+        raise ValueError("a row op that keeps values per row takes no per-column operands "
+                         "and no prefix")
     if x is None and not prefix:
         raise ValueError("rows made of inputs alone need a prefix that combines them")
     el_prefix = tuple((o, 1, EL) for o in prefix)
+    table = ROW_OPS[op] if op else [Phase((), writes=True)]
     phases = []
-    for ph in (ROW_OPS[op] if op else [Phase((), writes=True)]):
+    for ph in (table(keep, L) if callable(table) else table):
         steps = [(o, tree_levels(L) if p == TREE else p, on) for o, p, on in ph.steps]
         if ph.shift and len(params) < 2:
             steps = steps[:-1]
         phases.append((ph, steps))
     phases[0] = (phases[0][0], list(el_prefix) + phases[0][1])
     x_strides = [L * I, I, 1] if pitch is None else [pitch, 1, 0]
-    y_strides = [I, 0, 1] if reduces else x_strides
-    out_per_row = 1 if reduces else L
+    y_strides = [keep * I, I, 1] if keep else x_strides
+    out_per_row = (keep or L) * len(ys)
     n_full = (x is not None) + len(rows_in) + (sum_out is not None)  # L-long rows
     fixed = sum(v.elems or L for v in params + bcast)
     per_u = n_full * L + out_per_row + sum(v.elems or L for v in gathers)
@@ -859,9 +998,10 @@ def emit_row_layer(em: LayerEmitter, *, O: int, L: int, I: int = 1, x: int | Non
     else:  # stream each row in chunks of l
         chunked = True
         t, u = 1, min(I, q)
-        writes = n_full if reduces else n_full + 1
-        l = (cap - (u if reduces else 0) - sum(v.elems or 0 for v in gathers + params + bcast)
-             ) // (u * writes + sum(1 for v in gathers + params + bcast if v.elems is None))
+        streamed = n_full + (0 if keep else len(ys))  # rows moved chunk by chunk
+        kept = out_per_row * u if keep else 0  # results held on chip to the last chunk
+        l = (cap - kept - sum(v.elems or 0 for v in gathers + params + bcast)
+             ) // (u * streamed + sum(1 for v in gathers + params + bcast if v.elems is None))
         if I == 1 and l >= q:
             l = l // q * q
         if l < 1:
@@ -876,14 +1016,20 @@ def emit_row_layer(em: LayerEmitter, *, O: int, L: int, I: int = 1, x: int | Non
         raise ValueError("at most two gather bases per row layer")
 
     def rows_box(addr, c, strides, slot=0):
-        return box_dmas(slot, c, strides, prec)[0] if addr is None else [
-            Dma(d.slot, d.offset + addr, d.n_outer, d.outer_stride, d.n_inner,
-                d.inner_stride, d.run) for d in box_dmas(slot, c, strides, prec)[0]]
+        return [Dma(d.slot, d.offset + addr, d.n_outer, d.outer_stride, d.n_inner,
+                    d.inner_stride, d.run) for d in box_dmas(slot, c, strides, prec)[0]]
+
+    def out_box(c, first_only=False):
+        """Every output's box (slot 0: like the input; slot 1: the kept values)."""
+        if keep:
+            c = [c[0], keep, c[2]]
+        return [d for a in ys[:1 if first_only else None]
+                for d in rows_box(a, c, y_strides, 1 if keep else 0)]
 
     def loads_of(c, lc, src, extra: bool, with_params: bool):
         loads = []
         if src == "y":
-            loads = rows_box(y if not reduces else None, c, y_strides, 0 if not reduces else 1)
+            loads = out_box(c, first_only=True)
         elif x is not None:
             loads = rows_box(x, c, x_strides)
         if extra:
@@ -899,9 +1045,6 @@ def emit_row_layer(em: LayerEmitter, *, O: int, L: int, I: int = 1, x: int | Non
             for v in params:
                 loads += rows_box(v.addr, [v.elems or lc], [1], 1)
         return loads
-
-    def out_box(c):
-        return rows_box(y, c, y_strides) if not reduces else rows_box(None, c, y_strides, 1)
 
     def steps_of(steps, rows, elements, with_row):
         return [(o, elements if on == EL else rows, p) for o, p, on in steps
@@ -919,7 +1062,7 @@ def emit_row_layer(em: LayerEmitter, *, O: int, L: int, I: int = 1, x: int | Non
                     c = [tc, lc, uc]
                     last_chunk = l0 + lc >= L
                     bases = [(o0 * x_strides[0] + l0 * x_strides[1] + i0 * x_strides[2]) * prec,
-                             (o0 * I + i0) * prec + y if reduces else l0 * prec]
+                             (o0 * keep * I + i0) * prec if keep else l0 * prec]
                     bases += [v.base_of(o0) + l0 * prec for v in
                               {id(v.base_of): v for v in gathers}.values()]
                     if not chunked:
@@ -930,9 +1073,12 @@ def emit_row_layer(em: LayerEmitter, *, O: int, L: int, I: int = 1, x: int | Non
                         src = "x" if ph.reads == "x" and not (prefix and pi > 0) else "y"
                         loads = loads_of(c, lc, src, pi == 0, ph.params)
                         steps = steps_of(ph_steps, rows, rows * lc, last_chunk)
-                        writes = ph.writes or (bool(prefix) and pi == 0)
-                        stores = out_box(c) if writes or (
-                            reduces and last_chunk and pi == len(phases) - 1) else []
+                        if keep:  # the kept values, once, after the last pass
+                            done = last_chunk and pi == len(phases) - 1
+                            stores = out_box(c) if done else []
+                        else:
+                            writes = ph.writes or (bool(prefix) and pi == 0)
+                            stores = out_box(c) if writes else []
                     early = ()
                     if sum_out is not None and (not chunked or pi == 0):
                         early = ((len(prefix) - 1, rows_box(sum_out, c, x_strides)),)
@@ -941,54 +1087,100 @@ def emit_row_layer(em: LayerEmitter, *, O: int, L: int, I: int = 1, x: int | Non
                     break
 
 
+def _row_op(node: Node) -> str:
+    """The ROW_OPS entry of a node: its op type, or the p = 1 form of the Lp ops."""
+    op = node.op_type
+    if op in ("LpNormalization", "GlobalLpPool"):
+        p = int(node.attrs.get("p", 2))
+        if p not in (1, 2):
+            raise NpusimError(f"{op} '{node.name}': p = {p}; ONNX defines p = 1 or 2")
+        return op if p == 2 else f"{op}/p1"
+    return op
+
+
+def _topk_k(ctx, node) -> int:
+    k = const_value(ctx, node.inputs[1]) if len(node.inputs) > 1 else None
+    if k is None:  # opset 1 attribute, else the output shape tells
+        k = node.attrs.get("k")
+    if k is None:
+        x_shape, y_shape = _shape(ctx, node.inputs[0]), _shape(ctx, node.outputs[0])
+        ax = _axis(node, len(x_shape), node.attrs.get("axis", -1))
+        k = y_shape[ax]
+    return int(np.asarray(k).reshape(-1)[0])
+
+
 def lower_rows(ctx: LoweringContext, node: Node) -> None:
-    """Reductions, Softmax, LayerNormalization (also RMS), global pooling: the row emitter
-    over the input viewed as [O, L, I] (``L`` the reduced axes)."""
+    """Reductions, Softmax, normalizations, scans, TopK, global pooling: the row emitter
+    over the input viewed as [O, L, I] (``L`` the reduced axes).
+
+    A reduction keeps one value per row, TopK k (values and indices, stored alike);
+    DynamicQuantizeLinear's scalar scale and zero point stay on chip (their consumers read
+    them from DRAM for free)."""
     op = node.op_type
     O, L, I = _row_geometry(ctx, node)
-    n_par = 2 if op == "LayerNormalization" else 1 if op == "SimplifiedLayerNormalization" else 0
+    if O * L * I == 0:  # an empty input: the outputs are the reduction's identity, written
+        em = LayerEmitter(ctx, node, "vector unit (fill)")
+        for out in node.outputs:
+            if out and ctx.graph.tensor(out).numel:
+                shape = _shape(ctx, out)
+                emit_views(em, shape, [], [View(ctx.addr(out), row_major(shape))], [(MOVE, 1)])
+        em.finish()
+        return
+    lo, hi = PARAM_INPUTS.get(op, (0, 0))
     params = tuple(RowInput(ctx.addr(t), "params",
                             elems=None if ctx.graph.tensor(t).numel == L
                             else ctx.graph.tensor(t).numel)
-                   for t in node.inputs[1:1 + n_par] if t)
+                   for t in node.inputs[lo:hi] if t)
+    outs = [node.outputs[0]] + ([t for t in node.outputs[1:2] if t] if op == "TopK" else [])
+    for extra in node.outputs[1:]:  # outputs not stored (or stored alike): give them space
+        if extra:
+            ctx.addr(extra)
+    keep = 1 if op in REDUCING else _topk_k(ctx, node) if op == "TopK" else None
     em = LayerEmitter(ctx, node, "vector unit")
-    emit_row_layer(em, O=O, L=L, I=I, x=ctx.addr(node.inputs[0]), y=ctx.addr(node.outputs[0]),
-                   reduces=op in REDUCING, op=op, inputs=params)
+    emit_row_layer(em, O=O, L=L, I=I, x=ctx.addr(node.inputs[0]),
+                   y=tuple(ctx.addr(t) for t in outs), keep=keep, op=_row_op(node),
+                   inputs=params)
     em.finish()
 
 
 # --------------------------------------------------------------------------- pooling
 
 def lower_pool(ctx: LoweringContext, node: Node) -> None:
-    """MaxPool / AveragePool, and depthwise Conv (one filter per channel: no reduction
-    across channels, so it runs on the vector unit rather than the array), over NHWC
-    activations: a tile is ``p`` output rows (all columns, ``c`` channels) of one image;
+    """MaxPool / AveragePool / LpPool over 1, 2 or 3 spatial axes, and depthwise Conv (one
+    filter per channel: no reduction across channels, so it runs on the vector unit rather
+    than the array), over channels-last activations: a tile is ``p`` output rows of the
+    first spatial axis (everything of the other spatial axes, ``c`` channels) of one image;
     it loads the input rows their windows need."""
-    from npusim.lowering.conv import _pads  # the same padding rules as Conv
-
     op = node.op_type
     x, y = node.inputs[0], node.outputs[0]
     x_shape, y_shape = _shape(ctx, x), _shape(ctx, y)
-    if len(x_shape) != 4:
-        raise NpusimError(f"{op} '{node.name}': only 2-D pooling (4-D input NCHW) is "
-                          f"supported, got input shape {x_shape}")
+    if not 3 <= len(x_shape) <= 5:
+        raise NpusimError(f"{op} '{node.name}': pooling needs 1 to 3 spatial axes (input "
+                          f"N, C, ...), got input shape {x_shape}")
     if len(node.outputs) > 1 and node.outputs[1]:
         raise NpusimError(f"{op} '{node.name}': the Indices output is not supported; npusim "
                           f"lowers MaxPool with its values output only")
-    N, C, H, W = x_shape
-    _, _, P, Q = y_shape
-    depthwise = op == "Conv"
-    if depthwise:
-        kh, kw = _shape(ctx, node.inputs[1])[2:]
-    else:
-        kh, kw = node.attrs["kernel_shape"]
-    strides = tuple(node.attrs.get("strides", [1, 1]))
-    dil = tuple(node.attrs.get("dilations", [1, 1]))
-    pad_t, _ = _pads(node, (H, W), (P, Q), (kh, kw), strides, dil)
+    N, C, H = x_shape[:3]
+    W = prod(x_shape[3:])  # the other spatial axes, whole in every tile
+    P, Q = y_shape[2], prod(y_shape[3:])
+    n_sp = len(x_shape) - 2
+    depthwise = op in ("Conv", "FusedConv")  # (conv.py hands depthwise convolutions here)
+    kernel = list(_shape(ctx, node.inputs[1])[2:]) if depthwise \
+        else list(node.attrs["kernel_shape"])
+    strides = list(node.attrs.get("strides", [1] * n_sp))
+    dil = list(node.attrs.get("dilations", [1] * n_sp))
+    pad_t = begin_pads(node, x_shape[2:], y_shape[2:], kernel, strides, dil)[0]
+    kh = kernel[0]
     prec = ctx.precision
     cap = ctx.budget.spad_half // prec
     cores = ctx.config.num_cores
-    steps = POOL_STEPS[op](kh * kw)
+    K = prod(kernel)
+    if op == "LpPool":
+        p_norm = int(node.attrs.get("p", 2))
+        steps = ([("mul", K), ("add", K), ("sqrt", 1)] if p_norm == 2
+                 else [("sub", K), ("max", K), ("add", K)])
+    else:
+        steps = POOL_STEPS["Conv" if depthwise else op](K)
     bias = node.inputs[2] if depthwise and len(node.inputs) > 2 and node.inputs[2] else None
     bias = bias or (ctx.folded_bias.get(node.name) if depthwise else None)
     if bias:
@@ -1018,7 +1210,7 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
     xa, ya = ctx.addr(x), ctx.addr(y)
     em = LayerEmitter(ctx, node, "vector unit")
     if depthwise:
-        em.info.macs = N * P * Q * C * kh * kw
+        em.info.macs = N * P * Q * C * K
         wa = ctx.addr(node.inputs[1])
         ba = ctx.addr(bias) if bias else 0
     for n in range(N):
@@ -1035,9 +1227,9 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
                 el = pc * Q * cc
                 bases = [xa + ((n * H + h_lo) * W * C + c0) * prec,
                          ya + ((n * P + p0) * Q * C + c0) * prec]
-                if depthwise:  # the channels' kh x kw weights (and bias) come along
-                    loads = loads + box_dmas(2, [cc * kh * kw], [1], prec)[0]
-                    bases.append(wa + c0 * kh * kw * prec)
+                if depthwise:  # the channels' window weights (and bias) come along
+                    loads = loads + box_dmas(2, [cc * K], [1], prec)[0]
+                    bases.append(wa + c0 * K * prec)
                     if bias:
                         loads = loads + box_dmas(3, [cc], [1], 4)[0]
                         bases.append(ba + c0 * 4)
@@ -1050,13 +1242,13 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
 
 LOWERINGS: dict = {
     **{op: lower_elementwise for op in ELEMENTWISE},
-    **{op: lower_rows for op in ROW_OPS},
+    **{op: lower_rows for op in ROW_OPS if "/" not in op},
     "MaxPool": lower_pool,
     "AveragePool": lower_pool,
+    "LpPool": lower_pool,
     "Transpose": lower_transpose,
     "Concat": lower_concat,
     "Split": lower_split,
     "Slice": lower_slice,
     "Gather": lower_gather,
-    "Constant": lower_constant,
 }

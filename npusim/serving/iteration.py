@@ -148,9 +148,23 @@ class _IterationGraph:
         ctx.producer_layer[out] = ctx.builder.begin_layer(info, preds)
 
 
+@dataclass
+class IterationLayers:
+    """Where one lowered iteration's layers are and whom each serves: ``own[r]`` are the
+    layers that work for request ``r`` alone (its attention); layers from ``first`` up to
+    ``per_sequence`` work on every request's token rows together; layers from
+    ``per_sequence`` to ``last`` (the last-token gather and the LM head) on one row per
+    request."""
+
+    first: int
+    last: int
+    per_sequence: int
+    own: dict[int, list[int]]
+
+
 def lower_iteration(builder: ProgramBuilder, mem: ModelMemory, cfg: NpuConfig,
-                    slots: list[Slot], name: str) -> tuple[int, int]:
-    """Lower one iteration over ``slots`` into ``builder``; returns (first, last) layer."""
+                    slots: list[Slot], name: str) -> IterationLayers:
+    """Lower one iteration over ``slots`` into ``builder``."""
     s = mem.spec
     h, d, N, K = s.hidden, s.head_dim, s.heads, s.kv_heads
     T = sum(sl.q for sl in slots)
@@ -178,6 +192,7 @@ def lower_iteration(builder: ProgramBuilder, mem: ModelMemory, cfg: NpuConfig,
     hn = g.op(first_norm, [x] + norm_params("norm0"), [("h0", (T, h))], axis=-1)[0]
 
     qkv_width = (N + 2 * K) * d
+    own: dict[int, list[int]] = {sl.request: [] for sl in slots}
     offsets = []
     row = 0
     for sl in slots:
@@ -202,10 +217,12 @@ def lower_iteration(builder: ProgramBuilder, mem: ModelMemory, cfg: NpuConfig,
             g.ctx.address[pres_k] = mem.kv[r, i, "k"]
             g.ctx.address[pres_v] = mem.kv[r, i, "v"]
             rotary = ["rope_cos", "rope_sin"] if s.rotary else ["", ""]
+            before = builder.n_layers
             g.op("GroupQueryAttention",
                  [q_r, "", "", past_k, past_v, "", "", *rotary],
                  [(out_r, ()), (pres_k, ()), (pres_v, ())], domain=MS,
                  num_heads=N, kv_num_heads=K, do_rotary=int(s.rotary))
+            own[r].extend(range(before, builder.n_layers))
             parts.append(out_r)
         g.join(f"l{i}/attn_join", attn, parts)
         o = linear(attn, f"l{i}.o", f"l{i}/o", h)
@@ -224,7 +241,8 @@ def lower_iteration(builder: ProgramBuilder, mem: ModelMemory, cfg: NpuConfig,
         hn, _, _, x = g.op(norm_op, [f, x] + norm_params(f"norm{i + 1}"),
                            [(f"l{i + 1}/h", (T, h)), ("", ()), ("", ()), (f"l{i}/x_out", (T, h))],
                            domain=MS)
+    per_sequence = builder.n_layers
     last = g.tensor("last_rows", (B,), INT64)
     last_h = g.op("Gather", [hn, last], [("last_hidden", (B, h))], axis=0)[0]
     g.op("MatMul", [last_h, "lm_head"], [("logits", (B, s.vocab))])
-    return first, builder.n_layers - 1
+    return IterationLayers(first, builder.n_layers - 1, per_sequence, own)

@@ -22,7 +22,7 @@ import numpy as np
 
 from npusim.config import NpuConfig
 from npusim.program import ProgramBuilder
-from npusim.serving.iteration import ModelMemory, Slot, lower_iteration
+from npusim.serving.iteration import IterationLayers, ModelMemory, Slot, lower_iteration
 from npusim.serving.spec import LlmSpec
 from npusim.workload import Request
 
@@ -41,14 +41,38 @@ class LlmRequestRun:
 
 @dataclass
 class Iteration:
-    first_layer: int
-    last_layer: int
+    layers: IterationLayers
+    rows: dict[int, int]  # token rows of each request in the batch (its prompt, or 1)
     release_cycle: int
     requests: list[int]  # workload indices in the batch
     prefill_tokens: int
     decode_tokens: int
     kv_tokens: int  # KV-cache positions attended, summed over the batch
     end_cycle: int = -1
+
+    @property
+    def first_layer(self) -> int:
+        return self.layers.first
+
+    @property
+    def last_layer(self) -> int:
+        return self.layers.last
+
+    def energy_shares(self, layer_j: np.ndarray) -> dict[int, float]:
+        """Joules of this iteration's layers shared out to its requests: a request's own
+        layers (its attention) are its own, the layers over every request's token rows go by
+        its rows, the per-sequence tail (last-token gather, LM head) in equal parts. The
+        shares add up to the iteration's joules."""
+        L = self.layers
+        shared = np.ones(L.last + 1 - L.first, bool)
+        for own in L.own.values():
+            shared[np.asarray(own, int) - L.first] = False
+        rows_part = L.per_sequence - L.first
+        token_j = float(layer_j[L.first:L.per_sequence][shared[:rows_part]].sum())
+        sequence_j = float(layer_j[L.per_sequence:L.last + 1].sum())
+        total_rows = sum(self.rows.values())
+        return {r: float(layer_j[L.own[r]].sum()) + token_j * self.rows[r] / total_rows
+                + sequence_j / len(self.requests) for r in self.requests}
 
 
 class LlmServer:
@@ -97,13 +121,13 @@ class LlmServer:
         fresh = {i for i in self.active if not self.runs[i].tokens}
         self.builder.request, self.builder.release = self.stream, release
         name = f"{self.spec.name}/it{len(self.iterations)}"
-        first, last = lower_iteration(self.builder, self.mem, self.cfg, slots, name)
+        layers = lower_iteration(self.builder, self.mem, self.cfg, slots, name)
         self.iterations.append(Iteration(
-            first, last, release, list(self.active),
+            layers, {s.request: s.q for s in slots}, release, list(self.active),
             prefill_tokens=sum(s.q for s in slots if s.request in fresh),
             decode_tokens=sum(s.q for s in slots if s.request not in fresh),
             kv_tokens=sum(s.past + s.q for s in slots)))
-        return last
+        return layers.last
 
     def iteration_ended(self, end_cycle: int) -> None:
         it = self.pending
@@ -112,8 +136,13 @@ class LlmServer:
             self.runs[i].tokens.append(end_cycle)
         self.active = [i for i in self.active if not self.runs[i].done]
 
-    def request_results(self, layer_start: np.ndarray) -> dict[int, dict]:
-        """Per request: arrival, start, finish, latency, TTFT and time between tokens."""
+    def request_results(self, layer_start: np.ndarray, layer_j: np.ndarray) -> dict[int, dict]:
+        """Per request: arrival, start, finish, latency, TTFT, time between tokens and its
+        share of the energy of the iterations it ran in (``Iteration.energy_shares``)."""
+        joules = dict.fromkeys(self.runs, 0.0)
+        for it in self.iterations:
+            for i, j in it.energy_shares(layer_j).items():
+                joules[i] += j
         out = {}
         for i, run in self.runs.items():
             r = run.request
@@ -130,6 +159,8 @@ class LlmServer:
                 **{f"tbt_p{q}_cycles": (float(np.percentile(tbt, q)) if tbt else None)
                    for q in (50, 95, 99)},
                 "token_cycles": run.tokens,
+                "energy_j": joules[i],
+                "energy_per_token_j": joules[i] / len(run.tokens),
             }
         return out
 

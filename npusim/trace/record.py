@@ -46,15 +46,6 @@ class TraceOptions:
     bin_cycles: int | None = None
 
 
-def untraced_tables() -> dict[str, np.ndarray]:
-    """One-element trace tables for an untraced run (the kernels never touch them)."""
-    z = np.zeros
-    return dict(tr_ctl=z(ks.N_TR_CTL, np.int64), tr_dram=z((ks.N_TD_FIELDS, 1, 1, 1), np.int64),
-                tr_chan=z((ks.N_TH_FIELDS, 1, 1), np.int64), tr_noc=z((2, 1, 1, 1), np.int64),
-                tr_iv=z((ks.N_IV_FIELDS, 1), np.int64), tr_core=z((2, 1), np.int64),
-                tr_bank=z((1, 1), np.int64), tr_dch=z(1, np.int64), tr_dur=z(8, np.int64))
-
-
 def command_durations(std) -> np.ndarray:
     """DRAM cycles a command keeps its bank(s) busy, by command index (npusim.dram.COMMANDS):
     ACT tRCD; RD CL + BL; WR CWL + BL; RDA/WRA the access, then its auto-precharge;
@@ -162,11 +153,16 @@ class _Bins:
 
 
 class TraceRecorder:
-    """Owns a run's trace buffers: sizes them (``attach``), drains them after each kernel
-    call (``drain``), and builds the Dataset once the run is over (``dataset``)."""
+    """Owns a run's trace buffers: says how large they are (``ring``, ``interval_rows``,
+    ``log_rows``, ``durations``: ``npusim.state`` allocates them) and what the kernels'
+    Params must say (``params``), drains them after each kernel call (``drain``), and keeps
+    what was drained for the Dataset (``npusim.trace.dataset``)."""
+
+    interval_rows = INTERVAL_ROWS
+    log_rows = LOG_ROWS
 
     def __init__(self, options: TraceOptions, cfg, prog, tb):
-        from npusim.engine import dram_standard
+        from npusim.dram import dram_standard
 
         self.options = options
         self.cfg, self.prog, self.tb = cfg, prog, tb
@@ -203,47 +199,32 @@ class TraceRecorder:
 
     # ------------------------------------------------------------------ kernel side
 
-    def attach(self, st, p):
-        """State and Params with trace buffers sized for this run, tracing on."""
-        cfg = self.cfg
-        C, R = cfg.num_cores, self.ring
-        ch = cfg.memory.channels if cfg.memory.type != "ideal" else 1
-        dram_ch, banks = st.dbank.shape[1], st.dbank.shape[2]
-        z = np.zeros
-        tables = dict(
-            tr_ctl=z(ks.N_TR_CTL, np.int64),
-            tr_dram=z((ks.N_TD_FIELDS, R, dram_ch, banks), np.int64),
-            tr_chan=z((ks.N_TH_FIELDS, R, dram_ch), np.int64),
-            tr_noc=z((2, R, C, ch), np.int64),
-            tr_iv=z((ks.N_IV_FIELDS, INTERVAL_ROWS), np.int64),
-            tr_core=np.full((2, C), -1, np.int64),
-            tr_bank=z((dram_ch, banks), np.int64),
-            tr_dch=z(dram_ch, np.int64),
-            tr_dur=self.durations.copy(),
-            # without DRAM nothing is logged, but the loop still checks the log has room
-            cmd_log=z((ks.N_LOG_FIELDS, LOG_ROWS if self.dram else p.n_channels + 2), np.int64),
-        )
-        st = st._replace(**tables)
+    def params(self) -> dict[str, int]:
+        """The kernels' trace Params: on, the bin width, the command-log window (ticks)."""
         w0, w1 = self.window_ticks
-        p = p._replace(trace=1, trace_bin=self.bin_ticks,
-                       trace_log_from=max(0, w0 - self.lookahead), trace_log_to=w1)
-        if w0 == 0:
-            self.snapshot = st.dbank[ks.B_OPEN_ROW].copy()
+        return dict(trace=1, trace_bin=self.bin_ticks,
+                    trace_log_from=max(0, w0 - self.lookahead), trace_log_to=w1)
+
+    def start(self, st) -> None:
+        """Before the first kernel call: the open rows at cycle 0 if the window starts
+        there, and where the kernels must first stop."""
+        if self.window_ticks[0] == 0:
+            self.snapshot = st.mem.dbank[ks.B_OPEN_ROW].copy()
         self._set_stop(st)
-        return st, p
 
     def compile(self, st, p) -> None:
         if self.dram:
-            from npusim.engine import numba_typeof
+            from numba import typeof
+
             from npusim.kernels.trace import trace_sync
 
-            trace_sync.compile((numba_typeof(st), numba_typeof(p), numba_typeof(np.int64(0))))
+            trace_sync.compile((typeof(st.mem), typeof(p), typeof(np.int64(0))))
 
     def _set_stop(self, st) -> None:
         stop = (self.drained + self.ring) * self.bin_ticks - self.lookahead
         if self.snapshot is None:
             stop = min(stop, self.window_ticks[0])
-        st.tr_ctl[ks.TR_STOP] = stop
+        st.glob[ks.G_TRACE_STOP] = stop
 
     def drain(self, st, p) -> None:
         """Move finished bins, intervals and logged commands out of the kernels' buffers."""
@@ -252,7 +233,7 @@ class TraceRecorder:
         if self.dram:
             from npusim.kernels.trace import trace_sync
 
-            trace_sync(st, p, np.int64(t))
+            trace_sync(st.mem, p, np.int64(t))
         upto = t // self.bin_ticks + 1 if finished else t // self.bin_ticks
         if upto > self.drained:
             # the loop may have skipped far past the stop tick, but it wrote only below
@@ -262,27 +243,30 @@ class TraceRecorder:
             while first < last:  # the ring's slots in at most two runs, as views
                 s0 = first % self.ring
                 s1 = min(s0 + last - first, self.ring)
-                for name, table in (("dram", st.tr_dram), ("chan", st.tr_chan), ("noc", st.tr_noc)):
+                for name, table in (("dram", st.mem.tr_dram), ("chan", st.mem.tr_chan),
+                                    ("noc", st.noc.tr_noc)):
                     block = np.moveaxis(table[:, s0:s1], 1, 0)  # [bin, field, ...]
                     self.bins.ensure(name, block.shape[1:])
                     self.bins.add_kernel_bins(name, first, block)
                     table[:, s0:s1] = 0
                 first += s1 - s0
             self.drained = upto
-        n = int(st.tr_ctl[ks.TR_IV_N])
+        cores, mem = st.cores, st.mem
+        n = int(cores.ctl[ks.CC_IV_N])
         if n:
-            self._add_intervals(st.tr_iv[:, :n])
-            st.tr_ctl[ks.TR_IV_N] = 0
-        n = int(st.glob[ks.G_LOG_N])
+            self._add_intervals(cores.tr_iv[:, :n])
+            cores.ctl[ks.CC_IV_N] = 0
+        n = int(mem.ctl[ks.MC_LOG_N])
         if n:
-            self.commands.append(st.cmd_log[:, :n].T.copy())
-            st.glob[ks.G_LOG_N] = 0
+            self.commands.append(mem.cmd_log[:, :n].T.copy())
+            mem.ctl[ks.MC_LOG_N] = 0
         if self.snapshot is None and (t >= self.window_ticks[0] or finished):
-            self.snapshot = st.dbank[ks.B_OPEN_ROW].copy()
+            self.snapshot = mem.dbank[ks.B_OPEN_ROW].copy()
         if finished:
             self.end_tick = t
-            self.layer_times = (st.layer_st[ks.L_START].copy(), st.layer_st[ks.L_END].copy())
-            if int(st.glob[ks.G_LOG_LOST]):
+            self.layer_times = (cores.layer_st[ks.L_START].copy(),
+                                cores.layer_st[ks.L_END].copy())
+            if int(mem.ctl[ks.MC_LOG_LOST]):
                 raise AssertionError("trace: DRAM commands were lost between drains")
         self._set_stop(st)
 

@@ -90,15 +90,15 @@ def npusim_case(part: str, overrides: tuple, kind: str, n: int) -> dict:
         raw = run_program(prog, cfg, log_commands=1 << 22)
         st = raw.state
         end = -(-int(st.glob[ks.G_END]) // raw.timebase.mem_period)
-        n = int(sum(st.dch[ks.DC_READS] + st.dch[ks.DC_WRITES]))
+        n = int(sum(st.mem.dch[ks.DC_READS] + st.mem.dch[ks.DC_WRITES]))
     else:
         addrs, writes = make_trace(kind, n, seed=TRACES.index(kind), req=cfg.dma.request_bytes)
         stats, st = replay_requests(cfg, addrs, writes, log_commands=8 * n + 1000)
         end = int(st.glob[ks.G_END])
     wall = time.perf_counter() - t0
-    log = st.cmd_log[:, :int(st.glob[ks.G_LOG_N])]
-    assert int(st.glob[ks.G_LOG_LOST]) == 0
-    e = dram_energy(std, counts_from_state(st, cfg, std, end))
+    log = st.mem.cmd_log[:, :int(st.mem.ctl[ks.MC_LOG_N])]
+    assert int(st.mem.ctl[ks.MC_LOG_LOST]) == 0
+    e = dram_energy(std, counts_from_state(st.mem, cfg, std, end))
     return dict(cfg=cfg, std=std, log=log, end=end, energy=e, wall=wall,
                 commands=int(log.shape[1]), requests=n, dram_cycles=end)
 

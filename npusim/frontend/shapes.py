@@ -1,0 +1,449 @@
+"""Static shapes for every tensor: constant folding and shape inference in one forward pass.
+
+Once the symbolic input dims are bound, every shape in an exported graph is a constant, and
+so is every *shape computation* in it (``Shape -> Gather -> Unsqueeze -> Concat ->
+Reshape``, ``Range``, ``Expand``, ``ConstantOfShape``, ``Where`` on masks, ...). So npusim
+walks the nodes once, in topological order, and for each node
+
+1. infers its output types with the op's own inference function from ONNX
+   (``onnx.shape_inference.infer_node_outputs``), handing it the values of the inputs that
+   are known constants, so data-dependent shapes (Reshape, Expand, Range, Slice, Tile,
+   ConstantOfShape, Resize, ...) come out exact; ops ONNX does not define (ONNX Runtime's
+   ``com.microsoft`` ops such as FusedMatMul, SkipLayerNormalization, RotaryEmbedding) are
+   inferred by ONNX Runtime itself from a one-node model (cached per signature);
+2. folds it if it depends only on constants: ``Shape``/``Size`` of a tensor whose shape is
+   known, and any deterministic standard op whose inputs are all constants. Small results
+   are computed with ONNX's reference implementation (``onnx.reference``), so shape
+   arithmetic is evaluated with the ONNX specification's own semantics, never guessed;
+   large results (weights made by ``ConstantOfShape``, a transposed or cast weight, a
+   causal mask built from shapes alone) only keep their shape and become weights: they are
+   never materialised, as a deployment compiler would precompute them;
+3. inlines an ``If`` whose condition is a known constant.
+
+Folded nodes leave the graph (they cost nothing); what stays is what a real NPU computes.
+ONNX Runtime's ``symbolic_shape_infer`` tool was the other candidate: it needs sympy, has no
+rule for several ops its own optimizer emits (FusedMatMul, FusedConv, QLinearConv) and writes
+a file into the working directory when it gives up, while the ops' own ONNX inference
+functions, ONNX's reference evaluator and ONNX Runtime's session cover every op.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from math import prod
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, TensorProto, TypeProto, defs, helper, numpy_helper
+
+from npusim.errors import NpusimError
+
+STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
+
+# Folded results with at most this many elements are computed and kept by value (shape
+# tensors, position ids, scales); larger ones keep their shape only.
+VALUE_MAX = 1 << 16
+
+# Ops that only make constants from shapes or constants: once the dims are bound every
+# instance is folded (an instance whose inputs depend on input data cannot be shaped and
+# is reported as such), so lowering never sees them.
+ALWAYS_FOLDED = {"Constant", "Shape", "Size", "ConstantOfShape", "Range", "EyeLike",
+                 "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix"}
+
+# Ops whose result is not a function of their inputs: never folded.
+NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                    "Multinomial", "Bernoulli", "Dropout"}
+# Control flow and sequences: folded only through their own rules (If) or not at all.
+NOT_FOLDED = {"If", "Loop", "Scan", "SequenceConstruct", "SequenceEmpty", "SequenceInsert",
+              "SequenceErase", "SequenceAt", "SplitToSequence", "ConcatFromSequence",
+              "SequenceLength", "SequenceMap", "Optional", "OptionalGetElement",
+              "OptionalHasElement"}
+
+
+@dataclass
+class Tensor:
+    """What the pass knows of one tensor."""
+
+    elem_type: int
+    shape: tuple[int, ...] | None  # None: rank or some dim unknown
+    constant: bool = False  # a weight, a graph constant or a folded result
+    value: np.ndarray | None = None  # known small constant value
+
+
+@dataclass
+class Shaped:
+    """The result of :func:`infer_static`: the nodes left to lower and every tensor."""
+
+    nodes: list[onnx.NodeProto]
+    tensors: dict[str, Tensor]
+    folded: int = 0  # nodes folded away
+    unshaped: dict[str, onnx.NodeProto] = field(default_factory=dict)  # tensor -> producer
+
+
+def _static(tp: TypeProto) -> tuple[int, tuple[int, ...] | None] | None:
+    """(elem_type, shape or None) of a tensor type; None for non-tensor types."""
+    if not tp.HasField("tensor_type"):
+        return None
+    tt = tp.tensor_type
+    if not tt.HasField("shape"):
+        return tt.elem_type, None
+    dims = []
+    for d in tt.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value < 0:
+            return tt.elem_type, None
+        dims.append(int(d.dim_value))
+    return tt.elem_type, tuple(dims)
+
+
+def _known(st) -> bool:
+    """Whether an inferred output type is a tensor of static shape."""
+    return isinstance(st, tuple) and st[1] is not None
+
+
+def _type_proto(t: Tensor) -> TypeProto:
+    return helper.make_tensor_type_proto(t.elem_type, list(t.shape) if t.shape is not None else None)
+
+
+def _np_dtype(elem_type: int):
+    return helper.tensor_dtype_to_np_dtype(elem_type)
+
+
+class _Pass:
+    def __init__(self, model: onnx.ModelProto, where: str):
+        self.where = where
+        self.model = model
+        self.opsets = {o.domain or "": o.version for o in model.opset_import}
+        self.opsets.setdefault("", defs.onnx_opset_version())
+        self.tensors: dict[str, Tensor] = {}
+        self.others: dict[str, TypeProto] = {}  # sequence / optional values: type only
+        self.nodes: list[onnx.NodeProto] = []
+        self.folded = 0
+        self.unshaped: dict[str, onnx.NodeProto] = {}
+        self.data_cache: dict[str, TensorProto] = {}
+        self.ort_cache: dict[bytes, dict[int, tuple[int, tuple[int, ...] | None]]] = {}
+        self.needed = _consumed(model.graph)
+        # shapes the file states (value_info, graph outputs), used where inference gives
+        # none: an op whose output shape depends on an input's values (GroupQueryAttention's
+        # total_sequence_length) can still be shaped when the exporter wrote the shape down
+        self.declared: dict[str, tuple[int, tuple[int, ...]]] = {}
+        for vi in list(model.graph.value_info) + list(model.graph.output):
+            st = _static(vi.type)
+            if st is not None and st[1] is not None:
+                self.declared[vi.name] = st
+
+    # ----------------------------------------------------------------- inputs
+
+    def seed(self, weights: set[str]) -> None:
+        g = self.model.graph
+        for vi in g.input:
+            st = _static(vi.type)
+            if st is not None:
+                self.tensors[vi.name] = Tensor(st[0], st[1], constant=vi.name in weights)
+            else:
+                self.others[vi.name] = vi.type
+        for t in g.initializer:
+            shape = tuple(int(d) for d in t.dims)
+            value = None
+            if t.data_location != TensorProto.EXTERNAL and prod(shape) <= VALUE_MAX:
+                try:
+                    value = numpy_helper.to_array(t)
+                except Exception:  # noqa: BLE001 - odd encodings stay shape-only
+                    value = None
+            self.tensors[t.name] = Tensor(t.data_type, shape, constant=True, value=value)
+
+    # ----------------------------------------------------------------- the walk
+
+    def run(self, nodes) -> None:
+        for node in nodes:
+            if node.op_type == "If" and node.domain in ("", "ai.onnx"):
+                cond = self.tensors.get(node.input[0])
+                if cond is not None and cond.value is not None:
+                    self.run(_inline_if(node, bool(np.asarray(cond.value).reshape(-1)[0])))
+                    self.folded += 1
+                    continue
+            self.visit(node)
+
+    def visit(self, node: onnx.NodeProto) -> None:
+        ins = [self.tensors.get(i) if i else None for i in node.input]
+        if self.fold_shape_of(node, ins):
+            return
+        out_types = self.infer(node, ins)
+        if self.foldable(node, ins):
+            if self.evaluate(node, ins, out_types):
+                return
+            if all(_known(out_types.get(i)) for i, o in enumerate(node.output) if o):
+                for i, o in enumerate(node.output):
+                    if o:
+                        self.tensors[o] = Tensor(out_types[i][0], out_types[i][1], True)
+                self.folded += 1
+                return
+        self.nodes.append(node)
+        for i, o in enumerate(node.output):
+            if not o:
+                continue
+            st = out_types.get(i)
+            if isinstance(st, TypeProto):
+                self.others[o] = st
+                st = None
+            if not _known(st) and o in self.declared:
+                st = self.declared[o]
+            if st is not None and st[1] is not None:
+                self.tensors[o] = Tensor(st[0], st[1])
+            elif o in self.needed and o not in self.unshaped:
+                self.unshaped[o] = node
+
+    def fold_shape_of(self, node, ins) -> bool:
+        """Shape, Size and EyeLike of a tensor whose shape is known are constants."""
+        if node.op_type not in ("Shape", "Size", "EyeLike") or node.domain not in ("", "ai.onnx"):
+            return False
+        x = ins[0] if ins else None
+        if x is None or x.shape is None:
+            return False
+        if node.op_type == "EyeLike":  # depends on the shape only: a weight-like constant
+            attrs = {a.name: a.i for a in node.attribute}
+            self.tensors[node.output[0]] = Tensor(attrs.get("dtype", x.elem_type), x.shape, True)
+            self.folded += 1
+            return True
+        if node.op_type == "Size":
+            value = np.array(prod(x.shape), dtype=np.int64)
+        else:
+            attrs = {a.name: a.i for a in node.attribute}
+            r = len(x.shape)
+            start = attrs.get("start", 0)
+            end = attrs.get("end", r)
+            start = min(max(start + r if start < 0 else start, 0), r)
+            end = min(max(end + r if end < 0 else end, 0), r)
+            value = np.array(x.shape[start:end], dtype=np.int64)
+        self.tensors[node.output[0]] = Tensor(TensorProto.INT64, value.shape, True, value)
+        self.folded += 1
+        return True
+
+    def foldable(self, node, ins) -> bool:
+        if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC \
+                or node.op_type in NOT_FOLDED:
+            return False
+        if not defs.has(node.op_type):
+            return False
+        return all(t is not None and t.constant for t, name in zip(ins, node.input) if name)
+
+    def evaluate(self, node, ins, out_types) -> bool:
+        """Compute a constant node's outputs with ONNX's reference implementation, when its
+        inputs are known by value and its outputs are small."""
+        if any(t is not None and t.value is None for t in ins):
+            return False
+        for i, o in enumerate(node.output):
+            st = out_types.get(i)
+            if isinstance(st, TypeProto):
+                return False
+            if o and (st is None or st[1] is None or prod(st[1]) > VALUE_MAX):
+                if _known(st):
+                    return False  # known and large: shape only
+                size = _size_from_values(node, ins)
+                if size is None or size > VALUE_MAX:
+                    return False  # could be large: keep the shape only
+        try:
+            values = _reference_run(node, [t.value if t is not None else None for t in ins],
+                                    self.opsets)
+        except Exception:  # noqa: BLE001 - the reference has no rule: keep it a node
+            return False
+        for o, v, in zip(node.output, values):
+            if not o:
+                continue
+            v = np.asarray(v)
+            elem = helper.np_dtype_to_tensor_dtype(v.dtype) if v.dtype != object else 0
+            if elem == 0:
+                return False
+            small = v.size <= VALUE_MAX
+            self.tensors[o] = Tensor(elem, tuple(int(d) for d in v.shape), True,
+                                     v if small else None)
+        self.folded += 1
+        return True
+
+    # ----------------------------------------------------------------- inference
+
+    def infer(self, node, ins) -> dict[int, tuple[int, tuple[int, ...] | None]]:
+        """Output index -> (elem_type, static shape or None), from ONNX's inference function
+        of the op, or ONNX Runtime's for ops ONNX does not define."""
+        known = {n: t for n, t in zip(node.input, ins) if n and t is not None}
+        if node.domain in STANDARD_DOMAINS and defs.has(node.op_type, node.domain or ""):
+            out = self.onnx_infer(node, known)
+            if all(isinstance(out.get(i), TypeProto) or _known(out.get(i))
+                   for i, o in enumerate(node.output) if o):
+                return out
+            if node.op_type in NOT_FOLDED or node.op_type == "Constant" or any(
+                    n and n not in known for n in node.input):
+                return out
+            ort = self.ort_infer(node, known)
+            for i, st in ort.items():
+                if st[1] is not None:
+                    out[i] = st
+            return out
+        return self.ort_infer(node, known)
+
+    def onnx_infer(self, node, known: dict[str, Tensor]):
+        """ONNX's inference function of the op; sequence or optional outputs come back as
+        their TypeProto."""
+        domain = node.domain if node.domain != "ai.onnx" else ""
+        try:
+            schema = defs.get_schema(node.op_type, self.opsets.get(domain, 1), domain)
+        except defs.SchemaError:
+            return {}
+        types = {n: _type_proto(t) for n, t in known.items()}
+        types.update({n: self.others[n] for n in node.input if n in self.others})
+        if any(n and n not in types for n in node.input):
+            return {}  # an input without a type: nothing to infer from
+        data = {n: self.tensor_proto(n, t) for n, t in known.items() if t.value is not None}
+        opsets = [helper.make_opsetid(d, v) for d, v in self.opsets.items()]
+        try:
+            inferred = onnx.shape_inference.infer_node_outputs(schema, node, types, data,
+                                                               opset_imports=opsets)
+        except Exception as e:  # noqa: BLE001 - inconsistent inputs: say so at the node
+            if all(t.value is not None for t in known.values()) and self.foldable(
+                    node, [known.get(n) for n in node.input if n]):
+                return {}  # a constant: the reference evaluator may still compute it
+            raise NpusimError(f"{self.where}: node '{node.name or node.op_type}' "
+                              f"({node.op_type}): shape inference failed: "
+                              f"{_first_line(e)}; input shapes "
+                              f"{_describe_inputs(node, known)}") from None
+        out = {}
+        for i, o in enumerate(node.output):
+            if o in inferred:
+                st = _static(inferred[o])
+                out[i] = st if st is not None else inferred[o]
+        return out
+
+    def tensor_proto(self, name: str, t: Tensor) -> TensorProto:
+        tp = self.data_cache.get(name)
+        if tp is None:
+            tp = numpy_helper.from_array(np.asarray(t.value), name)
+            self.data_cache[name] = tp
+        return tp
+
+    def ort_infer(self, node, known: dict[str, Tensor]):
+        from npusim.frontend.ort_shapes import node_output_types
+
+        key = node.SerializeToString() + repr(
+            [(n, t.elem_type, t.shape, None if t.value is None else t.value.tobytes())
+             for n, t in known.items()]).encode()
+        if key not in self.ort_cache:
+            self.ort_cache[key] = node_output_types(node, known, self.opsets)
+        return dict(self.ort_cache[key])
+
+
+# ops whose output can be far larger than their inputs: sized from the input values first
+_GROWING = {"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad",
+            "EyeLike", "OneHot"}
+
+
+def _size_from_values(node, ins) -> int | None:
+    """Elements of the output of a growing op, from its inputs' values (None: unknown);
+    other ops are no larger than their inputs."""
+    op = node.op_type
+    vals = [None if t is None else t.value for t in ins]
+    try:
+        if op not in _GROWING:
+            return max((int(np.asarray(v).size) for v in vals if v is not None), default=1)
+        if op == "ConstantOfShape":
+            return int(np.prod(np.asarray(vals[0]).reshape(-1)))
+        if op == "Range":
+            start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in vals[:3])
+            return max(0, int(np.ceil((limit - start) / delta))) if delta else None
+        if op == "Expand":
+            return int(np.prod(np.broadcast_shapes(np.asarray(vals[0]).shape,
+                                                   tuple(np.asarray(vals[1]).reshape(-1)))))
+        if op == "Tile":
+            return int(np.asarray(vals[0]).size * np.prod(np.asarray(vals[1]).reshape(-1)))
+    except Exception:  # noqa: BLE001 - odd values: unknown
+        return None
+    return None
+
+
+def _reference_run(node: onnx.NodeProto, values: list, opsets: dict[str, int]) -> list:
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"in{i}" if n else "" for i, n in enumerate(node.input)]
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    del copy.input[:]
+    copy.input.extend(names)
+    outs = [f"out{i}" if o else "" for i, o in enumerate(node.output)]
+    del copy.output[:]
+    copy.output.extend(outs)
+    graph = helper.make_graph(
+        [copy], "fold",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype),
+                                       None) for n, v in zip(names, values) if n],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs if o])
+    ev = ReferenceEvaluator(graph, opsets=dict(opsets))
+    feeds = {n: np.asarray(v) for n, v in zip(names, values) if n}
+    with np.errstate(all="ignore"), warnings.catch_warnings():  # log(0) is -inf, as ONNX says
+        warnings.simplefilter("ignore")
+        results = ev.run(None, feeds)
+    it = iter(results)
+    return [next(it) if o else None for o in outs]
+
+
+def _inline_if(node: onnx.NodeProto, cond: bool) -> list[onnx.NodeProto]:
+    """The nodes of the taken branch, its outputs renamed to the If's outputs."""
+    branch = next(a.g for a in node.attribute
+                  if a.name == ("then_branch" if cond else "else_branch"))
+    nodes = list(branch.node)
+    for init in branch.initializer:  # branch constants become Constant nodes
+        nodes.insert(0, helper.make_node("Constant", [], [init.name], value=init))
+    for out, vi in zip(node.output, branch.output):
+        if out:
+            nodes.append(helper.make_node("Identity", [vi.name], [out],
+                                          name=f"{node.name or 'If'}/{out}"))
+    return nodes
+
+
+def _consumed(g: onnx.GraphProto) -> set[str]:
+    """Tensor names some node reads (also inside subgraphs) or the graph returns."""
+    names = {o.name for o in g.output}
+
+    def walk(graph):
+        for n in graph.node:
+            names.update(i for i in n.input if i)
+            for a in n.attribute:
+                if a.type == AttributeProto.GRAPH:
+                    walk(a.g)
+                elif a.type == AttributeProto.GRAPHS:
+                    for sg in a.graphs:
+                        walk(sg)
+
+    walk(g)
+    return names
+
+
+def _describe_inputs(node, known: dict[str, Tensor]) -> str:
+    parts = []
+    for n in node.input:
+        if not n:
+            continue
+        t = known.get(n)
+        if t is None:
+            parts.append(f"'{n}' unknown")
+        elif t.shape is None:
+            parts.append(f"'{n}' of unknown shape")
+        else:
+            parts.append(f"'{n}' {list(t.shape)}")
+    return ", ".join(parts) or "none"
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def infer_static(model: onnx.ModelProto, weights: set[str], where: str) -> Shaped:
+    """Fold constants and give every tensor of ``model`` a static shape (see the module
+    docstring). ``weights``: graph inputs that are weights (initializers without data)."""
+    p = _Pass(model, where)
+    p.seed(weights)
+    p.run(list(model.graph.node))
+    tensors = {n: t for n, t in p.tensors.items()}
+    return Shaped(p.nodes, tensors, p.folded, p.unshaped)
+
+
+__all__ = ["ALWAYS_FOLDED", "Shaped", "Tensor", "infer_static", "VALUE_MAX"]

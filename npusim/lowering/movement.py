@@ -1,0 +1,283 @@
+"""Ops that move or replicate data: Pad, Tile, Resize/Upsample, DepthToSpace, SpaceToDepth,
+GatherND, the Scatter family and OneHot.
+
+Each is a view problem for :func:`npusim.lowering.vector.emit_views`: an iteration space,
+the tensors read (``View``: element strides over that space, 0 where an operand repeats)
+and the tensor written. Tiles load each source box once (a repeated operand is not read
+again), run the vector steps over the tile's elements and store the box.
+
+=================  =========================================================================
+Pad,               the input copied into the interior (DMA in, DMA out); each border slab
+                   written by one move pass over its elements (a constant; edge, reflect and
+CenterCropPad      wrap values come from the interior on chip and cost the same pass)
+Tile               one move pass over the output; each tile loads the input block once
+Resize, Upsample   nearest: one move pass over the output; linear: ``2^k`` mul and
+                   ``2^k - 1`` add passes, cubic: ``4^k`` and ``4^k - 1`` (``k`` resized
+                   axes); an axis enlarged by an integer factor s reads each input row once
+                   for its s output rows, one shrunk by s reads every s-th row; an axis
+                   enlarged by a non-integer factor is read once per tile, one shrunk by a
+                   non-integer factor every round(d/o)-th row (approximate traffic)
+DepthToSpace,      one move pass over the output; the input is read through the block
+SpaceToDepth       permutation (DCR or CRD), like a Transpose
+GatherND           DMA only: the index rows, then the gathered slices (spread evenly over the
+                   table: the index values are never read), stored contiguously
+ScatterND,         DMA only: the updates (and their indices) stored into the output rows,
+ScatterElements,   spread evenly as for a gather; the output is the data tensor updated in
+TensorScatter      place when nothing else reads it, else a DMA copy of it comes first
+OneHot             compare and select (sub, max) over the output; the indices are read once
+                   per depth row
+=================  =========================================================================
+"""
+
+from __future__ import annotations
+
+from math import ceil, prod
+
+import numpy as np
+
+from npusim.errors import NpusimError
+from npusim.frontend.graph import Node
+from npusim.lowering.context import LoweringContext
+from npusim.lowering.vector import (MOVE, LayerEmitter, View, _axis, _shape, const_value,
+                                    emit_views, row_major)
+
+
+def _per_core(ctx, shape) -> int:
+    return ceil(max(1, prod(shape)) / ctx.config.num_cores)
+
+
+# --------------------------------------------------------------------------- Pad
+
+def _pad_begins_ends(ctx, node, r: int) -> tuple[list[int], list[int]]:
+    pads = node.attrs.get("pads")
+    if pads is None and len(node.inputs) > 1 and node.inputs[1]:
+        pads = const_value(ctx, node.inputs[1])
+    x_shape, y_shape = _shape(ctx, node.inputs[0]), _shape(ctx, node.outputs[0])
+    if pads is None:  # values unknown: the growth of each axis, all of it after the data
+        return [0] * r, [y - x for x, y in zip(x_shape, y_shape)]
+    pads = [int(v) for v in np.asarray(pads).reshape(-1)]
+    axes = list(range(r))
+    if len(node.inputs) > 3 and node.inputs[3]:
+        given = const_value(ctx, node.inputs[3])
+        if given is None:
+            raise NpusimError(f"Pad '{node.name}': the axes input is not a constant")
+        axes = [_axis(node, r, a) for a in np.asarray(given).reshape(-1)]
+    begins, ends = [0] * r, [0] * r
+    n = len(axes)
+    for i, a in enumerate(axes):
+        begins[a], ends[a] = pads[i], pads[n + i]
+    return begins, ends
+
+
+def lower_pad(ctx: LoweringContext, node: Node) -> None:
+    """Pad, and CenterCropPad (each axis cropped or padded around its centre)."""
+    x, y = node.inputs[0], node.outputs[0]
+    x_shape, y_shape = _shape(ctx, x), _shape(ctx, y)
+    r = len(y_shape)
+    if node.op_type == "CenterCropPad":
+        begins = [(o - i) // 2 if o >= i else -((i - o) // 2) for i, o in zip(x_shape, y_shape)]
+    else:
+        begins, _ = _pad_begins_ends(ctx, node, r)
+    out0 = [max(0, b) for b in begins]
+    in0 = [max(0, -b) for b in begins]
+    extent = [max(0, min(xd - i, yd - o)) for xd, yd, i, o in zip(x_shape, y_shape, in0, out0)]
+    xs, ys = row_major(x_shape), row_major(y_shape)
+    per_core = _per_core(ctx, y_shape)
+    em = LayerEmitter(ctx, node, "DMA copy, border filled by the vector unit")
+    ya = ctx.addr(y)
+    if prod(extent):
+        emit_views(em, extent, [View(ctx.addr(x), xs, offset=sum(i * s for i, s in zip(in0, xs)))],
+                   [View(ya, ys, offset=sum(o * s for o, s in zip(out0, ys)))], [], per_core)
+    for k in range(r):  # border slabs: the output minus the interior, without overlaps
+        for start, width in ((0, out0[k]), (out0[k] + extent[k],
+                                            y_shape[k] - out0[k] - extent[k])):
+            if width <= 0:
+                continue
+            shape = extent[:k] + [width] + list(y_shape[k + 1:])
+            offset = sum(o * s for o, s in zip(out0[:k], ys[:k])) + start * ys[k]
+            emit_views(em, shape, [], [View(ya, ys, offset=offset)], [(MOVE, 1)], per_core)
+    em.finish()
+
+
+# --------------------------------------------------------------------------- Tile
+
+def lower_tile(ctx: LoweringContext, node: Node) -> None:
+    """Output axis k of length repeats*d viewed as [repeats, d]: the input repeats along the
+    first (stride 0, loaded once per tile) and runs along the second."""
+    x, y = node.inputs[0], node.outputs[0]
+    x_shape, y_shape = _shape(ctx, x), _shape(ctx, y)
+    xs, ys = row_major(x_shape), row_major(y_shape)
+    space, src, dst = [], [], []
+    for d, o, sx, sy in zip(x_shape, y_shape, xs, ys):
+        reps = o // d if d else 1
+        space += [reps, d]
+        src += [0, sx]
+        dst += [d * sy, sy]
+    em = LayerEmitter(ctx, node, "vector unit (replicating move)")
+    emit_views(em, space, [View(ctx.addr(x), src)], [View(ctx.addr(y), dst)], [(MOVE, 1)])
+    em.finish()
+
+
+# --------------------------------------------------------------------------- Resize
+
+def lower_resize(ctx: LoweringContext, node: Node) -> None:
+    x, y = node.inputs[0], node.outputs[0]
+    x_shape, y_shape = _shape(ctx, x), _shape(ctx, y)
+    xs, ys = row_major(x_shape), row_major(y_shape)
+    space, src, dst = [], [], []
+    resized = 0
+    for d, o, sx, sy in zip(x_shape, y_shape, xs, ys):
+        if d == o:
+            space.append(o), src.append(sx), dst.append(sy)
+            continue
+        resized += 1
+        if o > d:  # up by s (the nearest integer factor): each input row serves s outputs
+            s = max(1, round(o / d))
+            rows = ceil(o / s)
+            space += [rows, s]
+            src += [sx, 0]
+            dst += [s * sy, sy]
+            if rows * s != o:  # a non-integer factor: the last block is cut short
+                space, src, dst = space[:-2] + [o], src[:-2] + [0], dst[:-2] + [sy]
+        else:  # down by s: every s-th input row
+            s = max(1, round(d / o))
+            space.append(o), src.append(sx * s), dst.append(sy)
+    mode = node.attrs.get("mode", "nearest")
+    if mode in ("linear", "bilinear"):
+        taps = 2 ** resized
+    elif mode == "cubic":
+        taps = 4 ** resized
+    elif mode == "nearest":
+        taps = 0
+    else:
+        raise NpusimError(f"{node.op_type} '{node.name}': mode {mode!r} is not an ONNX resize "
+                          f"mode (nearest, linear, cubic)")
+    steps = [(MOVE, 1)] if taps == 0 else [("mul", taps)] + (
+        [("add", taps - 1)] if taps > 1 else [])
+    em = LayerEmitter(ctx, node, f"vector unit ({mode} interpolation)")
+    emit_views(em, space, [View(ctx.addr(x), src)], [View(ctx.addr(y), dst)], steps)
+    em.finish()
+
+
+# --------------------------------------------------------------------------- depth <-> space
+
+def lower_depth_to_space(ctx: LoweringContext, node: Node) -> None:
+    x, y = node.inputs[0], node.outputs[0]
+    x_shape = _shape(ctx, x)
+    if len(x_shape) != 4:
+        raise NpusimError(f"{node.op_type} '{node.name}': needs a 4-D input (N, C, H, W), "
+                          f"got {x_shape}")
+    N, C, H, W = x_shape
+    b = int(node.attrs["blocksize"])
+    if node.op_type == "DepthToSpace":
+        Cp = C // (b * b)
+        # output (n, c', h, i, w, j) reads input channel (i*b + j)*C' + c' (DCR) or
+        # c'*b*b + i*b + j (CRD), pixel (h, w)
+        if node.attrs.get("mode", "DCR") == "CRD":
+            c_s, i_s, j_s = b * b * H * W, b * H * W, H * W
+        else:
+            c_s, i_s, j_s = H * W, b * Cp * H * W, Cp * H * W
+        space = [N, Cp, H, b, W, b]
+        src = [C * H * W, c_s, W, i_s, 1, j_s]
+        dst = [Cp * H * b * W * b, H * b * W * b, b * W * b, W * b, b, 1]
+    else:  # SpaceToDepth: output channel (i*b + j)*C + c, pixel (h', w')
+        Hp, Wp = H // b, W // b
+        space = [N, b, b, C, Hp, Wp]
+        src = [C * H * W, W, 1, H * W, b * W, b]
+        dst = row_major(space)
+    em = LayerEmitter(ctx, node, "vector unit (block permutation)")
+    emit_views(em, space, [View(ctx.addr(x), src)], [View(ctx.addr(y), dst)], [(MOVE, 1)])
+    em.finish()
+
+
+# --------------------------------------------------------------------------- gather / scatter
+
+def _spread(rows: int, table: int) -> int:
+    """Row step that spreads ``rows`` picks evenly over a table of ``table`` rows."""
+    return table // rows if 0 < rows <= table else 0
+
+
+def lower_gather_nd(ctx: LoweringContext, node: Node) -> None:
+    data, idx = node.inputs[0], node.inputs[1]
+    y = node.outputs[0]
+    d_shape, i_shape, y_shape = _shape(ctx, data), _shape(ctx, idx), _shape(ctx, y)
+    b = int(node.attrs.get("batch_dims", 0))
+    k = i_shape[-1]
+    q_shape = i_shape[b:-1]
+    table = prod(d_shape[b:b + k])
+    row = prod(d_shape[b + k:])
+    ds, irm = row_major(d_shape), row_major(i_shape)
+    step = _spread(prod(q_shape), table) * row
+    qrm = row_major(q_shape)
+    # output axes: batch, index rows, the slice
+    idx_strides = irm[:b] + irm[b:-1] + [0] * len(d_shape[b + k:])
+    data_strides = ds[:b] + [s * step for s in qrm] + ds[b + k:]
+    em = LayerEmitter(ctx, node, "DMA gather")
+    emit_views(em, y_shape, [View(ctx.addr(idx), idx_strides),
+                             View(ctx.addr(data), data_strides, keep_repeats=True, after=0)],
+               [View(ctx.addr(y), row_major(y_shape))], [])
+    em.finish()
+
+
+def lower_scatter(ctx: LoweringContext, node: Node) -> None:
+    op = node.op_type
+    y = node.outputs[0]
+    data = node.inputs[0]
+    y_shape = _shape(ctx, y)
+    ys = row_major(y_shape)
+    if op == "TensorScatter":  # (past_cache, update, write_indices)
+        updates, idx = node.inputs[1], None
+    else:  # (data, indices, updates)
+        updates, idx = node.inputs[2], node.inputs[1]
+    u_shape = _shape(ctx, updates)
+    em = LayerEmitter(ctx, node, "DMA scatter")
+    if ctx.graph.consumers(data) == [node] and data not in ctx.graph.outputs:
+        ctx.alias(y, data)  # updated in place
+    else:
+        emit_views(em, y_shape, [View(ctx.addr(data), ys)], [View(ctx.addr(y), ys)], [],
+                   _per_core(ctx, y_shape))
+    if op == "ScatterND":
+        i_shape = _shape(ctx, idx)
+        k = i_shape[-1]
+        q_shape = i_shape[:-1]
+        step = _spread(prod(q_shape), prod(y_shape[:k])) * prod(y_shape[k:])
+        dst = [s * step for s in row_major(q_shape)] + ys[k:]
+        idx_strides = row_major(i_shape)[:-1] + [0] * len(y_shape[k:])
+        sources = [View(ctx.addr(idx), idx_strides), View(ctx.addr(updates), row_major(u_shape))]
+        emit_views(em, u_shape, sources, [View(ctx.addr(y), dst, keep_repeats=True)], [])
+    else:  # element-wise scatter / cache rows: the updates land on the slice they line up with
+        sources = [View(ctx.addr(updates), row_major(u_shape))]
+        if idx:
+            sources.insert(0, View(ctx.addr(idx), row_major(_shape(ctx, idx))))
+        dst = [s for s in ys[len(ys) - len(u_shape):]]
+        emit_views(em, u_shape, sources, [View(ctx.addr(y), dst)], [])
+    em.finish()
+
+
+def lower_one_hot(ctx: LoweringContext, node: Node) -> None:
+    idx, y = node.inputs[0], node.outputs[0]
+    i_shape, y_shape = _shape(ctx, idx), _shape(ctx, y)
+    axis = _axis(node, len(y_shape), node.attrs.get("axis", -1))
+    irm = row_major(i_shape)
+    src = irm[:axis] + [0] + irm[axis:]
+    em = LayerEmitter(ctx, node, "vector unit")
+    emit_views(em, y_shape, [View(ctx.addr(idx), src)], [View(ctx.addr(y), row_major(y_shape))],
+               [("sub", 1), ("max", 1)])
+    em.finish()
+
+
+LOWERINGS: dict = {
+    "Pad": lower_pad,
+    "CenterCropPad": lower_pad,
+    "Tile": lower_tile,
+    "Resize": lower_resize,
+    "Upsample": lower_resize,
+    "DepthToSpace": lower_depth_to_space,
+    "SpaceToDepth": lower_depth_to_space,
+    "GatherND": lower_gather_nd,
+    "ScatterND": lower_scatter,
+    "ScatterElements": lower_scatter,
+    "Scatter": lower_scatter,
+    "TensorScatter": lower_scatter,
+    "OneHot": lower_one_hot,
+}

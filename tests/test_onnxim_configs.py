@@ -1,0 +1,159 @@
+"""Every JSON config in ONNXim's current ``configs/`` folder loads and simulates.
+
+tests/data/onnxim/configs/ holds copies of the nine JSON files of PSAL-POSTECH/ONNXim at
+commit a1e8629 (2026-01-08) and the two Ramulator 2 files they name, in ONNXim's own folder
+layout (``../configs/ramulator2_configs/HBM2.yaml`` resolves from the JSON's folder as it does
+from ONNXim's build folder). Each config's npusim fields are checked against the JSON's own
+values, and its warnings against the hardware keys npusim cannot model yet.
+"""
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import npusim
+from npusim.config import load_config
+from npusim.config.onnxim import onnxim_to_dict
+from npusim.errors import NpusimError, NpusimWarning
+
+FOLDER = Path(__file__).parent / "data" / "onnxim" / "configs"
+CONFIGS = sorted(FOLDER.glob("*.json"))
+
+# the warnings each config must give (key names), and nothing else
+PORTS, BOOKSIM, NEAREST, ACCUM = ("icnt_injection_ports_per_core", "icnt_type = 'booksim2'",
+                                  "npusim has no such standard", "no accum_spad_size")
+EXPECTED_WARNINGS = {
+    "systolic_ws_128x128_c4_booksim2_tpuv4": {PORTS, BOOKSIM},
+    "systolic_ws_128x128_c4_simple_noc_tpuv4": {PORTS},
+    "systolic_ws_128x128_c4_simple_noc_tpuv4_half_ramulator2": {PORTS},
+    "systolic_ws_128x128_c4_simple_noc_tpuv4_partition_quad": {PORTS},
+    "systolic_ws_8x8_c1_booksim2_transformer": {BOOKSIM, NEAREST},
+    "systolic_ws_8x8_c1_simple_noc_transformer": {NEAREST},
+    "systolic_ws_8x8_c4_booksim2_transformer": {BOOKSIM, NEAREST},
+    "systolic_ws_8x8_c4_simple_noc_transformer": {NEAREST},
+    "test": {ACCUM, NEAREST},
+}
+
+
+def _load(path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = load_config(str(path))
+    texts = [str(w.message) for w in caught if issubclass(w.category, NpusimWarning)]
+    return cfg, texts
+
+
+def test_the_copies_are_onnxims_current_set():
+    assert [p.stem for p in CONFIGS] == sorted(EXPECTED_WARNINGS)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_onnxim_config_loads_with_its_own_values(path):
+    data = json.loads(path.read_text())
+    cfg, texts = _load(path)
+    core = data["core_config"]["core_0"] if "core_config" in data else data
+    assert cfg.num_cores == data["num_cores"] and cfg.core_freq_mhz == data["core_freq"]
+    assert (cfg.core.systolic.width, cfg.core.systolic.height) == (core["core_width"],
+                                                                  core["core_height"])
+    assert cfg.core.spad_kib == core["spad_size"]
+    assert cfg.core.accum_kib == core.get("accum_spad_size", core["spad_size"])
+    v = cfg.core.vector
+    assert v.lanes * v.alus == core["vector_process_bit"] // (8 * data["precision"])
+    assert v.latency["add"] == core.get("add_latency", 1)
+    assert cfg.dma.request_bytes == data["dram_req_size"] and cfg.precision == data["precision"]
+    assert (cfg.noc.freq_mhz, cfg.noc.latency) == (data["icnt_freq"], data["icnt_latency"])
+    m = cfg.memory
+    assert m.type == "dram"  # ramulator / ramulator2: the cycle-level DRAM
+    assert m.channels == data["dram_channels"] * (2 if m.standard.startswith("HBM2") else 1)
+    assert m.capacity_gib == data.get("dram_size", 0)
+    # each expected warning once, naming its key; nothing else
+    found = {key for key in EXPECTED_WARNINGS[path.stem] for t in texts if key in t}
+    assert found == EXPECTED_WARNINGS[path.stem] and len(texts) == len(found), texts
+
+
+def test_tpuv4_hbm2_is_the_matching_standard():
+    cfg, _ = _load(FOLDER / "systolic_ws_128x128_c4_simple_noc_tpuv4.json")
+    # HBM2.yaml: HBM2_8Gb at dram_freq 1200 MHz = npusim's 2.4 Gb/s HBM2, 8 Gb; same peak
+    # as ONNXim's own formula dram_freq * dram_channels * dram_req_size / dram_nbl
+    assert cfg.memory.standard == "HBM2-2400_8Gb_x128"
+    assert cfg.memory.peak_bytes_per_s == 1200e6 * 16 * 32 / 1
+
+
+def test_partition_cpu_gives_each_partition_its_cores():
+    cfg, _ = _load(FOLDER / "systolic_ws_128x128_c4_simple_noc_tpuv4_partition_quad.json")
+    assert cfg.scheduler.policy == "spatial"
+    assert cfg.scheduler.partitions == ((0,), (1, 2, 3))
+
+
+def test_logging_keys_are_silent_and_unmodelled_keys_warn_only_off_default():
+    data = json.loads((FOLDER / "systolic_ws_128x128_c4_simple_noc_tpuv4.json").read_text())
+    data.update(core_print_interval=5, dram_print_interval=5, icnt_print_interval=5,
+                icnt_injection_ports_per_core=1, dram_type="simple")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails
+        onnxim_to_dict(data)
+    data["core_config"]["core_0"]["mac_latency"] = 3
+    for c in data["core_config"].values():
+        c["mac_latency"] = 3
+    with pytest.warns(NpusimWarning, match=r"ONNXim key mac_latency = 3 is not modelled yet"):
+        onnxim_to_dict(data)
+
+
+def test_unknown_ram_standard_falls_back_to_fixed_latency_with_a_warning(tmp_path):
+    data = json.loads((FOLDER / "test.json").read_text())
+    data["accum_spad_size"] = 64
+    cfg = tmp_path / "configs"
+    cfg.mkdir()
+    (tmp_path / "configs" / "ram.cfg").write_text("standard = WideIO2\norg = WideIO2_8Gb\n")
+    data["dram_config_path"] = "ram.cfg"
+    (cfg / "wide.json").write_text(json.dumps(data))
+    with pytest.warns(NpusimWarning, match=r"WideIO2.*fixed-latency memory"):
+        c = load_config(str(cfg / "wide.json"))
+    assert c.memory.type == "simple" and c.memory.channels == data["dram_channels"]
+
+
+def test_heterogeneous_cores_are_one_clear_error(tmp_path):
+    data = json.loads((FOLDER / "systolic_ws_8x8_c4_simple_noc_transformer.json").read_text())
+    data["core_config"]["core_2"]["spad_size"] = 128
+    path = tmp_path / "hetero.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(NpusimError, match=r"heterogeneous cores are not supported: "
+                                          r"core_config.core_2.spad_size = 128"):
+        load_config(str(path))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_onnxim_config_simulates(path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NpusimWarning)
+        r = npusim.simulate("tiny_cnn", str(path))
+    assert r.total_cycles > 0 and r.config.name == path.stem
+
+
+def test_cli_prints_each_warning_once_and_runs():
+    path = FOLDER / "systolic_ws_128x128_c4_booksim2_tpuv4.json"
+    out = subprocess.run([sys.executable, "-m", "npusim", "simulate", "tiny_cnn", "-c",
+                          str(path), "-q"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = [l for l in out.stderr.splitlines() if l.startswith("warning:")]
+    assert len(lines) == 2 and "Traceback" not in out.stderr
+    assert any("icnt_injection_ports_per_core = 16" in l for l in lines)
+    assert int(out.stdout.strip()) > 0
+
+
+def test_a_workload_larger_than_dram_size_warns():
+    from npusim.lowering import capacity_warnings
+    from npusim.program import ProgramBuilder
+
+    cfg = load_config("server", ["memory.capacity_gib=1"])
+    b = ProgramBuilder()
+    b.allocate(2**30 - b.next_free_address)  # the address space up to 1 GiB: exactly full
+    assert capacity_warnings(b, cfg) == []
+    b.allocate(1)
+    (text,) = capacity_warnings(b, cfg)
+    assert "more than memory.capacity_gib = 1 GiB" in text
+    assert capacity_warnings(b, load_config("server")) == []  # 0: unbounded

@@ -1,0 +1,409 @@
+"""Costs of the ops issue 14 added, each against its formula.
+
+Same conventions as test_vector_ops.py (whose helpers this file uses): the
+gemmini_validation preset (one core, a vector unit of 8 elements per pass, ideal memory),
+vector latencies set to distinct primes, and shapes that fit one tile, so the vector busy
+cycles are exactly sum(ceil(elements / 8) * latency[op] * passes) over an op's steps.
+The step lists here are written from the ops' definitions (see the tables in
+lowering/vector.py and lowering/movement.py for the reasoning).
+"""
+
+from math import prod
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import npusim
+from npusim.errors import NpusimError
+from test_vector_ops import (OVERRIDES, I64, busy, const, cost, levels, loaded, model,
+                             requests, sim, stored)
+
+X = (4, 8, 16)
+E = prod(X)
+
+
+def macs(r):
+    return sum(layer["macs"] for layer in r.layers)
+
+
+# --------------------------------------------------------------------------- element-wise
+
+@pytest.mark.parametrize("op,attrs,steps", [
+    ("Elu", {}, [("exp", 1), ("sub", 1), ("mul", 1), ("max", 1)]),
+    ("Selu", {}, [("exp", 1), ("sub", 1), ("mul", 1), ("max", 1), ("mul", 1)]),
+    ("Celu", {}, [("mul", 1), ("exp", 1), ("sub", 1), ("mul", 1), ("min", 1), ("max", 1),
+                  ("add", 1)]),
+    ("ThresholdedRelu", {}, [("sub", 1), ("max", 1)]),
+    ("Shrink", {}, [("sub", 2), ("add", 1), ("sub", 1), ("max", 2)]),
+    ("Softplus", {}, [("exp", 1), ("add", 1), ("log", 1)]),
+    ("Softsign", {}, [("sub", 1), ("max", 1), ("add", 1), ("div", 1)]),
+    ("Mish", {}, [("exp", 1), ("add", 1), ("log", 1), ("tanh", 1), ("mul", 1)]),
+    ("Sin", {}, [("exp", 1)]), ("Cos", {}, [("exp", 1)]), ("Atan", {}, [("exp", 1)]),
+    ("Tan", {}, [("exp", 2), ("div", 1)]),
+    ("Sinh", {}, [("exp", 1), ("recip", 1), ("sub", 1), ("mul", 1)]),
+    ("Acosh", {}, [("mul", 1), ("sub", 1), ("sqrt", 1), ("add", 1), ("log", 1)]),
+    ("Atanh", {}, [("add", 1), ("sub", 1), ("div", 1), ("log", 1), ("mul", 1)]),
+    ("LRN", {"size": 5}, [("mul", 2), ("add", 5 + 1), ("pow", 1), ("div", 1)]),
+])
+def test_unary_op_steps(tmp_path, op, attrs, steps):
+    x = (1, 8, 4, 16) if op == "LRN" else X
+    path = model(tmp_path, [helper.make_node(op, ["x"], ["y"], **attrs)], [("x", x)], [("y", x)],
+                 opset=18)
+    r = sim(path)
+    assert busy(r) == cost(r, [(o, prod(x), p) for o, p in steps])
+    assert loaded(r) == prod(x) and stored(r) == prod(x)
+
+
+@pytest.mark.parametrize("op,steps", [("Sum", [("add", 2)]), ("Mean", [("add", 2), ("mul", 1)]),
+                                      ("Max", [("max", 2)])])
+def test_variadic_ops_fold_every_input(tmp_path, op, steps):
+    node = helper.make_node(op, ["a", "b", "c"], ["y"])
+    r = sim(model(tmp_path, [node], [("a", X), ("b", X), ("c", (16,))], [("y", X)]))
+    assert busy(r) == cost(r, [(o, E, p) for o, p in steps])
+    assert r.cores[0]["tiles"] == 1  # the broadcast operand: once per tile, not per row
+    assert loaded(r) == 2 * E + requests(16)
+
+
+def test_quantize_and_dequantize(tmp_path):
+    q = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1)
+    d = helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)
+    nodes = [q, d]
+    path = model(tmp_path, nodes, [("x", X), ("s", (8,)), ("z", (8,), TensorProto.INT8)],
+                 [("y", X)])
+    r = sim(path)
+    quant = [("mul", 1), ("add", 1), ("cast", 1), ("max", 1), ("min", 1)]
+    assert busy(r) == cost(r, [(o, E, p) for o, p in quant + [("sub", 1), ("mul", 1)]])
+    # per-channel scale and zero point (axis 1): 8 values each, once per tile (one tile
+    # per layer), not per element
+    assert r.cores[0]["tiles"] == 2
+    assert loaded(r) == 2 * E + 2 * 2 * requests(8)
+
+
+def test_dynamic_quantize_linear_reduces_then_quantizes(tmp_path):
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "ys", "yz"])
+    path = model(tmp_path, [node], [("x", X)],
+                 [("y", X, TensorProto.UINT8), ("ys", ()), ("yz", (), TensorProto.UINT8)])
+    r = sim(path)
+    T = levels(E)
+    steps = [("min", E, 1), ("reduce", 1, T), ("max", E, 1), ("reduce", 1, T),
+             ("sub", 1, 1), ("div", 1, 1), ("div", 1, 1), ("cast", 1, 1),
+             ("mul", E, 1), ("add", E, 1), ("cast", E, 1), ("max", E, 1), ("min", E, 1)]
+    assert busy(r) == cost(r, steps)
+
+
+# --------------------------------------------------------------------------- rows
+
+def _norm(rows, L, elements, beta=True):
+    """LayerNormalization's steps over ``rows`` rows of ``L`` (ceil(log2 L) tree levels)."""
+    T = levels(L)
+    steps = [("add", elements, 1), ("reduce", rows, T), ("mul", rows, 1),
+             ("sub", elements, 1), ("mul", elements, 1), ("add", elements, 1),
+             ("reduce", rows, T), ("mul", rows, 1), ("add", rows, 1), ("rsqrt", rows, 1),
+             ("mul", elements, 1), ("mul", elements, 1)]
+    return steps + ([("add", elements, 1)] if beta else [])
+
+
+def test_instance_normalization_normalizes_each_channel_over_its_pixels(tmp_path):
+    node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])
+    r = sim(model(tmp_path, [node], [("x", (2, 4, 4, 4))], [("y", (2, 4, 4, 4))],
+                  [("s", [4]), ("b", [4])]))
+    assert busy(r) == cost(r, _norm(2 * 4, 16, 128))
+
+
+def test_group_normalization_normalizes_each_group(tmp_path):
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2)
+    r = sim(model(tmp_path, [node], [("x", (1, 4, 4, 4))], [("y", (1, 4, 4, 4))],
+                  [("s", [4]), ("b", [4])], opset=21))
+    assert busy(r) == cost(r, _norm(2, 32, 64))
+
+
+def test_group_normalization_groups_must_divide_channels(tmp_path):
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3,
+                            name="gn")
+    with pytest.raises(NpusimError, match=r"gn.*num_groups = 3.*4 channels"):
+        sim(model(tmp_path, [node], [("x", (1, 4, 4, 4))], [("y", (1, 4, 4, 4))],
+                  [("s", [4]), ("b", [4])], opset=21))
+
+
+def test_rms_normalization(tmp_path):
+    node = helper.make_node("RMSNormalization", ["x", "s"], ["y"])
+    r = sim(model(tmp_path, [node], [("x", (4, 16))], [("y", (4, 16))], [("s", [16])],
+                  opset=23))
+    T = levels(16)
+    assert busy(r) == cost(r, [("mul", 64, 1), ("add", 64, 1), ("reduce", 4, T),
+                               ("mul", 4, 1), ("add", 4, 1), ("rsqrt", 4, 1),
+                               ("mul", 64, 1), ("mul", 64, 1)])
+
+
+def test_mean_variance_normalization_over_batch_and_pixels(tmp_path):
+    node = helper.make_node("MeanVarianceNormalization", ["x"], ["y"])
+    r = sim(model(tmp_path, [node], [("x", (2, 4, 2, 4))], [("y", (2, 4, 2, 4))]))
+    # per channel: 4 rows of 2 * 2 * 4 = 16 values
+    steps = _norm(4, 16, 64)[:-2]  # normalize only: no gamma, no beta
+    assert busy(r) == cost(r, steps)
+
+
+@pytest.mark.parametrize("p,steps", [
+    (2, [("mul", "E"), ("add", "E"), ("reduce", "T"), ("rsqrt", "r"), ("mul", "E")]),
+    (1, [("sub", "E"), ("max", "E"), ("add", "E"), ("reduce", "T"), ("recip", "r"),
+         ("mul", "E")]),
+])
+def test_lp_normalization(tmp_path, p, steps):
+    node = helper.make_node("LpNormalization", ["x"], ["y"], p=p)
+    r = sim(model(tmp_path, [node], [("x", X)], [("y", X)]))
+    rows, L = 32, 16
+    expand = {"E": (E, 1), "r": (rows, 1), "T": (rows, levels(L))}
+    assert busy(r) == cost(r, [(o, *expand[k]) for o, k in steps])
+
+
+@pytest.mark.parametrize("op,el,row", [
+    ("ReduceL2", [("mul", 1), ("add", 1)], [("sqrt", 1)]),
+    ("ReduceL1", [("sub", 1), ("max", 1), ("add", 1)], []),
+    ("ReduceSumSquare", [("mul", 1), ("add", 1)], []),
+    ("ReduceProd", [("mul", 1)], []),
+    ("ReduceLogSum", [("add", 1)], [("log", 1)]),
+])
+def test_other_reductions(tmp_path, op, el, row):
+    node = helper.make_node(op, ["x"], ["y"], axes=[2], keepdims=0)
+    r = sim(model(tmp_path, [node], [("x", X)], [("y", (4, 8))], opset=13))
+    rows = 32
+    assert busy(r) == cost(r, [(o, E, k) for o, k in el] + [("reduce", rows, levels(16))]
+                           + [(o, rows, k) for o, k in row])
+
+
+def test_reduce_log_sum_exp_is_a_stable_two_pass_reduction(tmp_path):
+    node = helper.make_node("ReduceLogSumExp", ["x"], ["y"], axes=[2], keepdims=0)
+    r = sim(model(tmp_path, [node], [("x", X)], [("y", (4, 8))], opset=13))
+    T = levels(16)
+    assert busy(r) == cost(r, [("max", E, 1), ("reduce", 32, T), ("sub", E, 1), ("exp", E, 1),
+                               ("add", E, 1), ("reduce", 32, T), ("log", 32, 1),
+                               ("add", 32, 1)])
+
+
+def test_argmax_finds_the_extreme_then_its_position(tmp_path):
+    node = helper.make_node("ArgMax", ["x"], ["y"], axis=2, keepdims=0)
+    r = sim(model(tmp_path, [node], [("x", X)], [("y", (4, 8), I64)]))
+    assert busy(r) == cost(r, [("max", E, 1), ("reduce", 32, levels(16)), ("sub", E, 1)])
+    assert stored(r) == 32
+
+
+def test_hardmax_writes_every_element(tmp_path):
+    node = helper.make_node("Hardmax", ["x"], ["y"])
+    r = sim(model(tmp_path, [node], [("x", X)], [("y", X)]))
+    assert busy(r) == cost(r, [("max", E, 1), ("reduce", 32, levels(16)), ("sub", E, 1),
+                               ("max", E, 1)])
+
+
+def test_cumsum_is_a_log_step_scan(tmp_path):
+    nodes = [const("ax", 1), helper.make_node("CumSum", ["x", "ax"], ["y"])]
+    r = sim(model(tmp_path, nodes, [("x", X)], [("y", X)]))
+    assert busy(r) == cost(r, [("add", E, levels(8))])
+
+
+def test_cumsum_with_an_unknown_axis_is_a_clear_error(tmp_path):
+    node = helper.make_node("CumSum", ["x", "ax"], ["y"], name="scan")
+    with pytest.raises(NpusimError, match=r"CumSum 'scan': the axis input is not a constant"):
+        sim(model(tmp_path, [node], [("x", X), ("ax", (), I64)], [("y", X)]))
+
+
+@pytest.mark.parametrize("k", [2, 8])
+def test_topk_selects_or_sorts_whichever_is_cheaper(tmp_path, k):
+    nodes = [const("k", [k]), helper.make_node("TopK", ["x", "k"], ["v", "i"])]
+    r = sim(model(tmp_path, nodes, [("x", X)], [("v", (4, 8, k)), ("i", (4, 8, k), I64)]))
+    T = levels(16)
+    if 2 * k <= T * (T + 1) // 2:  # k = 2: two rounds of max, retire
+        steps = [("max", E, k), ("reduce", 32, k * T), ("sub", E, k)]
+    else:  # k = 8: a bitonic sort of the 16 values, 10 compare-exchange passes
+        steps = [("max", E, T * (T + 1) // 2)]
+    assert busy(r) == cost(r, steps)
+    assert stored(r) == 2 * 32 * k  # values and indices
+
+
+def test_global_lp_pool(tmp_path):
+    node = helper.make_node("GlobalLpPool", ["x"], ["y"], p=2)
+    r = sim(model(tmp_path, [node], [("x", (1, 8, 4, 4))], [("y", (1, 8, 1, 1))]))
+    assert busy(r) == cost(r, [("mul", 128, 1), ("add", 128, 1), ("reduce", 8, levels(16)),
+                               ("sqrt", 8, 1)])
+
+
+# --------------------------------------------------------------------------- data movement
+
+def test_pad_fills_each_border_slab_once(tmp_path):
+    nodes = [const("pads", [1, 2, 0, 3]), helper.make_node("Pad", ["x", "pads"], ["y"])]
+    r = sim(model(tmp_path, nodes, [("x", (4, 8))], [("y", (5, 13))]))
+    # border slabs: 1 row of 13 before, then 4 rows x (2 before + 3 after) columns
+    assert busy(r) == cost(r, [("cast", e, 1) for e in (13, 4 * 2, 4 * 3)])
+
+
+def test_pad_copies_the_interior_once(tmp_path):
+    nodes = [const("pads", [1, 0, 2, 0]), helper.make_node("Pad", ["x", "pads"], ["y"])]
+    r = sim(model(tmp_path, nodes, [("x", (4, 32))], [("y", (7, 32))]))
+    assert busy(r) == cost(r, [("cast", 32, 1), ("cast", 64, 1)])
+    assert loaded(r) == 4 * 32 and stored(r) == 7 * 32  # rows of one whole request each
+
+
+def test_center_crop_pad(tmp_path):
+    nodes = [const("shape", [2, 12]), helper.make_node("CenterCropPad", ["x", "shape"], ["y"])]
+    r = sim(model(tmp_path, nodes, [("x", (4, 8))], [("y", (2, 12))], opset=18))
+    # rows 1..2 of the input into columns 2..9; columns 0-1 and 10-11 filled
+    assert busy(r) == cost(r, [("cast", 4, 1), ("cast", 4, 1)])
+
+
+def test_tile_loads_its_input_once_per_tile(tmp_path):
+    nodes = [const("reps", [3, 2]), helper.make_node("Tile", ["x", "reps"], ["y"])]
+    r = sim(model(tmp_path, nodes, [("x", (4, 8))], [("y", (12, 16))]))
+    assert busy(r) == cost(r, [("cast", 192, 1)])
+    assert loaded(r) == 32 and stored(r) == 192
+
+
+@pytest.mark.parametrize("mode,steps", [("nearest", [("cast", 1)]),
+                                        ("linear", [("mul", 4), ("add", 3)])])
+def test_resize_by_two(tmp_path, mode, steps):
+    nodes = [const("scales", [1.0, 1.0, 2.0, 2.0], TensorProto.FLOAT),
+             helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode)]
+    r = sim(model(tmp_path, nodes, [("x", (1, 2, 4, 4))], [("y", (1, 2, 8, 8))]))
+    assert busy(r) == cost(r, [(o, 128, p) for o, p in steps])
+    assert loaded(r) == 32 and stored(r) == 128  # each input row read once for its 2 rows
+
+
+def test_resize_down_reads_every_other_row(tmp_path):
+    nodes = [const("sizes", [1, 2, 4, 4]),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"])]
+    r = sim(model(tmp_path, nodes, [("x", (1, 2, 8, 8))], [("y", (1, 2, 4, 4))]))
+    assert busy(r) == cost(r, [("cast", 32, 1)])
+    assert stored(r) == 32
+
+
+@pytest.mark.parametrize("op,x,y,attrs", [
+    ("DepthToSpace", (1, 8, 2, 2), (1, 2, 4, 4), {"blocksize": 2}),
+    ("DepthToSpace", (1, 8, 2, 2), (1, 2, 4, 4), {"blocksize": 2, "mode": "CRD"}),
+    ("SpaceToDepth", (1, 2, 4, 4), (1, 8, 2, 2), {"blocksize": 2}),
+])
+def test_depth_space_permutations_move_every_element_once(tmp_path, op, x, y, attrs):
+    r = sim(model(tmp_path, [helper.make_node(op, ["x"], ["y"], **attrs)], [("x", x)],
+                  [("y", y)]))
+    assert busy(r) == cost(r, [("cast", 32, 1)])
+    assert loaded(r) == 32 and stored(r) == 32
+
+
+def test_one_hot(tmp_path):
+    nodes = [const("depth", 10), const("values", [0, 1]),
+             helper.make_node("OneHot", ["i", "depth", "values"], ["y"])]
+    r = sim(model(tmp_path, nodes, [("i", (4,), I64)], [("y", (4, 10), I64)]))
+    assert busy(r) == cost(r, [("sub", 40, 1), ("max", 40, 1)])
+
+
+def test_gather_nd_moves_the_selected_slices(tmp_path):
+    node = helper.make_node("GatherND", ["d", "i"], ["y"])
+    r = sim(model(tmp_path, [node], [("d", (8, 4, 16)), ("i", (3, 2), I64)], [("y", (3, 16))]))
+    assert busy(r) == 0
+    assert stored(r) == requests(48)  # the three gathered rows, contiguous
+
+
+def test_scatter_nd_updates_in_place(tmp_path):
+    node = helper.make_node("ScatterND", ["d", "i", "u"], ["y"])
+    r = sim(model(tmp_path, [node], [("d", (8, 64)), ("i", (3, 1), I64), ("u", (3, 64))],
+                  [("y", (8, 64))]))
+    assert stored(r) == 3 * 64  # the three rows, not the whole tensor: updated in place
+
+
+# --------------------------------------------------------------------------- contractions
+
+@pytest.mark.parametrize("eq,a,b,y,layers", [
+    ("bhqd,bhkd->bhqk", (2, 3, 16, 8), (2, 3, 32, 8), (2, 3, 16, 32), 1),  # Q.K^T
+    ("bij,bjk->bik", (2, 16, 8), (2, 8, 32), (2, 16, 32), 1),
+    ("ij,jk->ki", (16, 8), (8, 32), (32, 16), 2),  # output needs a layout move
+    ("ik,jk->ij", (16, 8), (32, 8), (16, 32), 1),  # B read transposed
+    ("kib,kj->ijb", (8, 16, 2), (8, 32), (16, 32, 2), 2),  # A read transposed, out reordered
+    ("bki,kj->ijb", (2, 8, 16), (8, 32), (16, 32, 2), 3),  # A reordered, output reordered
+])
+def test_einsum_is_a_batched_gemm(tmp_path, eq, a, b, y, layers):
+    node = helper.make_node("Einsum", ["a", "b"], ["y"], equation=eq)
+    r = npusim.simulate(str(model(tmp_path, [node], [("a", a), ("b", b)], [("y", y)])),
+                        "mobile")
+    letters = dict(zip(eq.split("->")[0].replace(",", ""), a + b))
+    assert macs(r) == prod(letters.values())  # every letter once: batch * N * C * M
+    assert len(r.layers) == layers
+
+
+def test_einsum_single_operand_transpose_and_sum(tmp_path):
+    t = helper.make_node("Einsum", ["a"], ["t"], equation="ijk->kji")
+    s = helper.make_node("Einsum", ["t"], ["y"], equation="kji->k")
+    r = sim(model(tmp_path, [t, s], [("a", (2, 4, 8))], [("y", (8,))]))
+    assert busy(r) == cost(r, [("cast", 64, 1), ("add", 64, 1)])
+
+
+def test_einsum_diagonal_is_a_clear_error(tmp_path):
+    node = helper.make_node("Einsum", ["a"], ["y"], equation="ii->i", name="diag")
+    with pytest.raises(NpusimError, match=r"Einsum 'diag': repeated letters"):
+        sim(model(tmp_path, [node], [("a", (4, 4))], [("y", (4,))]))
+
+
+@pytest.mark.parametrize("k,s,pads,groups", [(2, 2, [0, 0, 0, 0], 1), (3, 2, [1, 1, 1, 1], 1),
+                                             (4, 2, [1, 1, 1, 1], 2)])
+def test_conv_transpose_gemm_and_col2im(tmp_path, k, s, pads, groups):
+    H, Cin, Cout = 8, 16, 8
+    out = (H - 1) * s - 2 * pads[0] + k
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[s, s],
+                            kernel_shape=[k, k], pads=pads, group=groups)
+    path = model(tmp_path, [node], [("x", (1, Cin, H, H))], [("y", (1, Cout, out, out))],
+                 [("w", [Cin, Cout // groups, k, k]), ("b", [Cout])])
+    r = sim(path)
+    assert macs(r) == H * H * Cin * (Cout // groups) * k * k  # per input pixel, the kernel
+    col = [layer for layer in r.layers if layer["name"] == "ConvTranspose_0"][0]
+    assert col["macs"] == 0
+    # col2im: every column element added into the output once, and the bias once
+    assert busy(r) == cost(r, [("add", H * H * Cout * k * k, 2)])
+
+
+# --------------------------------------------------------------------------- quantized
+
+def _qconv(tmp_path, quantized: bool, name: str):
+    x = (1, 16, 8, 8)
+    w = [32, 16, 3, 3]
+    if quantized:
+        u8, i8 = TensorProto.UINT8, TensorProto.INT8
+        scalars = [helper.make_tensor(n, TensorProto.FLOAT, [], [0.1]) for n in ("xs", "ws", "ys")]
+        zps = [helper.make_tensor("xz", u8, [], [0]), helper.make_tensor("wz", i8, [], [0]),
+               helper.make_tensor("yz", u8, [], [0])]
+        wt = helper.make_tensor("w", i8, w, np.zeros(prod(w), np.int8).tolist())
+        node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                                ["y"], pads=[1, 1, 1, 1], name="conv")
+        g = helper.make_graph([node], name, [helper.make_tensor_value_info("x", u8, x)],
+                              [helper.make_tensor_value_info("y", u8, [1, 32, 8, 8])],
+                              [wt] + scalars + zps)
+    else:
+        wt = helper.make_tensor("w", TensorProto.FLOAT, w, np.zeros(prod(w), np.float32))
+        node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")
+        g = helper.make_graph([node], name, [helper.make_tensor_value_info("x", 1, x)],
+                              [helper.make_tensor_value_info("y", 1, [1, 32, 8, 8])], [wt])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(m, str(path))
+    return npusim.simulate(str(path), "server", overrides=["memory.type=ideal"])
+
+
+def test_qlinear_conv_is_a_conv_on_one_byte_elements(tmp_path):
+    q, f = _qconv(tmp_path, True, "q"), _qconv(tmp_path, False, "f")
+    assert q.config.precision == 2  # server: the float conv moves 2-byte elements
+    assert q.layers[0]["op_type"] == "QLinearConv" and f.layers[0]["op_type"] == "Conv"
+    assert macs(q) == macs(f) == 64 * 32 * 16 * 9
+    assert q.layers[0]["bytes_loaded"] < f.layers[0]["bytes_loaded"]
+    assert q.layers[0]["bytes_stored"] * 2 == f.layers[0]["bytes_stored"] == 64 * 32 * 2
+
+
+def test_matmul_integer_is_a_matmul(tmp_path):
+    node = helper.make_node("MatMulInteger", ["a", "b"], ["y"])
+    g = helper.make_graph([node], "mi", [helper.make_tensor_value_info("a", TensorProto.UINT8,
+                                                                     [16, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT32, [16, 64])],
+                          [helper.make_tensor("b", TensorProto.UINT8, [32, 64],
+                                              np.zeros(2048, np.uint8).tolist())])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "mi.onnx"))
+    r = npusim.simulate(str(tmp_path / "mi.onnx"), "mobile", overrides=OVERRIDES[:1])
+    assert r.layers[0]["op_type"] == "MatMulInteger" and macs(r) == 16 * 32 * 64
