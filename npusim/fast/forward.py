@@ -41,7 +41,7 @@ from npusim.fast.regions import Region, find_regions
 from npusim.kernels import isa
 from npusim.kernels import state as ks
 
-PERIOD_TOLERANCE = 0.005  # Eq. 5: relative change of the period between two iterations
+PERIOD_TOLERANCE = 0.01  # Eq. 5: relative change of the period between two iterations
 BYTES_TOLERANCE = 0.01  # relative change of DRAM bytes per iteration
 HIT_RATE_TOLERANCE = 0.02  # absolute change of the row-hit rate
 LATENCY_TOLERANCE = 0.05  # relative change of the mean read latency (queueing delay)
@@ -263,15 +263,15 @@ class FastForward:
             w.outcome = f"no fixed point in {max(0, len(w.times) - 1)} windows"
             return
         done = float(ls[list(PROGRESS[w.metric])][:, layers].sum())
-        if done >= (len(w.times) + 1) * w.block:  # the first window is the prolog
+        last = w.progress[-1] if w.progress else 0.0  # the first window is the prolog
+        if done >= last + w.block:
             self._sample(run, w, int(run.st.glob[ks.G_NOW]) + self.offset, done)
             if w.outcome == "watching" and len(w.times) > MAX_WATCHED:
                 w.outcome = f"no fixed point in {len(w.times) - 1} windows"
 
     def _decide(self, run, w: _Watch) -> None:
         k = len(w.times) - 1  # periods measured so far: 1..k
-        import os
-        if k < 2 or os.environ.get("FASTNOCUT"):
+        if k < 2:
             return
         steps = np.diff(w.progress)
         periods = np.diff(w.times) / steps  # ticks per unit of progress
@@ -390,12 +390,6 @@ class FastForward:
         sim_end = int(ls[ks.L_END, last].max())
         delta = max(0, w.predicted_end - (sim_end + self.offset))
         w.extrapolated_ticks = delta
-        import os
-        if os.environ.get("FASTDBG"):
-            print("SETTLE", w.region, "pred", w.predicted_end, "sim_end", sim_end, "offset", self.offset,
-                  "delta", delta, "period", w.period, "cut", len(w.cut_layers), "inflight", len(w.in_flight),
-                  "ends_inflight", sorted(run.st.cores.layer_st[ks.L_END, w.in_flight].tolist())[-5:],
-                  "cut_ends", sorted(run.st.cores.layer_st[ks.L_END, w.cut_layers].tolist())[-3:], "P", self.tb.core_period)
         after = np.ones(self.shift.shape[0], bool)  # layers added since: all after
         after[:w.after.shape[0]] = w.after
         self.shift[after & ~self.cut] += delta
@@ -459,7 +453,6 @@ class FastForward:
                 "measured_cycles_per_iteration": (
                     [] if w.by_progress else [int(t) // P for t in np.diff(w.times)]),
                 "outcome": w.how if w.outcome == "cut" else w.outcome,
-                "debug": [(t, p) for t, p in zip(w.times, w.progress)] if w.by_progress else None,
             } for w in self.watches if w.outcome != "skipped with an enclosing region"],
         }
 
