@@ -157,3 +157,19 @@ def test_fidelity_is_a_validated_config_field_and_a_cli_option(tmp_path):
     assert data["config"]["fidelity"] == "fast" and data["fidelity"]["fidelity"] == "fast"
     res = CliRunner().invoke(app, ["simulate", "tiny_cnn", "--fidelity", "medium"])
     assert res.exit_code != 0 and "fidelity" in res.output
+
+
+def test_a_trace_of_a_fast_run_lists_what_it_extrapolated(tmp_path):
+    from npusim.trace import TraceOptions
+
+    r = npusim.simulate(BERT["model"], BERT["config"], dims=BERT["dims"],
+                        overrides=["fidelity=fast"],
+                        trace=TraceOptions(str(tmp_path / "t.h5"), window=(0, 2000)))
+    ds = r.trace
+    assert ds.attrs["fidelity"] == "fast"
+    skipped = int(ds.extrapolated_cycles.sum())
+    assert skipped == r.extra["fidelity"]["extrapolated_cycles"] > 0
+    # the bins cover the simulated time only; time_real moves the later ones by the skip
+    assert int(ds.time_real[-1] - ds.time[-1]) == skipped
+    assert int(ds.layer_end_cycle.max()) == r.total_cycles
+    assert int(ds.core_active_cycles.sum()) < sum(c["busy_cycles"] for c in r.cores)

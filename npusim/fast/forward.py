@@ -167,6 +167,7 @@ class FastForward:
         self.synth_stats = np.zeros((len(LAYER_STATS), 0), dtype=np.int64)
         self.ledger: dict[str, np.ndarray] = {}
         self._claims: dict[int, int] = {}  # layers we asked the kernel to pause after
+        self.skipped: list[tuple[int, int]] = []  # (simulated tick, ticks extrapolated there)
 
     # -- notifications, shared with whoever else set them ------------------------------
     def _claim(self, st, layers) -> None:
@@ -218,7 +219,7 @@ class FastForward:
         st = run.st
         for w in self.active:
             if w.outcome == "cut" and not w.settled:
-                self._settle(run, w)
+                self._settle(run.st, w, run.release_offset_changed)
             if w.outcome != "watching":
                 continue
             if w.by_progress:
@@ -371,19 +372,19 @@ class FastForward:
         self._unclaim(st, w.anchors)
         w.outcome, w.how, w.period = "cut", how, period
         w.cut_layers = cut
-        w.in_flight = layers[started[layers] & ~ended[layers]]
+        w.in_flight = layers[~todo & ~ended[layers]]  # handed out or ready before the cut
         w.after = after
         w.predicted_end = predicted_end
         w.iterations_skipped = share
         self._claim(st, w.in_flight)
         run.skip_layers(cut)
-        self._settle(run, w)
+        self._settle(st, w, run.release_offset_changed)
 
-    def _settle(self, run, w: _Watch) -> None:
-        """Once the skipped layers and those running beside them have ended, what runs
-        after them moves by the difference between the region's extrapolated end and the
-        end the shortened run saw."""
-        ls = run.st.cores.layer_st
+    def _settle(self, st, w: _Watch, moved=None) -> None:
+        """Once the skipped layers and the rest of the region have ended, what runs after
+        them moves by the difference between the region's extrapolated end and the end the
+        shortened run saw (``moved()`` is told)."""
+        ls = st.cores.layer_st
         last = np.concatenate([w.cut_layers, w.in_flight])
         if (ls[ks.L_END, last] < 0).any():
             return
@@ -394,13 +395,18 @@ class FastForward:
         after[:w.after.shape[0]] = w.after
         self.shift[after & ~self.cut] += delta
         self.offset += delta
-        self._unclaim(run.st, w.in_flight)
+        self.skipped.append((sim_end, delta))
+        self._unclaim(st, w.in_flight)
         w.settled = True
-        run.release_offset_changed()
+        if moved is not None:
+            moved()
 
     # -- results ----------------------------------------------------------------------
     def final_state(self, st):
         """A copy of ``st`` as the full run would have left it, for the results."""
+        for w in self.active:  # regions that ended with the run
+            if w.outcome == "cut" and not w.settled:
+                self._settle(st, w)
         ls = st.cores.layer_st.copy()
         n = ls.shape[1]
         shift, cut = self.shift[:n], self.cut[:n]
