@@ -335,8 +335,13 @@ class FastForward:
         it, idx = np.divmod(np.flatnonzero(todo), r.period)
         ref_layers = grid[ref, idx]
         moved = (it - ref) * period
-        ref_start = ls[ks.L_START, ref_layers] + self.shift[ref_layers]
-        ref_end = ls[ks.L_END, ref_layers] + self.shift[ref_layers]
+        # the reference layers as the user sees them (some may be extrapolated themselves,
+        # by a region inside this one)
+        was_cut = self.cut[ref_layers]
+        ref_start = np.where(was_cut, self.synth_times[0, ref_layers],
+                             ls[ks.L_START, ref_layers] + self.shift[ref_layers])
+        ref_end = np.where(was_cut, self.synth_times[1, ref_layers],
+                           ls[ks.L_END, ref_layers] + self.shift[ref_layers])
         predicted_end = int((ref_end + moved).max())
         waiting = prog.release_order[int(st.cores.ctl[ks.CC_RELEASED]):]
         if len(waiting):  # program rows keep the arrival the user gave
@@ -360,11 +365,14 @@ class FastForward:
         self.synth_times[0, cut] = ref_start + moved
         self.synth_times[1, cut] = ref_end + moved
         for i, f in enumerate(LAYER_STATS):
-            self.synth_stats[i, cut] = ls[f, ref_layers]
+            self.synth_stats[i, cut] = np.where(was_cut, self.synth_stats[i, ref_layers],
+                                                ls[f, ref_layers])
         ref_row = grid[ref]
-        weight = (ls[ks.L_LD_BYTES] + ls[ks.L_ST_BYTES]).astype(np.float64)
+        weight = np.where(self.cut[:n], self.synth_stats[2, :n] + self.synth_stats[3, :n],
+                          ls[ks.L_LD_BYTES] + ls[ks.L_ST_BYTES]).astype(np.float64)
         if weight[ref_row].sum() == 0:
-            weight = (ls[ks.L_END] - ls[ks.L_START]).astype(np.float64)
+            weight = np.where(self.cut[:n], self.synth_times[1, :n] - self.synth_times[0, :n],
+                              ls[ks.L_END] - ls[ks.L_START]).astype(np.float64)
         total = weight[ref_row].sum()
         share = weight[ref_layers].sum() / total if total > 0 else len(cut) / r.period
         for name, d in per_iteration.items():

@@ -41,6 +41,9 @@ CASES = {
     "llama_mha": ("Llama-3-8B step, batch 128, context 1023, MHA 32/32", 10,
                   {"requests": [{**LLAMA, "llm": {"kv_heads": 32}}], "config": "server",
                    "overrides": ["scheduler.max_batch=128"]}),
+    "gpt2": ("GPT-2 small, prompt 512, 32 tokens, server", 1,
+             {"requests": [{"model": "gpt2", "prompt": 512, "generate": 32}],
+              "config": "server"}),
     "sweep": ("ResNet-18 sweep, 64 points (configs/sweeps/resnet18_grid.toml), 1 worker", 5,
               {"sweep": "configs/sweeps/resnet18_grid.toml"}),
     "bundled": ("every bundled model on mobile and server (symbolic dims: batch 1, others "
@@ -217,6 +220,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="resnet50_b8,bert_512,llama_gqa,llama_mha")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--reuse-full", action="store_true",
+                    help="take a case's full run from --out if it holds one (full fidelity "
+                         "does not depend on npusim.fast, so only fast is run again)")
     a = ap.parse_args()
     rows = json.loads(a.out.read_text())["cases"] if a.out.exists() else []
     for name in a.cases.split(","):
@@ -224,7 +230,9 @@ def main() -> None:
         if name == "bundled":
             write_bundled(run_bundled(), a.out.with_name("fast_bundled.json"))
             continue
-        full, fast = run_one(spec, "full"), run_one(spec, "fast")
+        old = next((r for r in rows if r["case"] == name and "full" in r), None)
+        full = old["full"] if a.reuse_full and old else run_one(spec, "full")
+        fast = run_one(spec, "fast")
         row = {"case": name, "description": desc, "target_speedup": target}
         if "error" in full or "error" in fast:
             row["error"] = full.get("error") or fast.get("error")
