@@ -135,12 +135,18 @@ class _Watch:
     settled: bool = False
 
     @property
+    def layer_list(self) -> np.ndarray:
+        if not hasattr(self, "_layers"):
+            self._layers = self.region.layers()
+        return self._layers
+
+    @property
     def anchors(self) -> list[int]:
         """Layers whose end the run pauses at: the first layer of every ``block``-th
         iteration; side by side, every layer (each end is a sample)."""
         r = self.region
         if self.by_progress:
-            return r.layers().tolist()
+            return self.layer_list.tolist()
         last = min(r.iterations - 1, MAX_WATCHED * int(self.block))
         return [r.layer(k) for k in range(0, last + 1, int(self.block))]
 
@@ -256,7 +262,9 @@ class FastForward:
         """Side by side: a sample whenever another window of the region's work is done
         (bytes moved, or array and vector cycles for work that moves none)."""
         ls = run.st.cores.layer_st
-        layers = w.region.layers()
+        if ls[ks.L_START, w.region.first] < 0:  # not begun (most pauses: cheap to tell)
+            return
+        layers = w.layer_list
         if self.cut[layers].any():
             w.outcome = "skipped with an enclosing region"
             return
