@@ -132,6 +132,7 @@ class _Watch:
     extrapolated_ticks: int = 0
     iterations_skipped: float = 0.0
     how: str = ""  # how the period was found: a fixed point, or a mean (Eq. 12)
+    origin: int = -1  # iterations that follow each other: the layer whose end starts them
     settled: bool = False
 
     @property
@@ -148,6 +149,8 @@ class _Watch:
         if self.by_progress:
             return self.layer_list.tolist()
         last = min(r.iterations - 1, MAX_WATCHED * int(self.block))
+        if self.origin >= 0:  # the end of each iteration, from the start of the first
+            return [self.origin] + [r.layer(k, r.period - 1) for k in range(last + 1)]
         return [r.layer(k) for k in range(0, last + 1, int(self.block))]
 
 
@@ -204,9 +207,16 @@ class FastForward:
         if not self.ledger:
             self.ledger = {k: np.zeros_like(v) for k, v in _counters(st).items()}
         work = _static_work(prog)
+        src = np.repeat(np.arange(prog.layer.shape[0]), prog.layer[:, isa.L_SUCC_LEN])
         for region in find_regions(prog, first_layer):
             if region.sequential:
                 w = _Watch(region, 1)
+                # iteration k runs from the end of iteration k - 1, the first from the end of
+                # its last predecessor (when that is still to come): then two iterations
+                # give two periods
+                preds = src[prog.layer_succ == region.first]
+                if len(preds) and st.cores.layer_st[ks.L_END, preds].max() < 0:
+                    w.origin = int(preds.max())
             else:  # side by side: samples when WINDOWS-th of the work is done
                 total = work[:, region.layers()].sum(axis=1)
                 use = 0 if total[0] > 0 else 1
