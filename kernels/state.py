@@ -6,7 +6,8 @@ The chip is a few units joined by rings (DESIGN.md, "Units and their contract"):
           rings,  the rings between units, the only tables two units share (ports.py)
           cores,  cores, DMA engines and the scheduler (cores.py, core.py, dma.py,
                   scheduler.py, policies/)
-          noc,    the network between cores and memory channels (noc.py, crossbar.py)
+          noc,    the network between cores and memory channels (noc.py, crossbar.py,
+                  router_network.py)
           mem)    the memory behind it (memory.py, ideal_memory.py, simple_memory.py, dram.py)
 
 A unit's kernels take its own tuple as ``st`` and the rings as ``rg``, and touch nothing
@@ -41,8 +42,8 @@ PARAM_FIELDS = (
     "sa_dataflow", "sa_width", "sa_height", "sa_min_cycles", "acc_latency", "vec_width",
     # instruction queues
     "ld_queue", "st_queue", "ex_queue",
-    # DMA, NoC (noc_type: names.NOC_TYPES) and memory (mem_type: names.MEMORY_TYPES)
-    "req_bytes", "max_outstanding", "noc_type", "noc_latency", "flit_bytes", "mem_type",
+    # DMA, NoC (noc_model: names.NOC_MODELS) and memory (mem_type: names.MEMORY_TYPES)
+    "req_bytes", "max_outstanding", "noc_model", "noc_latency", "flit_bytes", "mem_type",
     "n_channels", "mem_latency", "ch_bytes_per_cycle",
     # cycle-level DRAM
     "d_ranks", "d_bankgroups", "d_banks", "d_cl", "d_cwl", "d_bl", "d_refi", "d_refresh",
@@ -172,6 +173,11 @@ Noc = namedtuple("Noc", (
     "xb_core",  # [XP_*, core]      the response port of each core
     "xb_heads",  # [core, word]     bit ch % 64 of word ch // 64: channel ch's output ring
     #                              has a response for the core at its head
+    # router network (router_network.py, network/): its state, tables and parameters
+    # (network/state.py NocState, NocTables, NocParams), and per packet row what the
+    # rings need at the other end
+    "net", "net_tab", "net_p",
+    "net_msg",  # [M_*, packet]
     # tracing
     "tr_noc",  # [net, slot, core, channel]  flits per link, binned ring
 ))
@@ -187,6 +193,9 @@ XP_PORT_FREE, XP_RR, XP_RESP_HEADS = range(3)
 N_XP_FIELDS = 3
 # tr_noc nets
 NOC_REQUEST, NOC_RESPONSE = range(2)
+# net_msg (M_SENT: tick the core sent the request; M_ADDR: requests only)
+M_CORE, M_CHAN, M_DIR, M_ENTRY, M_SENT, M_ADDR = range(6)
+N_MSG_FIELDS = 6
 
 # ======================================================================== memory unit
 

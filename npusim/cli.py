@@ -686,6 +686,103 @@ def dram(
         print(f"{key:<{width}}  {value}")
 
 
+@app.command()
+@_cli_errors
+def noc(
+    config: Annotated[Optional[str], typer.Option(
+        "--config", "-c", metavar="NAME|PATH",
+        help="Preset or config file whose [noc] section to measure (default preset).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", "-s", metavar="KEY=VALUE",
+        help="Override a config value, e.g. --set noc.type=mesh --set noc.dims=[8,8].")] = None,
+    booksim: Annotated[Optional[Path], typer.Option(
+        "--booksim", "-b", metavar="FILE",
+        help="A Booksim2 config file (runfiles format, or ONNXim's [config] .icnt files): "
+             "its topology, routers, allocators, traffic, injection_rate and packet_size; "
+             "--set and the options below override it.")] = None,
+    traffic: Annotated[Optional[str], typer.Option(
+        "--traffic", "-t", metavar="PATTERN",
+        help="uniform, transpose, bitcomp, hotspot, neighbor (also tornado, shuffle, bitrev, "
+             "randperm). Default uniform.", show_default=False)] = None,
+    rate: Annotated[Optional[float], typer.Option(
+        "--rate", "-r", metavar="R",
+        help="Offered load in flits per node per cycle (default 0.1).",
+        show_default=False)] = None,
+    packet_flits: Annotated[Optional[int], typer.Option(
+        "--packet-flits", "-f", metavar="F", help="Flits per packet (default 1).",
+        show_default=False)] = None,
+    cycles: Annotated[Optional[int], typer.Option(
+        "--cycles", "-n", metavar="N",
+        help="Measure exactly N cycles after the warm-up instead of until latency "
+             "converges.", show_default=False)] = None,
+    hotspots: Annotated[Optional[str], typer.Option(
+        "--hotspots", metavar="NODES",
+        help="hotspot traffic: destination nodes, e.g. 0,63 (default 0).",
+        show_default=False)] = None,
+    seed: Annotated[Optional[int], typer.Option(
+        "--seed", metavar="S", help="Random seed of the traffic (default 0).",
+        show_default=False)] = None,
+    json_out: Annotated[Optional[Path], typer.Option(
+        "--json", "-o", metavar="OUT.json",
+        help="Write the measurement as JSON (written atomically).")] = None,
+    no_skip: Annotated[bool, typer.Option(
+        "--no-skip", help="Step every router every cycle (identical results, slower).")
+    ] = False,
+) -> None:
+    """Measure a network alone under synthetic traffic, the way Booksim does: warm-up,
+    then measured packets until latency converges; reports whether it saturated."""
+    overrides = parse_overrides(set_)
+    if json_out is not None:
+        check_output_dir(json_out)
+    if cycles is not None and cycles < 1:
+        raise NpusimError(f"--cycles {cycles}: must be at least 1")
+    from npusim.noc.traffic import PATTERNS
+
+    if traffic is not None and traffic not in PATTERNS:
+        raise NpusimError(f"--traffic {traffic!r} is not a traffic pattern: must be one of "
+                          f"{', '.join(PATTERNS)}")
+    tr: dict = {}
+    for key, value in (("pattern", traffic), ("rate", rate), ("packet_flits", packet_flits),
+                       ("seed", seed)):
+        if value is not None:
+            tr[key] = value
+    if hotspots is not None:
+        try:
+            tr["hotspots"] = tuple(int(x) for x in hotspots.split(","))
+        except ValueError:
+            raise NpusimError(f"--hotspots {hotspots!r}: expected node numbers, e.g. 0,63") from None
+    from npusim.noc.run import run_noc
+
+    result = run_noc(config, overrides, booksim=booksim, traffic=tr,
+                     measurement={"cycles": cycles} if cycles else None, skip=not no_skip)
+    data = result.to_dict()
+    if json_out is not None:
+        write_json_atomic(json_out, data)
+    topo = result.topology
+    for note in topo["notes"]:
+        _print_err(f"note: {note}")
+    t = result.traffic
+    rows = [
+        ("network", f"{topo['type']}" + (f" {'x'.join(map(str, topo['dims']))}" if topo["dims"]
+                                          else "") +
+         f": {topo['routers']} routers, {topo['nodes']} nodes, {topo['links']} links"),
+        ("traffic", f"{t['pattern']}, {t['rate']:g} flits/node/cycle offered, packets of "
+                    f"{t['packet_flits']} flit(s)"),
+        ("packet latency", f"{result.avg_packet_latency_cycles:.2f} cycles (network "
+                           f"{result.avg_network_latency_cycles:.2f}, max "
+                           f"{result.max_packet_latency_cycles}, {result.packets_measured:,} "
+                           f"packets)"),
+        ("accepted", f"{result.accepted_flits_per_node_cycle:.4f} flits/node/cycle"),
+        ("saturated", "yes (latency above the threshold: the network cannot carry this load)"
+         if result.saturated else "no"),
+        ("simulated", f"{result.sim_cycles:,} cycles in {result.wall_seconds:.2f} s "
+                      f"({human_count(result.router_cycles_per_second)} router-cycles/s)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+
+
 trace_app = typer.Typer(help="Read traces written by `npusim simulate --trace`.",
                         no_args_is_help=True, add_completion=False,
                         pretty_exceptions_enable=False)

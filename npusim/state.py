@@ -23,19 +23,20 @@ from npusim.scheduling import Placement
 INJECTION_QUEUE = 16  # requests a core's network interface buffers
 CHANNEL_QUEUE = 32  # requests a memory channel buffers in front of its controller
 CHANNEL_OUT_QUEUE = 32  # responses a channel holds while the NoC is busy
-CACHE_LINE = 64  # bytes; every table starts on one (_table)
+CACHE_LINE = 64  # bytes; every table starts on one (aligned_table)
 
 
-def _table(*shape, fill=0) -> np.ndarray:
+def aligned_table(*shape, fill=0) -> np.ndarray:
     """An int64 state table whose data starts on a cache line, so that the fixed-size
-    records of a record-major table (``dreq``: two lines per request) never straddle
-    one more line."""
+    records of a record-major table (``dreq``: two lines per request; the router
+    network's VC records) never straddle one more line."""
     n = int(np.prod(shape))
     buf = np.empty(n + CACHE_LINE // 8, dtype=np.int64)
     skip = (-buf.ctypes.data % CACHE_LINE) // 8
     out = buf[skip:skip + n].reshape(shape)
     out.fill(fill)
     return out
+
 
 
 def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables, placement: Placement,
@@ -45,10 +46,10 @@ def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables, placemen
     ``log_commands`` > 0 records up to that many DRAM commands in ``mem.cmd_log``;
     ``trace`` (a ``npusim.trace.TraceRecorder``) sizes the units' trace buffers.
     """
-    glob = _table(ks.N_GLOB)
+    glob = aligned_table(ks.N_GLOB)
     glob[ks.G_TRACE_STOP] = isa.NEVER
     return ks.State(glob=glob, rings=_rings(cfg, p), cores=_cores(cfg, prog, p, placement, trace),
-                    noc=_noc(cfg, trace), mem=_memory(cfg, p, mt, log_commands, trace))
+                    noc=_noc(cfg, p, trace), mem=_memory(cfg, p, mt, log_commands, trace))
 
 
 def extend_state(st: ks.State, old: Program, prog: Program) -> ks.State:
@@ -57,7 +58,7 @@ def extend_state(st: ks.State, old: Program, prog: Program) -> ks.State:
     layer waits for its predecessors that have not ended yet."""
     cores = st.cores
     L0, L = old.layer.shape[0], prog.layer.shape[0]
-    ext = _table(ks.N_LAYER_FIELDS, L - L0)
+    ext = aligned_table(ks.N_LAYER_FIELDS, L - L0)
     ext[ks.L_START] = ext[ks.L_END] = -1
     if prog.n_tiles > old.n_tiles:
         np.add.at(ext[ks.L_TILES_LEFT], prog.tile[old.n_tiles:, isa.T_LAYER] - L0, 1)
@@ -70,84 +71,96 @@ def extend_state(st: ks.State, old: Program, prog: Program) -> ks.State:
     new = prog.layer[L0:]
     if np.any((new[:, isa.L_N_PREDS] > 0) & (ext[ks.L_PREDS_LEFT] == 0)):
         raise ValueError("a new layer depends only on layers that have ended")
-    layer_st = _table(ks.N_LAYER_FIELDS, L)
+    layer_st = aligned_table(ks.N_LAYER_FIELDS, L)
     layer_st[:, :L0] = cores.layer_st
     layer_st[:, L0:] = ext
-    ready = _table(cores.ready.shape[0], max(1, L))
+    ready = aligned_table(cores.ready.shape[0], max(1, L))
     ready[:, :cores.ready.shape[1]] = cores.ready
     done = cores.done
     if prog.max_template_len > done.shape[2]:
-        done = _table(*done.shape[:2], prog.max_template_len, fill=isa.NEVER)
+        done = aligned_table(*done.shape[:2], prog.max_template_len, fill=isa.NEVER)
         done[:, :, :cores.done.shape[2]] = cores.done
     cores.ctl[ks.CC_LAYERS_LEFT] += L - L0
     st.glob[ks.G_FINISHED] = 0
-    return st._replace(cores=cores._replace(layer_st=layer_st, layer_stack=_table(L + 1),
+    return st._replace(cores=cores._replace(layer_st=layer_st, layer_stack=aligned_table(L + 1),
                                             ready=ready, done=done))
 
 
 def _rings(cfg: NpuConfig, p: Params) -> ks.Rings:
     C, ch = cfg.num_cores, cfg.memory.channels
-    cport = _table(ks.N_CPORT_FIELDS, C)
+    cport = aligned_table(ks.N_CPORT_FIELDS, C)
     cport[ks.CP_BELL] = isa.NEVER
-    mport = _table(ks.N_MPORT_FIELDS, ch)
+    mport = aligned_table(ks.N_MPORT_FIELDS, ch)
     mport[ks.MP_BELL] = isa.NEVER
     return ks.Rings(
-        inj=_table(ks.N_INJ_FIELDS, C, INJECTION_QUEUE),
-        arr=_table(ks.N_ARR_FIELDS, C, p.max_outstanding + 1),  # never full
-        ch_in=_table(ks.N_PACKET_FIELDS, ch, CHANNEL_QUEUE),
-        ch_out=_table(ks.N_PACKET_FIELDS, ch, CHANNEL_OUT_QUEUE),
+        inj=aligned_table(ks.N_INJ_FIELDS, C, INJECTION_QUEUE),
+        arr=aligned_table(ks.N_ARR_FIELDS, C, p.max_outstanding + 1),  # never full
+        ch_in=aligned_table(ks.N_PACKET_FIELDS, ch, CHANNEL_QUEUE),
+        ch_out=aligned_table(ks.N_PACKET_FIELDS, ch, CHANNEL_OUT_QUEUE),
         cport=cport, mport=mport,
-        fresh=_table(2, (max(C, ch) + 63) // 64),
-        bells=_table(ks.N_SIDES, fill=isa.NEVER))
+        fresh=aligned_table(2, (max(C, ch) + 63) // 64),
+        bells=aligned_table(ks.N_SIDES, fill=isa.NEVER))
 
 
 def _cores(cfg: NpuConfig, prog: Program, p: Params, placement: Placement, trace) -> ks.Cores:
     C = cfg.num_cores
     L = prog.layer.shape[0]
     q = max(p.ld_queue, p.st_queue)
-    ctl = _table(ks.N_CC_FIELDS)
+    ctl = aligned_table(ks.N_CC_FIELDS)
     ctl[ks.CC_LAYERS_LEFT] = L
-    layer_st = _table(ks.N_LAYER_FIELDS, L)
+    layer_st = aligned_table(ks.N_LAYER_FIELDS, L)
     layer_st[ks.L_PREDS_LEFT] = prog.layer[:, isa.L_N_PREDS]
     if prog.n_tiles:
         np.add.at(layer_st[ks.L_TILES_LEFT], prog.tile[:, isa.T_LAYER], 1)
     layer_st[ks.L_START] = -1
     layer_st[ks.L_END] = -1
     n_parts = len(placement.partitions)
-    part_st = _table(ks.N_PART_FIELDS, n_parts)
+    part_st = aligned_table(ks.N_PART_FIELDS, n_parts)
     part_st[ks.PT_LAST_RANK] = -1  # time-shared: the first request comes first
-    slot = _table(ks.N_SLOT_FIELDS, C, 2)
+    slot = aligned_table(ks.N_SLOT_FIELDS, C, 2)
     slot[ks.S_TILE] = -1
     traced = trace is not None
     return ks.Cores(
         ctl=ctl,
-        ready=_table(n_parts, max(1, L)),
+        ready=aligned_table(n_parts, max(1, L)),
         part_st=part_st,
         layer_st=layer_st,
-        layer_stack=_table(L + 1),
-        core=_table(ks.N_CORE_FIELDS, C),
+        layer_stack=aligned_table(L + 1),
+        core=aligned_table(ks.N_CORE_FIELDS, C),
         slot=slot,
-        done=_table(C, 2, prog.max_template_len, fill=isa.NEVER),
-        ex_ring=_table(C, p.ex_queue),
-        dq=_table(ks.N_DQ_FIELDS, C, 2, q),
-        dq_ctl=_table(ks.N_DQ_CTL_FIELDS, C, 2),
-        tr_iv=_table(ks.N_IV_FIELDS, trace.interval_rows if traced else 1),
-        tr_core=_table(2, C if traced else 1, fill=-1),
+        done=aligned_table(C, 2, prog.max_template_len, fill=isa.NEVER),
+        ex_ring=aligned_table(C, p.ex_queue),
+        dq=aligned_table(ks.N_DQ_FIELDS, C, 2, q),
+        dq_ctl=aligned_table(ks.N_DQ_CTL_FIELDS, C, 2),
+        tr_iv=aligned_table(ks.N_IV_FIELDS, trace.interval_rows if traced else 1),
+        tr_core=aligned_table(2, C if traced else 1, fill=-1),
     )
 
 
-def _noc(cfg: NpuConfig, trace) -> ks.Noc:
-    """The crossbar's ports (placeholders with ideal memory: there is no NoC)."""
+def _noc(cfg: NpuConfig, p: Params, trace) -> ks.Noc:
+    """The crossbar's ports, or the router network (``npusim.noc.chip``); placeholders for
+    the model not used (both with ideal memory: there is no NoC)."""
+    from npusim.noc.chip import chip_network, placeholder_network
+
     net = cfg.memory.type != "ideal"
-    C, ch = cfg.num_cores, cfg.memory.channels if net else 1
-    ctl = _table(ks.N_NC_FIELDS)
+    routers = net and cfg.noc.type != "crossbar"
+    C, ch = cfg.num_cores, cfg.memory.channels if net and not routers else 1
+    ctl = aligned_table(ks.N_NC_FIELDS)
     ctl[ks.NC_WAKE] = isa.NEVER  # nothing in flight yet
+    if routers:
+        network = chip_network(cfg, skip=bool(p.skip), trace_ring=trace.ring if trace else 0,
+                               trace_bin=p.trace_bin, period=p.noc_period)
+    else:
+        network = placeholder_network(cfg)
     return ks.Noc(
         ctl=ctl,
-        xb_ch=_table(ks.N_XC_FIELDS, ch),
-        xb_core=_table(ks.N_XP_FIELDS, C),
-        xb_heads=_table(C, (ch + 63) // 64),
-        tr_noc=_table(2, trace.ring, C, ch) if trace is not None else _table(2, 1, 1, 1),
+        xb_ch=aligned_table(ks.N_XC_FIELDS, ch),
+        xb_core=aligned_table(ks.N_XP_FIELDS, C),
+        xb_heads=aligned_table(C, (ch + 63) // 64),
+        net=network.state, net_tab=network.tables, net_p=network.params,
+        net_msg=aligned_table(ks.N_MSG_FIELDS, network.state.pkt.shape[1]),
+        tr_noc=(aligned_table(2, trace.ring, C, cfg.memory.channels if net else 1)
+                if trace is not None else aligned_table(2, 1, 1, 1)),
     )
 
 
@@ -163,23 +176,23 @@ def _memory(cfg: NpuConfig, p: Params, mt: MemTables, log_commands: int, trace) 
     n_win = max(1, n_win)
     nb = R * G * B
 
-    dbank = _table(ks.N_DBANK_FIELDS, ch, nb)
+    dbank = aligned_table(ks.N_DBANK_FIELDS, ch, nb)
     dbank[ks.B_OPEN_ROW] = -1
-    drank = _table(ks.N_DRANK_FIELDS, ch, R)
+    drank = aligned_table(ks.N_DRANK_FIELDS, ch, R)
     if dram:
         # refresh rank r at r/R of every tREFI, from cycle 0 on: controllers stagger ranks,
         # and starting at 0 makes the refresh phase a property of absolute time only
         drank[ks.RK_NEXT_REF] = (np.arange(R) * p.d_refi // R)[None, :]
-    dch = _table(ks.N_DCH_FIELDS, ch)
+    dch = aligned_table(ks.N_DCH_FIELDS, ch)
     # an idle channel first wakes for its first refresh (or never, without refresh)
     dch[ks.DC_WAKE] = int(drank[ks.RK_NEXT_REF].min()) if dram and p.d_refresh else isa.NEVER
-    ctl = _table(ks.N_MC_FIELDS)
+    ctl = aligned_table(ks.N_MC_FIELDS)
     first = int(dch[ks.DC_WAKE].min())
     ctl[ks.MC_WAKE] = first * p.mem_period if dram and first < isa.NEVER else isa.NEVER
-    dqb = _table(ks.N_QB_FIELDS, ch, 2, nb)
+    dqb = aligned_table(ks.N_QB_FIELDS, ch, 2, nb)
     dqb[[ks.QB_HEAD, ks.QB_TAIL, ks.QB_OLDEST_HIT, ks.QB_OLDEST_OTHER]] = -1
     # free slots, popped from the end: slot 0 (reads) and slot rq (writes) go first
-    dfree = _table(ch, 2, max(p.d_rq, p.d_wq), fill=-1)
+    dfree = aligned_table(ch, 2, max(p.d_rq, p.d_wq), fill=-1)
     dfree[:, 0, :p.d_rq] = np.arange(p.d_rq)[::-1]
     dfree[:, 1, :p.d_wq] = p.d_rq + np.arange(p.d_wq)[::-1]
     traced = trace is not None
@@ -190,18 +203,18 @@ def _memory(cfg: NpuConfig, p: Params, mt: MemTables, log_commands: int, trace) 
         log_commands = trace.log_rows if dram else p.n_channels + 2
     return ks.Memory(
         ctl=ctl,
-        chan=_table(ks.N_CHAN_FIELDS, cfg.memory.channels if not dram else 1),
-        dch=dch, dreq=_table(ch, p.d_rq + p.d_wq, ks.N_DREQ_FIELDS), dbank=dbank, drank=drank,
-        dqb=dqb, dact=_table(ch, 2, nb), dpick=_table(ks.N_PK_FIELDS, ch, 2, nb, fill=isa.NEVER),
-        dgroup=_table(ks.N_GB_FIELDS, ch, nb), dfree=dfree,
-        rdy_rank=_table(ch, R, nc), rdy_group=_table(ch, R * G, nc),
-        rdy_bank=_table(ch, nb, nc),
-        win=_table(ch, n_win, nb, max_window),
-        win_ctl=_table(2, ch, n_win, nb), lat_hist=_table(ch, ks.LAT_BINS),
-        cmd_log=_table(ks.N_LOG_FIELDS, log_commands),
-        tr_dram=_table(ks.N_TD_FIELDS, ring, ch, nb),
-        tr_chan=_table(ks.N_TH_FIELDS, ring, ch),
-        tr_bank=_table(ch, nb) if traced else _table(1, 1),
-        tr_dch=_table(ch if traced else 1),
-        tr_dur=trace.durations.copy() if traced else _table(nc),
+        chan=aligned_table(ks.N_CHAN_FIELDS, cfg.memory.channels if not dram else 1),
+        dch=dch, dreq=aligned_table(ch, p.d_rq + p.d_wq, ks.N_DREQ_FIELDS), dbank=dbank, drank=drank,
+        dqb=dqb, dact=aligned_table(ch, 2, nb), dpick=aligned_table(ks.N_PK_FIELDS, ch, 2, nb, fill=isa.NEVER),
+        dgroup=aligned_table(ks.N_GB_FIELDS, ch, nb), dfree=dfree,
+        rdy_rank=aligned_table(ch, R, nc), rdy_group=aligned_table(ch, R * G, nc),
+        rdy_bank=aligned_table(ch, nb, nc),
+        win=aligned_table(ch, n_win, nb, max_window),
+        win_ctl=aligned_table(2, ch, n_win, nb), lat_hist=aligned_table(ch, ks.LAT_BINS),
+        cmd_log=aligned_table(ks.N_LOG_FIELDS, log_commands),
+        tr_dram=aligned_table(ks.N_TD_FIELDS, ring, ch, nb),
+        tr_chan=aligned_table(ks.N_TH_FIELDS, ring, ch),
+        tr_bank=aligned_table(ch, nb) if traced else aligned_table(1, 1),
+        tr_dch=aligned_table(ch if traced else 1),
+        tr_dur=trace.durations.copy() if traced else aligned_table(nc),
     )

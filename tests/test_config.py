@@ -51,7 +51,7 @@ def error_of(fn, *args, **kw) -> str:
 # --- presets -----------------------------------------------------------------------------
 
 def test_list_presets():
-    assert list_presets() == ["gemmini_validation", "mobile", "server"]
+    assert list_presets() == ["chiplet", "gemmini_validation", "mobile", "server"]
 
 
 def test_default_preset_is_mobile():
@@ -146,7 +146,14 @@ def test_partial_latency_table_in_toml(tmp_path):
     ("scheduler.max_batch", 0, "scheduler.max_batch = 0 is out of range: must be an integer in 1..65536"),
     ("scheduler.partitions", [[0], []], "scheduler.partitions = [[0], []] is not a list of non-empty lists of core indices: must be a list of core lists, e.g. [[0, 1], [2, 3]]"),
     ("memory.type", "hbm", "memory.type = 'hbm' is not a valid choice: must be one of 'ideal', 'simple', 'dram'"),
-    ("noc.type", "mesh", "noc.type = 'mesh' is not a valid choice: must be one of 'crossbar'"),
+    ("noc.type", "hypercube", "noc.type = 'hypercube' is not a valid choice: must be one of 'crossbar', 'custom', 'fly', 'mesh', 'ring', 'torus'"),
+    ("noc.router.vcs", 0, "noc.router.vcs = 0 is out of range: must be an integer in 1..32"),
+    ("noc.router.vc_allocator", "pim", "noc.router.vc_allocator = 'pim' is not a valid choice: must be one of 'islip', 'separable_input_first', 'separable_output_first', 'wavefront'"),
+    ("noc.router.credit_delay", -1, "noc.router.credit_delay = -1 is out of range: must be an integer in 0..100"),
+    ("noc.dims", [4, 0], "noc.dims = [4, 0] is out of range: must be a list of integers in 1..1024"),
+    ("noc.dims", 4, "noc.dims = 4 is not a list of integers: must be a list of integers in 1..1024"),
+    ("noc.link_latency", 0, "noc.link_latency = 0 is out of range: must be an integer in 1..10000"),
+    ("noc.d2d.latency", 0, "noc.d2d.latency = 0 is out of range: must be an integer in 1..100000"),
     ("core.systolic.dataflow", "os", "core.systolic.dataflow = 'os' is not a valid choice: must be one of 'ws'"),
     ("memory.controller.read_queue", 0, "memory.controller.read_queue = 0 is out of range: must be an integer in 1..1024"),
     ("memory.controller.page_policy", "lazy", "memory.controller.page_policy = 'lazy' is not a valid choice: must be one of 'open', 'closed'"),
@@ -257,15 +264,15 @@ def test_file_errors_name_the_file(tmp_path):
 def test_unknown_preset_lists_presets():
     msg = error_of(load_config, "mobil")
     assert "unknown preset 'mobil'" in msg and "did you mean 'mobile'?" in msg
-    assert "available presets: gemmini_validation, mobile, server" in msg
+    assert "available presets: chiplet, gemmini_validation, mobile, server" in msg
 
 
 def test_missing_file_lists_presets(tmp_path):
     msg = error_of(load_config, str(tmp_path / "nope.toml"))
     assert "nope.toml not found" in msg
-    assert "available presets: gemmini_validation, mobile, server" in msg
+    assert "available presets: chiplet, gemmini_validation, mobile, server" in msg
     msg = error_of(load_config, str(tmp_path / "nope.json"))
-    assert "available presets: gemmini_validation, mobile, server" in msg
+    assert "available presets: chiplet, gemmini_validation, mobile, server" in msg
 
 
 def test_malformed_toml_names_file_and_line(tmp_path):
@@ -386,8 +393,7 @@ def test_onnxim_tpuv4_translation():
 
 
 def test_onnxim_flat_layout_and_ideal_dram():
-    with pytest.warns(NpusimWarning, match="icnt_type = 'booksim2'"):
-        c = load_config(DATA / "onnxim_gemmini_8x8_c1_flat.json")
+    c = load_config(DATA / "onnxim_gemmini_8x8_c1_flat.json")
     assert (c.num_cores, c.precision) == (1, 1)
     assert (c.core.systolic.width, c.core.systolic.height) == (8, 8)
     assert (c.core.spad_kib, c.core.accum_kib) == (64, 16)
@@ -397,7 +403,8 @@ def test_onnxim_flat_layout_and_ideal_dram():
     assert (c.memory.freq_mhz, c.memory.channels, c.memory.latency) == (1600, 2, 0)
     assert c.memory.channel_bytes_per_cycle == 32  # dram_req_size 64 / dram_nbl 2
     assert (c.dma.request_bytes, c.noc.flit_bytes, c.noc.freq_mhz) == (64, 64, 2000)
-    assert c.noc.type == "crossbar"  # booksim2
+    # booksim2 with ONNXim's own fly_c1_m2.icnt: one router of 3 terminals
+    assert (c.noc.type, c.noc.radix, c.noc.stages) == ("fly", 3, 1)
 
 
 def test_onnxim_overrides_apply_after_translation():

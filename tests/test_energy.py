@@ -220,6 +220,35 @@ def test_noc_energy_is_flits_times_flit_energy():
     assert r.energy["components_j"]["noc"] == pytest.approx(flits * per_flit * PJ, rel=1e-12)
 
 
+@pytest.mark.parametrize("extra, routers, links, d2d", [
+    # core on router 0, its channel on router 15 of a 4x4 mesh: 7 routers, 6 links
+    (["noc.dims=[4,4]", "noc.memory_routers=[15]"], 7, 6, 0),
+    # a 4x1 mesh cut into two dies: routers 0 -> 3 cross one die-to-die link of three
+    (["noc.dims=[4,1]", "noc.memory_routers=[3]", "noc.d2d.dies=[2,1]"], 4, 2, 1),
+])
+def test_router_network_energy_by_hand(extra, routers, links, d2d):
+    """As test_energy's crossbar case (10 reads of 1 + 8 flits, 3 writes of 8 + 1), but
+    each flit passes every router on its path (buffer write + read and switch: 0.018 +
+    0.02125 pJ per bit at 45 nm) and every link (0.325 pJ per bit on a die, 0.5 across
+    dies), 64 bits a flit; X then Y both ways, so requests and responses take as many."""
+    cfg = load_config("mobile", ["memory.type=simple", "memory.freq_mhz=1000",
+                                 "memory.channels=1", "memory.latency=10",
+                                 "memory.channel_bytes_per_cycle=16", "num_cores=1",
+                                 "noc.type=mesh", *extra])
+    rows = [Instr.dma(True, 0, 0, 1, 0, 1, 0, 640),
+            Instr.dma(False, 1, 0, 1, 0, 1, 0, 192, to_acc=True, deps=(0,))]
+    prog = one_tile_program(rows)
+    r = collect("hand", cfg, prog, run_program(prog, cfg))
+    flits = 10 * 9 + 3 * 9
+    per_flit = 64 * (routers * (0.018 + 0.02125) + links * 0.325 + d2d * 0.5)
+    noc = r.energy["noc"]
+    assert (noc["flits_injected"], noc["router_traversals"], noc["link_traversals"],
+            noc["d2d_link_traversals"]) == (flits, flits * routers, flits * links,
+                                            flits * d2d)
+    assert r.energy["actions"]["noc_flit"]["count"] == flits
+    assert r.energy["components_j"]["noc"] == pytest.approx(flits * per_flit * PJ, rel=1e-12)
+
+
 # --------------------------------------------------------------------------- DRAM energy
 
 def _drampower_formula(log: np.ndarray, std, ranks: int, end: int) -> dict[str, float]:

@@ -4,8 +4,9 @@ Kernels run without numba's bounds checks (and without its reference counting), 
 out-of-range index would silently corrupt memory. This test recompiles them with
 ``NUMBA_BOUNDSCHECK=1`` in a separate process and cache, and runs every memory model,
 the trace replay, multi-request workloads under every scheduling policy, LLM serving
-(pauses that grow the program) and traced runs (tiny trace rings, so they wrap and drain
-often) through them: any stray index raises.
+(pauses that grow the program), traced runs (tiny trace rings, so they wrap and drain
+often) and router networks (the chiplet preset, a torus under back-pressure, synthetic
+traffic past saturation) through them: any stray index raises.
 """
 
 import os
@@ -37,6 +38,19 @@ SCRIPT = textwrap.dedent("""
             npusim.simulate("tiny_cnn", preset, overrides=overrides, skip=skip)
         for trace in (TraceOptions(None, window=(1000, 4000), bin_cycles=7), TraceOptions(None)):
             npusim.simulate("tiny_cnn", preset, overrides=overrides, trace=trace)
+    # router networks: the chiplet mesh (die-to-die links), a torus with few, small VCs
+    # (back-pressure), traced with small rings; synthetic traffic past saturation
+    for preset, overrides in [("chiplet", []),
+                              ("mobile", ["noc.type=torus", "noc.dims=[4,2]",
+                                          "memory.channels=2", "noc.router.vcs=4",
+                                          "noc.router.vc_buffer_flits=2"])]:
+        for skip in (True, False):
+            npusim.simulate("tiny_cnn", preset, overrides=overrides, skip=skip)
+        npusim.simulate("tiny_cnn", preset, overrides=overrides,
+                        trace=TraceOptions(None, bin_cycles=7))
+    from npusim.noc.run import run_noc
+    run_noc("mobile", ["noc.type=mesh", "noc.dims=[4,4]"],
+            traffic={"rate": 0.9, "packet_flits": 4}, measurement={"cycles": 3000})
     npusim.simulate("bert_base_layer", "server", dims={"batch": 1, "seq": 32})
     npusim.simulate("mobilenetv2", "server", dims={"batch": 1})  # depthwise on the vector unit
     mlp = str(resolve_model_path("mlp"))

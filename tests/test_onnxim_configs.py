@@ -18,22 +18,27 @@ import pytest
 import npusim
 from npusim.config import load_config
 from npusim.config.onnxim import onnxim_to_dict
+from npusim.engine import run_program
 from npusim.errors import NpusimError, NpusimWarning
+from npusim.program import Instr
+from tests.helpers import one_tile_program
 
 FOLDER = Path(__file__).parent / "data" / "onnxim" / "configs"
 CONFIGS = sorted(FOLDER.glob("*.json"))
 
-# the warnings each config must give (key names), and nothing else
-PORTS, BOOKSIM, NEAREST, ACCUM = ("icnt_injection_ports_per_core", "icnt_type = 'booksim2'",
+# the warnings each config must give (key names), and nothing else. The booksim2 configs
+# run the router network of ONNXim's own fly_c*_m*.icnt files, except the TPUv4 one, whose
+# fly_c64_m16.icnt ONNXim does not ship: the crossbar stands in, with the core ports
+PORTS, NO_ICNT, NEAREST, ACCUM = ("icnt_injection_ports_per_core", "fly_c64_m16.icnt",
                                   "npusim has no such standard", "no accum_spad_size")
 EXPECTED_WARNINGS = {
-    "systolic_ws_128x128_c4_booksim2_tpuv4": {PORTS, BOOKSIM},
+    "systolic_ws_128x128_c4_booksim2_tpuv4": {PORTS, NO_ICNT},
     "systolic_ws_128x128_c4_simple_noc_tpuv4": {PORTS},
     "systolic_ws_128x128_c4_simple_noc_tpuv4_half_ramulator2": {PORTS},
     "systolic_ws_128x128_c4_simple_noc_tpuv4_partition_quad": {PORTS},
-    "systolic_ws_8x8_c1_booksim2_transformer": {BOOKSIM, NEAREST},
+    "systolic_ws_8x8_c1_booksim2_transformer": {NEAREST},
     "systolic_ws_8x8_c1_simple_noc_transformer": {NEAREST},
-    "systolic_ws_8x8_c4_booksim2_transformer": {BOOKSIM, NEAREST},
+    "systolic_ws_8x8_c4_booksim2_transformer": {NEAREST},
     "systolic_ws_8x8_c4_simple_noc_transformer": {NEAREST},
     "test": {ACCUM, NEAREST},
 }
@@ -70,6 +75,12 @@ def test_onnxim_config_loads_with_its_own_values(path):
     assert m.type == "dram"  # ramulator / ramulator2: the cycle-level DRAM
     assert m.channels == data["dram_channels"] * (2 if m.standard.startswith("HBM2") else 1)
     assert m.capacity_gib == data.get("dram_size", 0)
+    if data["icnt_type"] == "booksim2" and NO_ICNT not in data["icnt_config_path"]:
+        # one router with a terminal per core and channel (ONNXim's fly_c<C>_m<M>.icnt)
+        assert (cfg.noc.type, cfg.noc.stages) == ("fly", 1)
+        assert cfg.noc.radix == data["num_cores"] + data["dram_channels"]
+    else:
+        assert cfg.noc.type == "crossbar"
     # each expected warning once, naming its key; nothing else
     found = {key for key in EXPECTED_WARNINGS[path.stem] for t in texts if key in t}
     assert found == EXPECTED_WARNINGS[path.stem] and len(texts) == len(found), texts
@@ -157,3 +168,34 @@ def test_a_workload_larger_than_dram_size_warns():
     (text,) = capacity_warnings(b, cfg)
     assert "more than memory.capacity_gib = 1 GiB" in text
     assert capacity_warnings(b, load_config("server")) == []  # 0: unbounded
+
+
+def test_onnxim_booksim2_config_runs_its_network_with_core_ports(tmp_path):
+    """An ONNXim JSON with icnt_type = booksim2 runs the network of its icnt_config_path
+    file (found next to it, as ONNXim resolves the path): here a single fly router with
+    4 cores x 2 ports + 2 channels = 10 terminals. A core's DMA sends a load and a store
+    request per cycle; its first free interface takes each (interface 0 alone would do for
+    loads: a 1-flit read request leaves it free the next cycle), so both send. A response
+    from channel ch comes back to interface ch % 2: with two channels both receive."""
+    data = json.loads((FOLDER / "systolic_ws_8x8_c4_booksim2_transformer.json").read_text())
+    data.update({"icnt_injection_ports_per_core": 2, "icnt_config_path": "net/fly.icnt",
+                 "dram_type": "simple"})
+    (tmp_path / "net").mkdir()
+    (tmp_path / "net" / "fly.icnt").write_text(
+        "[config]\nflit_size = 16\ntopology = fly\nk = 10\nn = 1\n"
+        "routing_function = dest_tag\nvc_buf_size = 4\nwait_for_tail_credit = 0\n")
+    path = tmp_path / "onnxim.json"
+    path.write_text(json.dumps(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NpusimWarning)  # nothing stands in for anything
+        cfg = load_config(str(path))
+    assert (cfg.noc.type, cfg.noc.radix, cfg.noc.core_ports, cfg.noc.flit_bytes) == \
+        ("fly", 10, 2, 16)
+    prog = one_tile_program([Instr.dma(True, 0, 0, 64, 32, 1, 0, 32),
+                             Instr.dma(False, 1, 1 << 20, 64, 32, 1, 0, 32)], tiles=4)
+    st = run_program(prog, cfg).state
+    ns, p = st.noc.net, st.noc.net_p
+    nic_out = ns.link_flits[p.n_routers * p.ports:]
+    into_nic = st.noc.net_tab.in_src[p.n_routers * p.ports:]
+    assert p.n_nodes == 10 and (nic_out[:8] > 0).all()  # both ports of every core send
+    assert (ns.link_flits[into_nic[:8]] > 0).all()  # and receive

@@ -17,7 +17,7 @@ UNITS = {
     "cores": (ks.Cores, ["cores.py", "core.py", "dma.py", "scheduler.py", "policies/fifo.py",
                          "policies/time_shared.py", "policies/spatial.py",
                          "policies/__init__.py"]),
-    "noc": (ks.Noc, ["noc.py", "crossbar.py"]),
+    "noc": (ks.Noc, ["noc.py", "crossbar.py", "router_network.py"]),
     "memory": (ks.Memory, ["memory.py", "ideal_memory.py", "simple_memory.py", "dram.py",
                            "replay.py"]),
 }

@@ -21,7 +21,11 @@ dram_latency          DRAM cycles (ONNXim SimpleDram)          memory.latency
 dram_req_size         bytes per memory request                 dma.request_bytes
 dram_nbl              DRAM cycles per request (burst)          memory.channel_bytes_per_cycle
 dram_size             GB (ONNXim's language scheduler checks)  memory.capacity_gib
-icnt_type             simple / booksim2                        noc.type (crossbar; booksim2 warns)
+icnt_type             simple / booksim2                        noc.type (crossbar / the
+                                                               icnt_config_path network)
+icnt_config_path      Booksim2 file (booksim2)                 noc.* (npusim.noc.booksim)
+icnt_injection_ports  count (booksim2)                         noc.core_ports
+  _per_core
 icnt_freq             MHz                                      noc.freq_mhz
 icnt_latency          interconnect cycles                      noc.latency
 precision             bytes per element                        precision
@@ -33,8 +37,9 @@ Both layouts ONNXim has used are accepted: per-core tables under ``core_config.c
 (current) and core keys at the top level (older configs). The result is a TOML-shaped dict
 that goes through the same validation as a preset. Keys that only steer ONNXim's logging,
 or that ONNXim reads and never uses, are accepted with no effect (SILENT_KEYS); hardware
-keys npusim cannot model yet (UNMODELLED: icnt_injection_ports_per_core, mac_latency, ...,
-and icnt_type = booksim2) are one warning each when they differ from ONNXim's default.
+keys npusim cannot model yet (UNMODELLED: mac_latency, ..., and
+icnt_injection_ports_per_core on the simple interconnect) are one warning each when they
+differ from ONNXim's default.
 """
 
 import difflib
@@ -93,8 +98,8 @@ CORE_TYPES = {"systolic_ws": "ws", "systolic_os": "os"}
 # "ideal" is npusim's own extra value; "ramulator"/"ramulator2" are the cycle-level DRAM
 # of the standard their dram_config_path describes (see _dram_memory)
 DRAM_TYPES = ("simple", "ramulator", "ramulator2", "ideal")
-# Booksim2's topology lives in a separate file: npusim's crossbar stands in for it (with a
-# warning) until the NoC models router topologies.
+# ONNXim's simple interconnect is npusim's crossbar; booksim2's network lives in the
+# icnt_config_path file (_booksim_network), the crossbar standing in only when it has none.
 ICNT_TYPES = {"simple": "crossbar", "booksim2": "crossbar"}
 # ONNXim "simple" runs one layer at a time, requests in arrival order: npusim's fifo;
 # "time_multiplex" round-robins between requests; "spatial_split" (two halves) and
@@ -155,6 +160,12 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
         standard), one npusim channel per pseudo channel of each of ``dram_channels``.
       * noc.flit_bytes = dram_req_size (at most 1024): ONNXim's simple interconnect moves
         one whole request per cycle per port. noc.freq_mhz defaults to core_freq.
+      * icnt_type = booksim2: the network ``icnt_config_path`` describes (read by
+        ``npusim.noc.booksim``: topology, routers, allocators, flit_size), found next to
+        the JSON as ONNXim resolves it, else ONNXim's own file of that name; cores have
+        ``icnt_injection_ports_per_core`` interfaces each (noc.core_ports), placed as
+        ONNXim numbers its nodes. A file found nowhere leaves the crossbar in its place,
+        with a warning.
       * missing vector latencies are ONNXim's default, 1 cycle; a missing accum_spad_size
         is spad_size (ONNXim read both from one sram_size before it split them), with a
         warning.
@@ -188,15 +199,22 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
         value = merged.get(key, ONNXIM_LATENCY_DEFAULT)
         value = _get({key: value}, key, Rule("int", 1, 10000))
         latency.update({op: value for op in ops})
-    for key, (default, npusim_does) in UNMODELLED.items():
+    noc = {
+        "type": _lookup(merged, "icnt_type", ICNT_TYPES),
+        "freq_mhz": merged.get("icnt_freq", merged["core_freq"]),
+        "latency": merged["icnt_latency"],
+        "flit_bytes": min(req, 1024),
+    }
+    unmodelled = dict(UNMODELLED)
+    if merged["icnt_type"] == "booksim2":
+        network = _booksim_network(merged, base_dir)
+        if network is not None:
+            noc.update(network)
+            unmodelled.pop("icnt_injection_ports_per_core")
+    for key, (default, npusim_does) in unmodelled.items():
         if key in merged and merged[key] != default:
             _warn(f"ONNXim key {key} = {merged[key]!r} is not modelled yet (ONNXim's default "
                   f"is {default}): npusim runs as if it were {default}: {npusim_does}")
-    icnt = _lookup(merged, "icnt_type", ICNT_TYPES)
-    if merged["icnt_type"] == "booksim2":
-        path = merged.get("icnt_config_path", "(no icnt_config_path)")
-        _warn(f"ONNXim key icnt_type = 'booksim2' ({path}) is not modelled yet: npusim "
-              f"uses its crossbar with icnt_latency and icnt_freq")
 
     out = {
         "name": name,
@@ -214,17 +232,49 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
             "accum_kib": merged["accum_spad_size"],
         },
         "dma": {"request_bytes": req},
-        "noc": {
-            "type": icnt,
-            "freq_mhz": merged.get("icnt_freq", merged["core_freq"]),
-            "latency": merged["icnt_latency"],
-            "flit_bytes": min(req, 1024),
-        },
+        "noc": noc,
         "memory": _memory(merged, req, nbl, base_dir, source),
     }
     if merged.get("dram_size"):
         out["memory"]["capacity_gib"] = _get(merged, "dram_size", Rule("int", 0, 1 << 20))
     return out
+
+
+def _booksim_network(cfg: dict, base_dir) -> dict | None:
+    """The ``noc`` table of the Booksim2 network ``icnt_config_path`` names (the file next
+    to the JSON, as ONNXim resolves it, else ONNXim's own file of that name), with
+    ``icnt_injection_ports_per_core`` interfaces per core; None, with a warning, when
+    there is no such file (npusim's crossbar stands in)."""
+    from npusim.noc.booksim import onnxim_booksim_text, read_booksim
+
+    path = cfg.get("icnt_config_path")
+    if not path:
+        _warn("ONNXim key icnt_type = 'booksim2' without icnt_config_path: npusim uses its "
+              "crossbar with icnt_latency and icnt_freq")
+        return None
+    p = Path(path)
+    if not p.is_absolute() and base_dir is not None:
+        p = Path(base_dir) / p
+    if p.is_file():
+        bf = read_booksim(p)
+    else:
+        text = onnxim_booksim_text(Path(path).name)
+        if text is None:
+            _warn(f"ONNXim key icnt_config_path = {path!r}: no such file next to the config "
+                  f"({p}) and ONNXim ships none of that name: npusim uses its crossbar with "
+                  f"icnt_latency and icnt_freq (put the Booksim file there to run its "
+                  f"network)")
+            return None
+        bf = read_booksim(Path(path).name, text=text)
+    noc: dict = {"core_ports": _get(cfg, "icnt_injection_ports_per_core", Rule("int", 1, 64))
+                 if "icnt_injection_ports_per_core" in cfg else 1}
+    for key, value in bf.noc.items():  # dotted noc.* keys
+        table = noc
+        *parents, leaf = key.split(".")[1:]
+        for part in parents:
+            table = table.setdefault(part, {})
+        table[leaf] = value
+    return noc
 
 
 def _memory(cfg: dict, req: int, nbl: int, base_dir, source: str) -> dict:

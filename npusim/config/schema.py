@@ -12,12 +12,15 @@ or with :func:`dataclasses.replace` is held to the same rules as one loaded from
 
 import dataclasses
 import difflib
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from npusim.errors import NpusimError
 from npusim.kernels.isa import DATAFLOWS, VECTOR_OPS
-from npusim.kernels.names import MEMORY_TYPES, NOC_TYPES, POLICIES
+from npusim.kernels.names import MEMORY_TYPES, POLICIES
+from npusim.kernels.network.names import ALLOCATORS  # plain names, no numba
+from npusim.noc.topologies import NOC_TYPES  # one file per topology
 
 # ---------------------------------------------------------------------------------------
 # Choice lists and defaults
@@ -67,6 +70,8 @@ class Rule:
             return "true or false"
         if self.kind == "partitions":
             return "a list of core lists, e.g. [[0, 1], [2, 3]]"
+        if self.kind == "ints":
+            return f"a list of integers in {self.lo}..{self.hi}"
         return "a non-empty string" if self.lo else "a string"
 
     def problem(self, value: Any) -> str | None:
@@ -78,6 +83,10 @@ class Rule:
                 isinstance(part, (list, tuple)) and part
                 and all(type(c) is int and c >= 0 for c in part) for part in value)
             return None if ok else "is not a list of non-empty lists of core indices"
+        if self.kind == "ints":
+            if not isinstance(value, (list, tuple)) or any(type(v) is not int for v in value):
+                return "is not a list of integers"
+            return None if all(self.lo <= v <= self.hi for v in value) else "is out of range"
         wants_int = self.kind in ("int", "pow2") or (
             self.kind == "choice" and isinstance(self.choices[0], int))
         if wants_int:
@@ -119,6 +128,10 @@ def _bool(**kw) -> Any:
 
 def _partitions(**kw) -> Any:
     return field(metadata={"rule": Rule("partitions")}, **kw)
+
+
+def _ints(lo: int, hi: int, **kw) -> Any:
+    return field(default=(), metadata={"rule": Rule("ints", lo, hi)}, **kw)
 
 
 def _free_table() -> Any:
@@ -200,13 +213,65 @@ class DmaConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RouterConfig:
+    """Input-queued virtual-channel routers (every noc.type but the crossbar's own model).
+    Defaults are what Booksim runs for its ``runfiles/meshconfig``; delays in NoC cycles."""
+
+    vcs: int = _int(1, 32, default=16)              # virtual channels per port
+    vc_buffer_flits: int = _int(1, 1024, default=8)  # flits each VC buffers
+    vc_allocator: str = _choice(ALLOCATORS, default="islip")
+    sw_allocator: str = _choice(ALLOCATORS, default="islip")
+    vc_alloc_iters: int = _int(1, 16, default=1)     # allocator iterations (Booksim's IQ
+    sw_alloc_iters: int = _int(1, 16, default=1)     # router runs 1: see npusim/noc/booksim.py)
+    routing_delay: int = _int(0, 100, default=0)     # 0: lookahead routing
+    vc_alloc_delay: int = _int(1, 100, default=1)
+    sw_alloc_delay: int = _int(1, 100, default=1)
+    st_delay: int = _int(1, 100, default=1)          # switch traversal
+    credit_delay: int = _int(0, 100, default=2)      # a credit's processing at its router
+    # a VC is handed to a new packet only once the last credit of the previous one is back
+    wait_for_tail_credit: bool = _bool(default=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DieToDieConfig:
+    """Chiplets: a mesh or torus cut into ``dies`` dies per dimension (e.g. [2, 1]); links
+    between dies have their own latency (cycles of their clock), width and clock."""
+
+    dies: tuple = _ints(1, 64)
+    latency: int = _int(1, 100000, default=20)
+    link_bytes: int = _int(0, 4096, default=0)  # 0: noc.flit_bytes
+    freq_mhz: int = _int(0, MHZ_RANGE[1], default=0)  # 0: noc.freq_mhz
+
+    def __post_init__(self):
+        object.__setattr__(self, "dies", tuple(self.dies))
+
+
+@dataclass(frozen=True, kw_only=True)
 class NocConfig:
-    """Interconnect between cores and memory channels."""
+    """Interconnect between cores and memory channels: the crossbar model, or a network of
+    routers (one file per topology in npusim/noc/topologies/)."""
 
     type: str = _choice(NOC_TYPES)
     freq_mhz: int = _int(*MHZ_RANGE)
-    latency: int = _int(0, 10000)       # NoC cycles
+    latency: int = _int(0, 10000, default=1)  # crossbar: NoC cycles through it
     flit_bytes: int = _pow2(1, 1024)
+    dims: tuple = _ints(1, 1024)        # mesh/torus/ring: routers per dimension ([] = fit)
+    radix: int = _int(0, 256, default=0)  # fly: ports per router (0 = fit the endpoints)
+    stages: int = _int(1, 8, default=1)   # fly: router stages
+    file: str = _str(default="")          # custom: a Booksim anynet file
+    link_latency: int = _int(1, 10000, default=1)  # NoC cycles per router-to-router link
+    link_bytes: int = _int(0, 4096, default=0)     # link width; 0: flit_bytes
+    core_routers: tuple = _ints(0, 1 << 20)    # site of each core ([] = the defaults)
+    # network interfaces per core (ONNXim's icnt_injection_ports_per_core): requests leave
+    # through whichever is free; a response comes back to interface (channel % ports)
+    core_ports: int = _int(1, 64, default=1)
+    memory_routers: tuple = _ints(0, 1 << 20)  # site of each memory channel
+    router: RouterConfig = field(default_factory=RouterConfig)
+    d2d: DieToDieConfig = field(default_factory=DieToDieConfig)
+
+    def __post_init__(self):
+        for name in ("dims", "core_routers", "memory_routers"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -368,6 +433,51 @@ def _check_memory(mem: dict, core_freq_mhz: int) -> None:
                           f"2..64 channels (a power of two), memory.channels = {ch}")
 
 
+MAX_ROUTERS = 1024  # routing tables are routers x endpoints, computed once in Python
+
+
+def _check_noc(noc: dict, num_cores: int, channels: int) -> None:
+    """Cross-field rules of the noc section; fills link widths and the d2d clock."""
+    kind = noc["type"]
+    dims = list(noc["dims"])
+    grid = kind in ("mesh", "torus", "ring")
+    if dims and not grid:
+        raise NpusimError(f"config field noc.dims = {dims} applies to mesh, torus and ring "
+                          f"networks, not noc.type = {kind!r}")
+    if kind == "ring" and len(dims) > 1:
+        raise NpusimError(f"config field noc.dims = {dims}: a ring has one dimension, "
+                          f"e.g. [8]")
+    if len(dims) > 3:
+        raise NpusimError(f"config field noc.dims = {dims} has {len(dims)} dimensions: "
+                          f"must have 1 to 3")
+    if dims and math.prod(dims) > MAX_ROUTERS:
+        raise NpusimError(f"config field noc.dims = {dims} makes {math.prod(dims)} routers: "
+                          f"at most {MAX_ROUTERS}")
+    if kind == "fly" and noc["radix"] == 1:
+        raise NpusimError("config field noc.radix = 1 is out of range: a butterfly needs "
+                          "0 (fit the endpoints) or 2..256 ports per router")
+    if kind == "custom" and not noc["file"]:
+        raise NpusimError("config field noc.file is missing: noc.type = 'custom' reads its "
+                          "routers and links from a Booksim anynet file")
+    dies = list(noc["d2d"]["dies"])
+    if dies:
+        if kind not in ("mesh", "torus"):
+            raise NpusimError(f"config field noc.d2d.dies = {dies}: dies cut a mesh or torus, "
+                              f"not noc.type = {kind!r}")
+        if not dims or len(dies) != len(dims) or any(d > k for d, k in zip(dies, dims)):
+            raise NpusimError(f"config field noc.d2d.dies = {dies} must give the dies along "
+                              f"each dimension of noc.dims = {dims or '[] (give them)'}, at "
+                              f"most one die per router")
+    for name, n in (("core_routers", num_cores), ("memory_routers", channels)):
+        if noc[name] and len(noc[name]) != n:
+            raise NpusimError(f"config field noc.{name} lists {len(noc[name])} sites for "
+                              f"{n} {'cores' if name[0] == 'c' else 'memory channels'}: "
+                              f"give one each (or none for the defaults)")
+    noc["link_bytes"] = noc["link_bytes"] or noc["flit_bytes"]
+    noc["d2d"]["link_bytes"] = noc["d2d"]["link_bytes"] or noc["flit_bytes"]
+    noc["d2d"]["freq_mhz"] = noc["d2d"]["freq_mhz"] or noc["freq_mhz"]
+
+
 @dataclass(frozen=True, kw_only=True)
 class NpuConfig:
     """A whole NPU. Construction validates the full tree (see module docstring)."""
@@ -474,6 +584,7 @@ def normalise(data: Any) -> dict:
     out = normalise_section(NpuConfig, data, "")
     _check_memory(out["memory"], out["core_freq_mhz"])
     _check_scheduler(out["scheduler"], out["num_cores"])
+    _check_noc(out["noc"], out["num_cores"], out["memory"]["channels"])
     _check_energy(out["energy"])
     return out
 

@@ -17,8 +17,11 @@ instruction does (Gemmini-like weight-stationary core; rows are the SRAMs' nativ
   scratchpad and each output row writes one
 
 NoC flits come from the layer's DMA requests (a read request and a write acknowledgement are
-one flit, data ``ceil(request_bytes / flit_bytes)`` flits), each through one crossbar and one
-link. Static power is the leakage of each core's MACs, vector ALUs, PE registers and SRAM over
+one flit, data ``ceil(request_bytes / flit_bytes)`` flits). On the crossbar each goes
+through one crossbar and one link; on a router network each flit's energy is the network's
+own count (``noc_energy``: every router it passes writes it into an input buffer, reads it
+out and switches it, every link it takes moves it), averaged over the flits the network
+carried, so the layers add up to the network's total. Static power is the leakage of each core's MACs, vector ALUs, PE registers and SRAM over
 the run. DRAM command and I/O energy is shared out to layers by their DRAM bytes, background,
 refresh and static energy by their share of the summed layer durations, so layers (and
 requests, the sums of their layers) add up to the total exactly.
@@ -135,8 +138,7 @@ def action_energy_pj(cfg, table) -> np.ndarray:
         "spad_write": table.sram_pj("spad", True, core.spad_kib, spad_bits),
         "accum_read": table.sram_pj("accum", False, core.accum_kib, acc_bits),
         "accum_write": table.sram_pj("accum", True, core.accum_kib, acc_bits),
-        "noc_flit": 8 * cfg.noc.flit_bytes * (table["noc.router_pj_per_bit"]
-                                              + table["noc.link_pj_per_bit"]),
+        "noc_flit": crossbar_flit_pj(cfg, table),  # a router network: noc_energy
         **{f"vector_{c}": vec * table[f"vector.{c}"] for c in VECTOR_CLASSES},
     }
     return np.array([e[a] for a in ACTIONS], dtype=np.float64)
@@ -164,6 +166,9 @@ def energy_report(cfg, prog, st, tb, total_cycles: int, layer_rows: list[dict]) 
     ld, stb = st.cores.layer_st[ks.L_LD_BYTES], st.cores.layer_st[ks.L_ST_BYTES]
     counts = layer_actions(prog, cfg, ld, stb)
     unit_pj = action_energy_pj(cfg, table)
+    noc = noc_energy(cfg, table, st.noc)
+    if noc is not None and noc["model"] == "routers":
+        unit_pj[ACTIONS.index("noc_flit")] = noc["pj_per_flit"]
     layer_action_j = counts * unit_pj[None, :] * 1e-12  # [layer, action]
     L = prog.layer.shape[0]
     by_layer = np.zeros((L, len(COMPONENTS)))
@@ -228,6 +233,44 @@ def energy_report(cfg, prog, st, tb, total_cycles: int, layer_rows: list[dict]) 
                         "component": ACTION_COMPONENT[a]} for i, a in enumerate(ACTIONS)},
         "static_power_w": static_power_w(cfg, table),
         "dram": dram,
+        "noc": noc,
         "warnings": warnings,
     }
     return out
+
+
+def crossbar_flit_pj(cfg, table) -> float:
+    """A flit through the crossbar NoC: one crossbar traversal and one link."""
+    return 8 * cfg.noc.flit_bytes * (table["noc.router_pj_per_bit"]
+                                     + table["noc.link_pj_per_bit"])
+
+
+def noc_energy(cfg, table, noc) -> dict[str, Any] | None:
+    """What the NoC's flits cost (``noc``: the run's ``State.noc``); None without a NoC
+    (ideal memory).
+
+    On the crossbar a flit crosses one crossbar and one link. On a router network the
+    counts are the network's own: every flit through a router is written into an input
+    buffer, read out and switched (``noc.buffer_pj_per_bit + noc.router_pj_per_bit`` per
+    bit), every flit along a router-to-router link costs ``noc.link_pj_per_bit`` per bit,
+    along a die-to-die link ``noc.d2d_link_pj_per_bit``; the short wires between an
+    endpoint and its router are part of the router. ``pj_per_flit`` is the total over the
+    flits injected."""
+    if cfg.memory.type == "ideal":
+        return None
+    bits = 8 * cfg.noc.flit_bytes
+    if cfg.noc.type == "crossbar":
+        return {"model": "crossbar", "pj_per_flit": crossbar_flit_pj(cfg, table)}
+    from npusim.kernels.network import state as kn
+
+    ns, tab, p = noc.net, noc.net_tab, noc.net_p
+    routers = int(ns.router_flits.sum())
+    on_die = int(ns.link_flits[tab.link_class == kn.LC_ON_DIE].sum())
+    d2d = int(ns.link_flits[tab.link_class == kn.LC_DIE_TO_DIE].sum())
+    injected = int(ns.link_flits[p.n_routers * p.ports:].sum())  # out of the interfaces
+    pj = bits * (routers * (table["noc.buffer_pj_per_bit"] + table["noc.router_pj_per_bit"])
+                 + on_die * table["noc.link_pj_per_bit"]
+                 + d2d * table["noc.d2d_link_pj_per_bit"])
+    return {"model": "routers", "flits_injected": injected, "router_traversals": routers,
+            "link_traversals": on_die, "d2d_link_traversals": d2d, "joules": pj * 1e-12,
+            "pj_per_flit": pj / injected if injected else 0.0}

@@ -5,7 +5,8 @@ accepted too, with no source): ``mac.<datatype>`` pJ per multiply-accumulate,
 ``register.pj_per_bit`` per PE register bit accessed, ``sram.*`` per-bit access energy as a
 function of capacity (log-log interpolation between the listed capacities; the scratchpad and
 the accumulator are priced from it by their own capacity and row width), ``vector.<class>`` pJ
-per element of a vector pass, ``noc.*`` pJ per flit bit through a router and along a link,
+per element of a vector pass, ``noc.*`` pJ per flit bit through a router's crossbar and
+input buffer and along an on-die or a die-to-die link,
 ``static.*`` leakage in mW. ``spad.read_pj``/``write_pj``, ``accum.read_pj``/``write_pj`` and
 ``register.pj_per_access`` are optional fixed per-access energies (an imported Accelergy ERT
 gives these) that replace the curve or the per-bit value.
@@ -50,7 +51,8 @@ SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
     "spad": {"read_pj": ("number", False), "write_pj": ("number", False)},
     "accum": {"read_pj": ("number", False), "write_pj": ("number", False)},
     "vector": {c: ("number", True) for c in VECTOR_CLASSES},
-    "noc": {"router_pj_per_bit": ("number", True), "link_pj_per_bit": ("number", True)},
+    "noc": {"router_pj_per_bit": ("number", True), "buffer_pj_per_bit": ("number", True),
+            "link_pj_per_bit": ("number", True), "d2d_link_pj_per_bit": ("number", True)},
     "static": {"mac_mw": ("number", True), "vector_alu_mw": ("number", True),
                "register_mw_per_bit": ("number", True), "sram_mw_per_kib": ("number", True)},
 }

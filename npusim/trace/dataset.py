@@ -160,11 +160,56 @@ def _noc_vars(rec: TraceRecorder, n: int, coords: dict) -> dict:
         return {}
     dims = ("time", "core", "channel")
     coords["channel"] = np.arange(noc.shape[-1])
-    return {
+    how = ("injected into the router network" if rec.routers
+           else "granted on the crossbar link")
+    out = {
         "noc_request_flits": _var(dims, _int(noc[:, ks.NOC_REQUEST]), "flits",
-                                  "request flits granted on the crossbar link core -> channel"),
+                                  f"request flits core -> channel {how}"),
         "noc_response_flits": _var(dims, _int(noc[:, ks.NOC_RESPONSE]), "flits",
-                                   "response flits granted on the crossbar link channel -> core"),
+                                   f"response flits channel -> core {how}"),
+    }
+    if rec.routers:
+        out.update(_router_vars(rec, n, coords))
+    return out
+
+
+def _router_vars(rec: TraceRecorder, n: int, coords: dict) -> dict:
+    """Per-link flits and utilization, per-router flits and buffer occupancy (the router
+    network's rings, ``kernels/network/trace.py``)."""
+    from npusim.kernels.network import state as kn
+
+    tab, p = rec.network
+    R, P = p.n_routers, p.ports
+    rows = np.arange(R * P)
+    dst = tab.link[kn.LK_DST, :R * P]
+    links = rows[(dst >= 0) & (dst < R * P)]  # router outputs that lead to a router
+    ends = rows[dst >= R * P]  # router outputs that lead to an endpoint (ejection)
+    flits = rec.bins.final("noc_link", n)
+    occ = rec.bins.final("noc_occ", n)
+    coords["link"] = np.arange(len(links))
+    coords["link_src_router"] = ("link", links // P)
+    coords["link_dst_router"] = ("link", dst[links] // P)
+    coords["router"] = np.arange(R)
+    noc_cycles = _domain_cycles_per_bin(rec, n, rec.tb.noc_period)
+    link_flits = flits[:, links]
+    gap = tab.link[kn.LK_GAP, links][None, :]
+    through = np.zeros((n, R), np.int64)  # flits each router's switch passed
+    np.add.at(through.T, links // P, link_flits.T)
+    np.add.at(through.T, ends // P, flits[:, ends].T)
+    cycles = np.maximum(noc_cycles, 1)[:, None]
+    return {
+        "noc_link_flits": _var(("time", "link"), _int(link_flits), "flits",
+                               "flits sent along the router-to-router link"),
+        "noc_link_utilization": _var(
+            ("time", "link"), (link_flits * gap / cycles).astype(np.float32), "fraction",
+            "share of the bin's NoC cycles the link was passing a flit (a link narrower "
+            "than a flit, or slower, takes several cycles per flit)"),
+        "noc_router_flits": _var(("time", "router"), _int(through), "flits",
+                                 "flits through the router's switch (to links and endpoints)"),
+        "noc_router_occupancy": _var(
+            ("time", "router"), (occ / cycles).astype(np.float32), "flits",
+            "mean flits holding a slot of the router's input buffers (from the cycle their "
+            "sender took the slot's credit until they leave)"),
     }
 
 
@@ -234,9 +279,13 @@ def _dram_vars(rec: TraceRecorder, n: int) -> dict:
 
 def _dram_cycles_per_bin(rec: TraceRecorder, n: int) -> np.ndarray:
     """DRAM cycles whose start falls in each bin."""
+    return _domain_cycles_per_bin(rec, n, rec.tb.mem_period)
+
+
+def _domain_cycles_per_bin(rec: TraceRecorder, n: int, period: int) -> np.ndarray:
+    """Cycles of a clock of ``period`` ticks whose start falls in each bin."""
     bt = rec.bins.width * rec.tb.core_period
-    mp = rec.tb.mem_period
-    edges = -(-(np.arange(n + 1, dtype=np.int64) * bt) // mp)
+    edges = -(-(np.arange(n + 1, dtype=np.int64) * bt) // period)
     return np.diff(edges)
 
 

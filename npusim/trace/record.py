@@ -168,6 +168,7 @@ class TraceRecorder:
         self.cfg, self.prog, self.tb = cfg, prog, tb
         self.std = dram_standard(cfg)
         self.dram = self.std is not None
+        self.routers = cfg.memory.type != "ideal" and cfg.noc.type != "crossbar"
         auto = options.bin_cycles is None
         base = auto_bin_cycles(prog, cfg) if auto else int(options.bin_cycles)
         self.bins = _Bins(base, merge=auto)
@@ -185,6 +186,7 @@ class TraceRecorder:
         self.commands: list[np.ndarray] = []
         self.end_tick = None
         self.layer_times = None  # (start, end) ticks of every layer, once finished
+        self.network = None  # (NocTables, NocParams) of a router network, once finished
 
     def _check_window_size(self, cfg, tb) -> None:
         banks = cfg.memory.channels * cfg.memory.ranks * self.std.bank_groups \
@@ -213,12 +215,16 @@ class TraceRecorder:
         self._set_stop(st)
 
     def compile(self, st, p) -> None:
-        if self.dram:
-            from numba import typeof
+        from numba import typeof
 
+        if self.dram:
             from npusim.kernels.trace import trace_sync
 
             trace_sync.compile((typeof(st.mem), typeof(p), typeof(np.int64(0))))
+        if self.routers:
+            from npusim.kernels.router_network import router_network_trace_sync
+
+            router_network_trace_sync.compile((typeof(st.noc), typeof(p), typeof(np.int64(0))))
 
     def _set_stop(self, st) -> None:
         stop = (self.drained + self.ring) * self.bin_ticks - self.lookahead
@@ -234,6 +240,10 @@ class TraceRecorder:
             from npusim.kernels.trace import trace_sync
 
             trace_sync(st.mem, p, np.int64(t))
+        if self.routers:
+            from npusim.kernels.router_network import router_network_trace_sync
+
+            router_network_trace_sync(st.noc, p, np.int64(t))
         upto = t // self.bin_ticks + 1 if finished else t // self.bin_ticks
         if upto > self.drained:
             # the loop may have skipped far past the stop tick, but it wrote only below
@@ -243,12 +253,12 @@ class TraceRecorder:
             while first < last:  # the ring's slots in at most two runs, as views
                 s0 = first % self.ring
                 s1 = min(s0 + last - first, self.ring)
-                for name, table in (("dram", st.mem.tr_dram), ("chan", st.mem.tr_chan),
-                                    ("noc", st.noc.tr_noc)):
-                    block = np.moveaxis(table[:, s0:s1], 1, 0)  # [bin, field, ...]
+                for name, table, axis in self._rings(st):
+                    slots = (slice(None),) * axis + (slice(s0, s1),)
+                    block = np.moveaxis(table[slots], axis, 0)  # [bin, ...]
                     self.bins.ensure(name, block.shape[1:])
                     self.bins.add_kernel_bins(name, first, block)
-                    table[:, s0:s1] = 0
+                    table[slots] = 0
                 first += s1 - s0
             self.drained = upto
         cores, mem = st.cores, st.mem
@@ -264,11 +274,21 @@ class TraceRecorder:
             self.snapshot = mem.dbank[ks.B_OPEN_ROW].copy()
         if finished:
             self.end_tick = t
+            if self.routers:  # the network's shape, for naming its links and routers
+                self.network = (st.noc.net_tab, st.noc.net_p)
             self.layer_times = (cores.layer_st[ks.L_START].copy(),
                                 cores.layer_st[ks.L_END].copy())
             if int(mem.ctl[ks.MC_LOG_LOST]):
                 raise AssertionError("trace: DRAM commands were lost between drains")
         self._set_stop(st)
+
+    def _rings(self, st):
+        """The binned rings: (name, table, axis of its slots)."""
+        rings = [("dram", st.mem.tr_dram, 1), ("chan", st.mem.tr_chan, 1),
+                 ("noc", st.noc.tr_noc, 1)]
+        if self.routers:  # the router network's (kernels/network/trace.py)
+            rings += [("noc_link", st.noc.net.tr_link, 0), ("noc_occ", st.noc.net.tr_occ, 0)]
+        return rings
 
     def _add_intervals(self, iv: np.ndarray) -> None:
         P = self.tb.core_period

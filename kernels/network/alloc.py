@@ -1,0 +1,222 @@
+"""Allocators: match requesting inputs to outputs, once per router and cycle.
+
+Four kinds (``names.ALLOCATORS``), as Booksim defines them, with round-robin pointers kept
+per router between cycles:
+
+- ``islip``: outputs grant round robin from their grant pointer, inputs accept round robin
+  from their accept pointer; pointers move past a match made in the first iteration only;
+  later iterations match what is still free.
+- ``separable_output_first``: the same arbiters in the same order; Booksim runs it once,
+  which is iSLIP with one iteration (here it takes iterations too).
+- ``separable_input_first``: each input picks one of its requested outputs round robin,
+  each output then picks one of the inputs that picked it; both pointers move on a match.
+- ``wavefront``: requests are visited by diagonals of the input x output square, from a
+  priority diagonal that moves by one every cycle with requests; a request is granted if
+  its input and output are both still free.
+
+The switch allocator matches input ports to output ports (a dense request matrix of
+ports x ports, each request labelled with the VC that makes it). The VC allocator matches
+input VCs to output VCs; an input VC asks for every free output VC of one output port in a
+set (its message class and VC class), so it runs per output port, on bit sets of VCs.
+"""
+
+from numba.cpython.unsafe.numbers import trailing_zeros
+
+from .names import ALLOC_SEPARABLE_INPUT_FIRST, ALLOC_WAVEFRONT
+from ..jit import kernel
+from .state import *  # noqa: F403  (field indices)
+
+
+@kernel(inline=True)
+def _wrap(i, n):
+    return i - n if i >= n else i
+
+
+@kernel
+def switch_allocate(lab, al, gptr, aptr, wf, p, r):
+    """Match input ports to output ports of router r on the requests in ``lab``
+    (input i asks for output o if ``sa_label[i * P + o] >= 0``). Leaves the output each
+    input got in ``al[AL_IN]`` (-1 none)."""
+    P = p.ports
+    base = r * P
+    for i in range(P):
+        al[AL_IN, i] = -1
+        al[AL_OUT, i] = -1
+    if p.sa_alloc == ALLOC_WAVEFRONT:
+        pri = wf[1, r]
+        for d in range(P):
+            diag = pri + d
+            for o in range(P):
+                i = (diag + P - o) % P
+                if lab[i * P + o] >= 0 and al[AL_IN, i] < 0 and al[AL_OUT, o] < 0:
+                    al[AL_IN, i] = o
+                    al[AL_OUT, o] = i
+        wf[1, r] = _wrap(pri + 1, P)
+        return
+    for it in range(p.sa_iters):
+        if p.sa_alloc == ALLOC_SEPARABLE_INPUT_FIRST:
+            for i in range(P):  # each free input picks a free output it asks for
+                al[AL_CHOICE, i] = -1
+                if al[AL_IN, i] >= 0:
+                    continue
+                a = aptr[base + i]
+                for k in range(P):
+                    o = _wrap(a + k, P)
+                    if lab[i * P + o] >= 0 and al[AL_OUT, o] < 0:
+                        al[AL_CHOICE, i] = o
+                        break
+            for o in range(P):  # each free output takes one of the inputs that picked it
+                if al[AL_OUT, o] >= 0:
+                    continue
+                g = gptr[base + o]
+                for k in range(P):
+                    i = _wrap(g + k, P)
+                    if al[AL_CHOICE, i] == o:
+                        al[AL_IN, i] = o
+                        al[AL_OUT, o] = i
+                        if it == 0:
+                            gptr[base + o] = _wrap(i + 1, P)
+                            aptr[base + i] = _wrap(o + 1, P)
+                        break
+            continue
+        # iSLIP / separable output-first: grant, then accept
+        for o in range(P):
+            al[AL_GRANT, o] = -1
+            if al[AL_OUT, o] >= 0:
+                continue
+            g = gptr[base + o]
+            for k in range(P):
+                i = _wrap(g + k, P)
+                if lab[i * P + o] >= 0 and al[AL_IN, i] < 0:
+                    al[AL_GRANT, o] = i
+                    break
+        for i in range(P):
+            if al[AL_IN, i] >= 0:
+                continue
+            a = aptr[base + i]
+            for k in range(P):
+                o = _wrap(a + k, P)
+                if al[AL_GRANT, o] == i:
+                    al[AL_IN, i] = o
+                    al[AL_OUT, o] = i
+                    if it == 0:
+                        gptr[base + o] = _wrap(i + 1, P)
+                        aptr[base + i] = _wrap(o + 1, P)
+                    break
+
+
+@kernel(inline=True)
+def _first_from(bits, start):
+    """The lowest set bit of ``bits`` at or above ``start``, else the lowest; -1 if none."""
+    if bits == 0:
+        return -1
+    high = (bits >> start) << start
+    return trailing_zeros(high) if high != 0 else trailing_zeros(bits)
+
+
+@kernel(inline=True)
+def _accept_start(a, o, V):
+    """Where an accept pointer over every output VC of the router (o * V + ov) starts a
+    scan restricted to output port o."""
+    return a - o * V if o * V <= a < o * V + V else 0
+
+
+@kernel(inline=True)
+def _first_requester(vr, al, k0, k1, ov, g):
+    """Round robin from input VC g: the first unmatched request in [k0, k1) (ascending
+    input VCs) that asks for output VC ov; -1 if none."""
+    first = -1
+    for k in range(k0, k1):
+        if al[AL_IN, k] < 0 and (vr[VR_MASK, k] >> ov) & 1:
+            if vr[VR_IV, k] >= g:
+                return k
+            if first < 0:
+                first = k
+    return first
+
+
+@kernel
+def vc_allocate_port(free, gptr, aptr, vr, al, wf, p, r, o, k0, k1):
+    """Match requests k0 .. k1-1 of ``va_req`` (input VCs in ascending order, all asking
+    for output port o of router r) to the free output VCs ``free`` (a bit set) of that
+    port. ``al[AL_IN, k]`` gets the output VC request k won (-1 none); returns the output
+    VCs taken (a bit set)."""
+    V = p.vcs
+    S = p.ports * V
+    qo = r * p.ports + o
+    taken = 0
+    if p.va_alloc == ALLOC_WAVEFRONT:
+        pri = wf[0, r]
+        for d in range(S):
+            for ov in range(V):
+                if not (free >> ov) & 1 or (taken >> ov) & 1:
+                    continue
+                iv = (pri + d + S - (o * V + ov)) % S
+                for k in range(k0, k1):
+                    if vr[VR_IV, k] == iv:
+                        if al[AL_IN, k] < 0 and (vr[VR_MASK, k] >> ov) & 1:
+                            al[AL_IN, k] = ov
+                            taken |= 1 << ov
+                        break
+        return taken
+    for it in range(p.va_iters):
+        matched = 0
+        if p.va_alloc == ALLOC_SEPARABLE_INPUT_FIRST:
+            chosen = 0
+            for k in range(k0, k1):  # each free input VC picks a free output VC
+                al[AL_CHOICE, k] = -1
+                if al[AL_IN, k] < 0:
+                    iv = vr[VR_IV, k]
+                    ov = _first_from(vr[VR_MASK, k] & free & ~taken,
+                                     _accept_start(aptr[r * p.ports + iv // V, iv % V], o, V))
+                    al[AL_CHOICE, k] = ov
+                    if ov >= 0:
+                        chosen |= 1 << ov
+            while chosen != 0:  # each picked output VC takes one input VC that picked it
+                ov = trailing_zeros(chosen)
+                chosen &= chosen - 1
+                g = gptr[qo, ov]
+                pick = -1
+                for k in range(k0, k1):
+                    if al[AL_CHOICE, k] == ov:
+                        if pick < 0 or (vr[VR_IV, pick] < g <= vr[VR_IV, k]):
+                            pick = k
+                _va_match(gptr, aptr, al, p, r, o, qo, ov, pick, vr[VR_IV, pick], it)
+                taken |= 1 << ov
+                matched += 1
+        else:
+            # iSLIP / separable output-first: every free output VC grants, input VCs accept
+            union = 0
+            for k in range(k0, k1):
+                al[AL_GRANT, k] = 0
+                if al[AL_IN, k] < 0:
+                    union |= vr[VR_MASK, k]
+            bits = union & free & ~taken
+            while bits != 0:
+                ov = trailing_zeros(bits)
+                bits &= bits - 1
+                k = _first_requester(vr, al, k0, k1, ov, gptr[qo, ov])
+                al[AL_GRANT, k] |= 1 << ov
+            for k in range(k0, k1):
+                if al[AL_IN, k] >= 0 or al[AL_GRANT, k] == 0:
+                    continue
+                iv = vr[VR_IV, k]
+                ov = _first_from(al[AL_GRANT, k],
+                                 _accept_start(aptr[r * p.ports + iv // V, iv % V], o, V))
+                _va_match(gptr, aptr, al, p, r, o, qo, ov, k, iv, it)
+                taken |= 1 << ov
+                matched += 1
+        if matched == 0:
+            break
+    return taken
+
+
+@kernel(inline=True)
+def _va_match(gptr, aptr, al, p, r, o, qo, ov, k, iv, it):
+    """Input VC request k takes output VC ov; pointers move on a first-iteration match."""
+    V = p.vcs
+    S = p.ports * V
+    al[AL_IN, k] = ov
+    if it == 0:
+        gptr[qo, ov] = _wrap(iv + 1, S)
+        aptr[r * p.ports + iv // V, iv % V] = _wrap(o * V + ov + 1, S)

@@ -1,0 +1,354 @@
+"""Input-queued virtual-channel routers, all stepped by one kernel.
+
+A head flit's pipeline, in NoC cycles (Booksim's IQ router without speculation):
+
+- it arrives in an input VC at cycle a (written there when it won the switch upstream);
+- routing takes ``routing_delay`` cycles (0: lookahead, the route is known on arrival);
+- VC allocation at cycle a + routing_delay; an output VC won there lets the VC bid for
+  the switch ``va_delay`` cycles later;
+- switch allocation at some cycle s, when the output VC has a credit and the output link
+  is free; the flit then spends ``sa_delay - 1`` more cycles in allocation, ``st_delay`` in
+  the switch and the link's latency on the wire, and arrives downstream at
+  s + sa_delay + st_delay + latency (+ the link's serialization for a narrow link). With
+  Booksim's meshconfig (0/1/1/1, links of 1) a hop costs 4 cycles.
+
+Body flits follow their head at most one per cycle through the same output VC (wormhole);
+the tail frees its input VC. A flit that leaves an input buffer sends a credit upstream,
+usable ``latency + 1 + credit_delay`` cycles later. A downstream VC is handed to a new
+packet once it is free: when its tail is sent, or with ``wait_tail`` once the tail's
+credit is back (the VC empty).
+
+Every interaction between two routers is at least one cycle in the future, so the order
+in which routers are stepped within a cycle does not matter. Credits arriving at an idle
+router are applied when it next steps (before anything reads them), so only routers that
+hold or expect flits are stepped.
+"""
+
+from numba.cpython.unsafe.numbers import trailing_zeros
+
+from .. import isa
+from ..jit import kernel
+from ..ring import ring_at, ring_next
+from .alloc import switch_allocate, vc_allocate_port
+from .names import ALLOC_WAVEFRONT
+from .state import *  # noqa: F403  (field indices)
+from .trace import trace_link, trace_occupancy
+
+
+@kernel(inline=True)
+def push_flit(ns, nt, p, q, v, pkt, flags, arr, t):
+    """Write a flit into input row q, VC v, at cycle t, arriving at cycle arr (its slot
+    is taken now)."""
+    n = ns.ivc[q, v, IV_COUNT]
+    k = ring_at(ns.ivc[q, v, IV_HEAD], n, p.depth)
+    ns.fb[q, v, k, FB_PKT] = pkt
+    ns.fb[q, v, k, FB_FLAGS] = flags
+    ns.fb[q, v, k, FB_ARR] = arr
+    if n == 0:  # it is the VC's front flit
+        ns.ivc[q, v, IV_FRONT_ARR] = arr
+        if flags & F_HEAD:
+            ns.ivc[q, v, IV_STATE] = VC_ALLOC
+            ns.ivc[q, v, IV_READY] = arr + p.routing_delay
+        ns.occ[q] |= 1 << v
+    ns.ivc[q, v, IV_COUNT] = n + 1
+    w = nt.row_owner[q]
+    if p.trace == 1 and w < p.n_routers:
+        trace_occupancy(ns, p, w, t)
+    ns.busy[w] += 1
+    ns.wake[w] = min(ns.wake[w], arr)
+    ns.glob[NG_WAKE] = min(ns.glob[NG_WAKE], arr)
+    ns.glob[NG_FLITS] += 1
+
+
+@kernel(inline=True)
+def pop_flit(ns, nt, p, q, v, t):
+    """Remove the front flit of input row q, VC v, which leaves at cycle t; set up the
+    next flit's stage. Returns the flit's (packet, flags)."""
+    h = ns.ivc[q, v, IV_HEAD]
+    pkt = ns.fb[q, v, h, FB_PKT]
+    flags = ns.fb[q, v, h, FB_FLAGS]
+    h = ring_next(h, p.depth)
+    n = ns.ivc[q, v, IV_COUNT] - 1
+    ns.ivc[q, v, IV_HEAD] = h
+    ns.ivc[q, v, IV_COUNT] = n
+    w = nt.row_owner[q]
+    if p.trace == 1 and w < p.n_routers:
+        trace_occupancy(ns, p, w, t)
+    ns.busy[w] -= 1
+    ns.glob[NG_FLITS] -= 1
+    if n == 0:
+        ns.occ[q] &= ~(1 << v)
+        if flags & F_TAIL:
+            ns.ivc[q, v, IV_STATE] = VC_IDLE
+        return pkt, flags
+    arr = ns.fb[q, v, h, FB_ARR]
+    ns.ivc[q, v, IV_FRONT_ARR] = arr
+    if flags & F_TAIL:  # the next packet's head comes to the front
+        ns.ivc[q, v, IV_STATE] = VC_ALLOC
+        ns.ivc[q, v, IV_READY] = max(arr, t + 1) + p.routing_delay
+    return pkt, flags
+
+
+@kernel(inline=True)
+def send_credit(ns, nt, p, q, v, t):
+    """A flit left input row q, VC v, at cycle t: its credit goes back to the sender."""
+    u = nt.in_src[q]
+    K = ns.cr_time.shape[1]
+    k = ring_at(ns.cr_ctl[CR_HEAD, u], ns.cr_ctl[CR_COUNT, u], K)
+    ns.cr_time[u, k] = t + nt.link[LK_LAT, u] + 1 + nt.link[LK_CREDIT_DELAY, u]
+    ns.cr_vc[u, k] = v
+    ns.cr_ctl[CR_COUNT, u] += 1
+    if ns.cr_wait[u] == 1:  # a flit waits for this credit: wake its router when it is due
+        ns.cr_wait[u] = 0
+        w = nt.row_owner[u]
+        ns.wake[w] = min(ns.wake[w], ns.cr_time[u, k])
+        ns.glob[NG_WAKE] = min(ns.glob[NG_WAKE], ns.cr_time[u, k])
+
+
+@kernel(inline=True)
+def receive_credits(ns, p, q, t):
+    """Apply the credits due by cycle t to output row q."""
+    n = ns.cr_ctl[CR_COUNT, q]
+    if n == 0:
+        return
+    K = ns.cr_time.shape[1]
+    h = ns.cr_ctl[CR_HEAD, q]
+    while n > 0 and ns.cr_time[q, h] <= t:
+        v = ns.cr_vc[q, h]
+        c = ns.ovc[q, v, OV_CREDITS] + 1
+        ns.ovc[q, v, OV_CREDITS] = c
+        if c == p.depth and ns.ovc[q, v, OV_TAIL_SENT] == 1:
+            ns.ovc[q, v, OV_OWNER] = -1  # wait_tail: the VC is empty, hand it out again
+            ns.ovc[q, v, OV_TAIL_SENT] = 0
+            ns.ov_free[q] |= 1 << v
+        h = ring_next(h, K)
+        n -= 1
+    ns.cr_ctl[CR_HEAD, q] = h
+    ns.cr_ctl[CR_COUNT, q] = n
+
+
+@kernel(inline=True)
+def flit_sent(ns, p, q, v, flags):
+    """Output row q sent a flit on downstream VC v: one credit less; a tail frees the VC
+    at once, or with ``wait_tail`` when its last credit is back."""
+    ns.ovc[q, v, OV_CREDITS] -= 1
+    if flags & F_TAIL:
+        if p.wait_tail:
+            ns.ovc[q, v, OV_TAIL_SENT] = 1
+        else:
+            ns.ovc[q, v, OV_OWNER] = -1
+            ns.ov_free[q] |= 1 << v
+
+
+@kernel(inline=True)
+def _rr_distance(v, start, V):
+    """Places from ``start`` to v in a round robin over V."""
+    return v - start if v >= start else v - start + V
+
+
+@kernel(inline=True)
+def _credit_wait(ns, qo):
+    """Earliest cycle a credit for output row qo can be back; or mark the row so that the
+    next credit sent there wakes its router (``cr_wait``)."""
+    if ns.cr_ctl[CR_COUNT, qo] > 0:
+        return ns.cr_time[qo, ns.cr_ctl[CR_HEAD, qo]]
+    ns.cr_wait[qo] = 1
+    return isa.NEVER
+
+
+@kernel(inline=True)
+def _vc_request(ns, nt, p, r, i, v, q, nreq):
+    """Record the head at input row q, VC v asking for a VC of its route's output."""
+    vr = ns.va_req
+    pkt = ns.fb[q, v, ns.ivc[q, v, IV_HEAD], FB_PKT]
+    dest = ns.pkt[PK_DEST, pkt]
+    vr[VR_IV, nreq] = i * p.vcs + v
+    vr[VR_OUT, nreq] = nt.route[r, dest]
+    vr[VR_MASK, nreq] = nt.vc_mask[ns.pkt[PK_CLASS, pkt], nt.route_class[r, dest]]
+    ns.al[AL_IN, nreq] = -1
+
+
+@kernel(inline=True)
+def _group_by_port(vr, nreq):
+    """Sort the requests by output port, keeping input VC order within a port."""
+    for k in range(1, nreq):
+        j = k
+        while j > 0 and vr[VR_OUT, j - 1] > vr[VR_OUT, j]:
+            for f in range(N_VR_FIELDS):
+                x = vr[f, j]
+                vr[f, j] = vr[f, j - 1]
+                vr[f, j - 1] = x
+            j -= 1
+
+
+@kernel(inline=True)
+def _vc_allocation(ns, p, r, t, nreq):
+    """Match the recorded heads to free output VCs, port by port; winners take theirs."""
+    V = p.vcs
+    P = p.ports
+    base = r * P
+    vr = ns.va_req
+    if nreq == 1 and p.va_alloc != ALLOC_WAVEFRONT:
+        # one head: every free output VC it may take grants it, it accepts the first from
+        # its accept pointer (what iSLIP and the separable allocators all do)
+        o = vr[VR_OUT, 0]
+        iv = vr[VR_IV, 0]
+        i = iv // V
+        a = ns.va_aptr[base + i, iv - i * V]
+        a = a - o * V if o * V <= a < o * V + V else 0
+        bits = vr[VR_MASK, 0] & ns.ov_free[base + o]
+        if bits != 0:
+            high = (bits >> a) << a
+            ov = trailing_zeros(high) if high != 0 else trailing_zeros(bits)
+            ns.al[AL_IN, 0] = ov
+            S = P * V
+            ns.va_gptr[base + o, ov] = iv + 1 if iv + 1 < S else 0
+            ns.va_aptr[base + i, iv - i * V] = o * V + ov + 1 if o * V + ov + 1 < S else 0
+    else:
+        _group_by_port(vr, nreq)
+        k0 = 0
+        while k0 < nreq:
+            o = vr[VR_OUT, k0]
+            k1 = k0 + 1
+            while k1 < nreq and vr[VR_OUT, k1] == o:
+                k1 += 1
+            vc_allocate_port(ns.ov_free[base + o], ns.va_gptr, ns.va_aptr, vr, ns.al, ns.wf,
+                             p, r, o, k0, k1)
+            k0 = k1
+        if p.va_alloc == ALLOC_WAVEFRONT:
+            ns.wf[0, r] = (ns.wf[0, r] + 1) % (P * V)
+    for k in range(nreq):
+        ov = ns.al[AL_IN, k]
+        if ov < 0:
+            continue
+        iv = vr[VR_IV, k]
+        i = iv // V
+        q = base + i
+        v = iv - i * V
+        qo = base + vr[VR_OUT, k]
+        ns.ovc[qo, ov, OV_OWNER] = q * V + v
+        ns.ov_free[qo] &= ~(1 << ov)
+        ns.ivc[q, v, IV_STATE] = VC_ACTIVE
+        ns.ivc[q, v, IV_OUT] = vr[VR_OUT, k]
+        ns.ivc[q, v, IV_OVC] = ov
+        ns.ivc[q, v, IV_READY] = t + p.va_delay
+
+
+@kernel(inline=True)
+def _switch_allocation(ns, nt, p, r, t, nset):
+    """Match the input ports' bids (``sa_label``) to output ports; winners send a flit."""
+    P = p.ports
+    V = p.vcs
+    base = r * P
+    lab = ns.sa_label
+    if nset == 1:  # one request: every allocator grants it (and moves its pointers so)
+        k = ns.al[AL_SET, 0]
+        i = k // P
+        o = k - i * P
+        for j in range(P):
+            ns.al[AL_IN, j] = -1
+        ns.al[AL_IN, i] = o
+        if p.sa_alloc == ALLOC_WAVEFRONT:
+            ns.wf[1, r] = ns.wf[1, r] + 1 if ns.wf[1, r] + 1 < P else 0
+        else:
+            ns.sa_gptr[base + o] = i + 1 if i + 1 < P else 0
+            ns.sa_aptr[base + i] = o + 1 if o + 1 < P else 0
+    else:
+        switch_allocate(lab, ns.al, ns.sa_gptr, ns.sa_aptr, ns.wf, p, r)
+    for i in range(P):
+        o = ns.al[AL_IN, i]
+        if o < 0:
+            continue
+        q = base + i
+        v = lab[i * P + o]
+        qo = base + o
+        ov = ns.ivc[q, v, IV_OVC]
+        leave = t + p.sa_delay - 1
+        pkt, flags = pop_flit(ns, nt, p, q, v, t)
+        ns.ivc[q, v, IV_READY] = max(ns.ivc[q, v, IV_READY], t + p.sa_delay)
+        send_credit(ns, nt, p, q, v, leave)
+        gap = nt.link[LK_GAP, qo]
+        push_flit(ns, nt, p, nt.link[LK_DST, qo], ov, pkt, flags,
+                  leave + 1 + p.st_delay + nt.link[LK_LAT, qo] + gap - 1, t)
+        flit_sent(ns, p, qo, ov, flags)
+        ns.out_free[qo] = t + gap
+        ns.sw_rr[q] = v + 1 if v + 1 < V else 0
+        ns.link_flits[qo] += 1
+        ns.router_flits[r] += 1
+        if p.trace == 1:
+            trace_link(ns, p, qo, t)
+    for k in range(nset):
+        lab[ns.al[AL_SET, k]] = -1
+
+
+@kernel(inline=True)
+def router_step(ns, nt, p, r, t):
+    """One cycle of router r: credits due, then one pass over its occupied input VCs
+    collects the heads asking for an output VC and, per input and output port, the VC
+    that bids for the switch (round robin from the input's last winner): a VC bids once
+    its front flit has arrived, its stage is ready, its output VC has a credit and its
+    link is free. Then VC and switch allocation. Sets ``ns.wake[r]``: the next cycle after
+    a request, else the earliest cycle a VC can act (a VC waiting for a credit not yet
+    sent marks its output so that the credit wakes the router)."""
+    P = p.ports
+    V = p.vcs
+    base = r * P
+    for o in range(P):
+        receive_credits(ns, p, base + o, t)
+    lab = ns.sa_label  # all -1 between steps
+    nreq = 0
+    nset = 0
+    w = isa.NEVER
+    for i in range(P):
+        q = base + i
+        bits = ns.occ[q]
+        rr = ns.sw_rr[q]
+        while bits != 0:
+            v = trailing_zeros(bits)
+            bits &= bits - 1
+            ready = ns.ivc[q, v, IV_READY]
+            if ns.ivc[q, v, IV_STATE] == VC_ALLOC:
+                if ready <= t:
+                    _vc_request(ns, nt, p, r, i, v, q, nreq)
+                    nreq += 1
+                else:
+                    w = min(w, ready)
+                continue
+            at = max(ready, ns.ivc[q, v, IV_FRONT_ARR])
+            if at > t:
+                w = min(w, at)
+                continue
+            o = ns.ivc[q, v, IV_OUT]
+            qo = base + o
+            if ns.ovc[qo, ns.ivc[q, v, IV_OVC], OV_CREDITS] <= 0:
+                w = min(w, _credit_wait(ns, qo))
+                continue
+            if ns.out_free[qo] > t:
+                w = min(w, ns.out_free[qo])
+                continue
+            cur = lab[i * P + o]
+            if cur < 0:
+                lab[i * P + o] = v
+                ns.al[AL_SET, nset] = i * P + o
+                nset += 1
+            elif _rr_distance(v, rr, V) < _rr_distance(cur, rr, V):
+                lab[i * P + o] = v
+    if nreq > 0:
+        _vc_allocation(ns, p, r, t, nreq)
+    if nset > 0:
+        _switch_allocation(ns, nt, p, r, t, nset)
+    ns.wake[r] = t + 1 if nreq + nset > 0 else max(w, t + 1)
+
+
+@kernel(inline=True)
+def routers_step(ns, nt, p, t):
+    """Cycle t of every router due (every router without skip); returns the earliest
+    cycle any router is due next. Inlined into its callers (the engine's NoC step runs it
+    every NoC cycle with traffic: an out-of-line call passes each of the network's ~40
+    arrays separately, see kernels/jit.py)."""
+    nxt = isa.NEVER
+    for r in range(p.n_routers):
+        if ns.wake[r] <= t or p.skip == 0:
+            router_step(ns, nt, p, r, t)
+        nxt = min(nxt, ns.wake[r])
+    return nxt

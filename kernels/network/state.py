@@ -1,0 +1,127 @@
+"""Struct-of-arrays state of a network of input-queued virtual-channel routers.
+
+Ports are numbered per router, inputs and outputs separately, and flattened into *rows*:
+row ``r * ports + i`` is input port i (or output port i) of router r. The network
+interface (NIC) of node n adds one more row, ``n_routers * ports + n``: its output row
+injects into a router input, its input row is the ejection buffer a router output feeds.
+So every link, router-to-router or NIC-to-router, joins an output row to an input row,
+and one set of tables serves both:
+
+- input side, per row and VC: a ring of flits (packet, flags, arrival cycle), the VC's
+  pipeline state and its output port and VC once allocated;
+- output side, per row and VC: who owns the downstream VC, its credits, whether the tail
+  has been sent; per row the credits on their way back (a ring of due cycles);
+- packets: one row per packet in flight (source, destination, size, creation cycle, ...),
+  taken from a free list.
+
+The per-VC tables are record-major (``ivc[row, vc, field]``): a VC's fields, read
+together on every visit, share one cache line (``IV_FRONT_ARR`` keeps the front flit's
+arrival there too), and a visit to a VC touches nothing else.
+
+A flit is written into its downstream buffer when it wins the switch, stamped with the
+cycle it arrives (after switch traversal and the link); it is invisible there before that
+cycle but holds its slot, which its sender's credit already paid for. Times are NoC cycles.
+"""
+
+from collections import namedtuple
+
+# Scalar parameters of a network, fixed for a run.
+NOC_PARAM_FIELDS = (
+    "n_routers", "ports", "vcs", "depth", "n_nodes",
+    "routing_delay", "va_delay", "sa_delay", "st_delay",
+    "va_alloc", "sa_alloc", "va_iters", "sa_iters", "wait_tail", "skip",
+    # tracing (network/trace.py): on/off, bin width in ticks, ticks per NoC cycle
+    "trace", "trace_bin", "period",
+)
+NocParams = namedtuple("NocParams", NOC_PARAM_FIELDS)
+
+# Read-only tables:
+#   link[LK_*, out_row]           where an output row leads and how long it takes
+#   in_src[in_row]                the output row feeding an input row (-1: none)
+#   route[router, node]           output port towards a node (its ejection port at the end)
+#   route_class[router, node]     VC class of that hop; vc_classes = any class
+#   vc_lo/vc_hi[msg_class, cls]   VC range of a message class and VC class (cls = vc_classes: all)
+#   vc_mask[msg_class, cls]       the same range as a bit set
+#   row_owner[row]                router (or n_routers + node) of a row: index into busy/wake
+#   link_class[row]               what an output row drives: LC_* (energy, traces; the
+#                                 kernels do not read it)
+NocTables = namedtuple("NocTables", ("link", "in_src", "route", "route_class", "vc_lo",
+                                     "vc_hi", "vc_mask", "row_owner", "link_class"))
+# link_class: no link (an unused port); a link into an endpoint or out of one; a link
+# between two routers on one die; a die-to-die link
+LC_NONE, LC_ENDPOINT, LC_ON_DIE, LC_DIE_TO_DIE = range(4)
+(LK_DST, LK_LAT, LK_GAP, LK_CREDIT_DELAY) = range(4)
+N_LK_FIELDS = 4
+
+NOC_STATE_TABLES = (
+    "ivc",      # [row, vc, IV_*]            input VCs
+    "fb",       # [row, vc, depth, FB_*]     flit buffers (rings)
+    "ovc",      # [row, vc, OV_*]            downstream VCs seen from an output
+    "ov_free",  # [row]                      bit v set: downstream VC v has no owner
+    "out_free",  # [row]                     cycle an output link takes its next flit
+    "cr_time",  # [row, k]                   credits on their way back: due cycle,
+    "cr_vc",    # [row, k]                   and VC (a ring per output row)
+    "cr_ctl",   # [CR_*, row]
+    "cr_wait",  # [row]                      1: a flit waits for the next credit sent here
+    "occ",      # [row]                      bit v set: input VC v holds flits
+    "busy",     # [router + node]            flits a router (then a NIC) holds or expects
+    "wake",     # [router + node]            first cycle it may have something to do
+    "va_gptr",  # [row, vc]                  VC allocator: output VC grant pointers,
+    "va_aptr",  # [row, vc]                  input VC accept pointers
+    "sa_gptr",  # [row]                      switch allocator: per output, per input
+    "sa_aptr",  # [row]
+    "sw_rr",    # [row]                      round robin over an input's VCs
+    "wf",       # [2, router]                wavefront priority diagonals (VC, switch)
+    "nic",      # [node, NI_*]               packet being injected
+    "pkt",      # [PK_*, packet]
+    "pkt_free",  # [k]                       free packet rows (a stack)
+    "glob",     # [NG_*]
+    "link_flits",  # [row]                   flits sent out of each output row
+    "router_flits",  # [router]              flits through each router's switch
+    # tracing (network/trace.py; one-element placeholders when off)
+    "tr_link",  # [slot, row]                flits out of each output row, binned ring
+    "tr_occ",   # [slot, router]             buffer occupancy (flits x cycles), binned ring
+    "tr_since",  # [router]                  cycle tr_occ is added up to
+    # allocator scratch, reused by every router (S = ports * vcs)
+    "sa_label",  # [ports * ports]           switch requests: input i -> output o, by VC
+    "al",       # [AL_*, S]                  match state of allocator inputs and outputs
+    "va_req",   # [VR_*, S]                  input VCs requesting an output VC
+)
+NocState = namedtuple("NocState", NOC_STATE_TABLES)
+
+# ivc
+# (IV_FRONT_ARR: arrival cycle of the front flit, kept here so that a visit to a VC
+#  touches one cache line; 8 fields = 64 bytes)
+IV_HEAD, IV_COUNT, IV_STATE, IV_OUT, IV_OVC, IV_READY, IV_FRONT_ARR = range(7)
+N_IV_FIELDS = 8
+VC_IDLE, VC_ALLOC, VC_ACTIVE = range(3)  # IV_STATE: empty; head waits for a VC; has one
+# fb
+FB_PKT, FB_FLAGS, FB_ARR = range(3)
+N_FB_FIELDS = 3
+F_HEAD, F_TAIL = 1, 2  # FB_FLAGS bits
+# ovc (OV_OWNER: -1 free, else the input VC that holds it)
+OV_OWNER, OV_CREDITS, OV_TAIL_SENT = range(3)
+N_OV_FIELDS = 3
+# cr_ctl
+CR_HEAD, CR_COUNT = range(2)
+# nic (NI_PKT: -1 none; NI_SENT: its flits sent so far; NI_VC: the VC it holds)
+NI_PKT, NI_SENT, NI_VC, NI_LAST_VC = range(4)
+N_NI_FIELDS = 4
+# pkt (PK_CLASS: message class, 0 request / 1 response; PK_ITIME: cycle its head left the
+# source; PK_TAG: the driver's own: synthetic traffic 1 if measured, a replayed packet's
+# index in its list)
+PK_SRC, PK_DEST, PK_SIZE, PK_CTIME, PK_CLASS, PK_ITIME, PK_TAG = range(7)
+N_PK_FIELDS = 7
+# glob
+# (NG_FREE: free packet rows; NG_FLITS: flits in buffers; NG_NOW: the cycle reached;
+#  NG_WAKE: the earliest wake set since the driver last cleared it)
+NG_FREE, NG_FLITS, NG_NOW, NG_WAKE = range(4)
+N_NG_FIELDS = 4
+# al (AL_IN: output an input got, AL_OUT: input an output got, -1 none; AL_GRANT: the
+# input an output grants this iteration; AL_CHOICE: the output an input picks)
+AL_IN, AL_OUT, AL_GRANT, AL_CHOICE, AL_SET = range(5)  # AL_SET: switch requests to clear
+N_AL_FIELDS = 5
+# va_req (VR_IV: input port * vcs + vc; VR_OUT: output port; VR_MASK: the output VCs it
+# may take, a bit set)
+VR_IV, VR_OUT, VR_MASK = range(3)
+N_VR_FIELDS = 3

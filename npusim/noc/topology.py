@@ -1,0 +1,249 @@
+"""A NoC topology as data: routers, directed links and routes computed once.
+
+A topology file in ``npusim/noc/topologies/`` (one per ``noc.type``) builds a
+:class:`Topology`: the routers, every directed link between two routers with its latency,
+width and clock, and for every pair of routers the link a packet takes next and the virtual
+channel class of that hop (a torus needs two classes so that its rings cannot deadlock).
+Endpoints (cores, memory channels, synthetic traffic nodes) attach to *sites*: a site
+injects at one router and ejects at one router (the same one, except at a butterfly's
+terminals). Placement (:mod:`npusim.noc.placement`) puts each core and memory channel on a
+site; several endpoints may share one, each with its own router port.
+
+Nothing here is stepped per cycle; :mod:`npusim.noc.tables` turns a topology with its
+endpoints into the flat arrays the router kernel reads.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from npusim.errors import NpusimError
+
+
+@dataclass
+class Topology:
+    """Routers and directed links; ``next_link[r, d]`` is the link a packet at router r
+    takes towards router d (-1 when r == d) and ``hop_class[r, d]`` the VC class of that
+    hop (0 .. vc_classes-1)."""
+
+    kind: str
+    coords: np.ndarray                # [router, dim]: position (names, placement, traces)
+    link_src: np.ndarray              # [link]: router the link leaves
+    link_dst: np.ndarray              # [link]: router it enters
+    link_latency: np.ndarray          # [link]: cycles of the link's own clock
+    link_bytes: np.ndarray            # [link]: bytes it carries per cycle of its clock
+    link_freq_mhz: np.ndarray         # [link]: its clock
+    next_link: np.ndarray             # [router, router]
+    hop_class: np.ndarray             # [router, router]
+    vc_classes: int = 1
+    # fixed port numbers of each link at its two routers (None: links in order, per router);
+    # endpoints take the ports after ``link_ports`` (the router's link port count)
+    link_out_port: np.ndarray | None = None
+    link_in_port: np.ndarray | None = None
+    link_ports: int = 0
+    site_in: np.ndarray | None = None   # [site]: router it injects at (None: site = router)
+    site_out: np.ndarray | None = None  # [site]: router it ejects at
+    core_sites: list[int] = field(default_factory=list)    # default placement of cores,
+    memory_sites: list[int] = field(default_factory=list)  # and of memory channels
+    nodes: list[int] = field(default_factory=list)  # synthetic traffic: the site of each node
+    names: list[str] | None = None  # router names (default: coordinates)
+    link_d2d: np.ndarray | None = None  # [link]: True for a die-to-die link (chiplets)
+
+    def __post_init__(self):
+        if self.site_in is None:
+            self.site_in = np.arange(self.n_routers, dtype=np.int64)
+            self.site_out = self.site_in
+        if not self.nodes:
+            self.nodes = list(range(len(self.site_in)))
+
+    @property
+    def n_routers(self) -> int:
+        return self.coords.shape[0]
+
+    @property
+    def n_links(self) -> int:
+        return self.link_src.shape[0]
+
+    @property
+    def n_sites(self) -> int:
+        return len(self.site_in)
+
+    def router_name(self, r: int) -> str:
+        if self.names is not None:
+            return self.names[r]
+        return "(" + ",".join(str(int(c)) for c in self.coords[r]) + ")"
+
+    def hops(self, src: int, dst: int) -> list[int]:
+        """The links a packet takes from router src to router dst."""
+        out = []
+        r = src
+        while r != dst:
+            link = int(self.next_link[r, dst])
+            out.append(link)
+            r = int(self.link_dst[link])
+            if len(out) > self.n_routers:
+                raise AssertionError(f"routing loop from {src} to {dst}")
+        return out
+
+
+def make_links(pairs: list[tuple[int, int]], latency, width: int, freq_mhz: int):
+    """Arrays of directed links (src, dst) with one latency (or a list), width and clock."""
+    n = len(pairs)
+    src = np.array([a for a, _ in pairs], dtype=np.int64).reshape(n)
+    dst = np.array([b for _, b in pairs], dtype=np.int64).reshape(n)
+    lat = np.broadcast_to(np.asarray(latency, dtype=np.int64), (n,)).copy()
+    return (src, dst, lat, np.full(n, width, dtype=np.int64),
+            np.full(n, freq_mhz, dtype=np.int64))
+
+
+def shortest_path_routes(n_routers: int, link_src: np.ndarray, link_dst: np.ndarray,
+                         weight: np.ndarray) -> np.ndarray:
+    """``next_link[r, d]`` along a shortest path by link weight (Dijkstra from every
+    destination over the reversed links). Ties go to the path whose first link has the
+    lowest index, so the table is deterministic. Unreachable pairs are -1."""
+    into: list[list[int]] = [[] for _ in range(n_routers)]
+    for k in range(len(link_src)):
+        into[int(link_dst[k])].append(k)
+    nxt = np.full((n_routers, n_routers), -1, dtype=np.int64)
+    for d in range(n_routers):
+        dist = [None] * n_routers
+        dist[d] = (0, -1)
+        heap = [(0, -1, d)]
+        while heap:
+            dd, first, u = heapq.heappop(heap)
+            if dist[u] != (dd, first):
+                continue
+            for k in into[u]:
+                v = int(link_src[k])
+                cand = (dd + int(weight[k]), k)  # distance, then the link v would take
+                if v != d and (dist[v] is None or cand < dist[v]):
+                    dist[v] = cand
+                    heapq.heappush(heap, (cand[0], k, v))
+        for v in range(n_routers):
+            if v != d and dist[v] is not None:
+                nxt[v, d] = dist[v][1]
+    return nxt
+
+
+def check_connected(topo: Topology, sources, targets, what: str) -> None:
+    """Every router in ``sources`` must reach every router in ``targets``."""
+    for a in sorted(set(sources)):
+        for b in sorted(set(targets)):
+            if a != b and topo.next_link[a, b] < 0:
+                raise NpusimError(f"{what}: router {a} cannot reach router {b}; every "
+                                  f"endpoint's router must reach every other one")
+
+
+def kary_ncube(dims: list[int], wrap: bool, latency: int, width: int,
+               freq_mhz: int) -> Topology:
+    """A mesh (``wrap`` False) or torus of ``dims`` routers per dimension, routed in
+    dimension order (lowest dimension first). Router id = x0 + dims[0] * (x1 + dims[1] * ...)
+    and ports as Booksim numbers them: output 2i leads the positive way along dimension i,
+    2i + 1 the negative way; input 2i comes from the positive neighbour, 2i + 1 from the
+    negative one; endpoints after (a port left unused at a mesh's edge). The numbering sets
+    the round-robin order of the allocators. A torus takes the shorter way round each ring (a tie goes the
+    positive way from even coordinates and the negative way from odd ones, which balances
+    the two directions deterministically) and uses two VC classes per ring: class 0 while
+    the rest of the packet's path in this dimension still crosses the wrap-around link
+    (between coordinate k-1 and 0), class 1 otherwise (and on the wrap-around link
+    itself). Neither class's channels then form a cycle, so the rings cannot deadlock."""
+    D = len(dims)
+    R = int(np.prod(dims))
+    coords = np.zeros((R, D), dtype=np.int64)
+    stride = 1
+    for i, k in enumerate(dims):
+        coords[:, i] = (np.arange(R) // stride) % k
+        stride *= k
+    strides = np.cumprod([1] + list(dims[:-1]))
+    pairs: list[tuple[int, int]] = []
+    out_port: list[int] = []
+    in_port: list[int] = []
+    index: dict[tuple[int, int, int], int] = {}  # (router, dim, +1/-1) -> link
+    for r in range(R):
+        for i, k in enumerate(dims):
+            if k == 1:
+                continue
+            for step in (1, -1):
+                c = coords[r, i] + step
+                if not 0 <= c < k:
+                    if not wrap:
+                        continue
+                    c %= k
+                if wrap and k == 2 and step == -1:
+                    continue  # a ring of two: one link each way is the whole ring
+                other = r + (c - coords[r, i]) * strides[i]
+                index[(r, i, step)] = len(pairs)
+                pairs.append((r, int(other)))
+                out_port.append(2 * i + (step < 0))
+                in_port.append(2 * i + (step > 0))  # it arrives from the other side
+    src, dst, lat, wid, freq = make_links(pairs, latency, width, freq_mhz)
+    classes = 2 if wrap and max(dims) > 2 else 1
+    nxt = np.full((R, R), -1, dtype=np.int64)
+    cls = np.zeros((R, R), dtype=np.int64)
+    for r in range(R):
+        for d in range(R):
+            if r == d:
+                continue
+            i = int(np.flatnonzero(coords[r] != coords[d])[0])
+            k = dims[i]
+            a, b = int(coords[r, i]), int(coords[d, i])
+            if not wrap:
+                step = 1 if b > a else -1
+                nxt[r, d] = index[(r, i, step)]
+                continue
+            fwd = (b - a) % k  # hops the positive way
+            if k == 2:
+                step = 1
+            elif 2 * fwd < k or (2 * fwd == k and a % 2 == 0):
+                step = 1
+            else:
+                step = -1
+            nxt[r, d] = index[(r, i, step)]
+            # does the path after this hop still cross the wrap-around link?
+            nxt_c = (a + step) % k
+            if step == 1:
+                crosses_later = nxt_c != 0 and b < nxt_c
+            else:
+                crosses_later = nxt_c != k - 1 and b > nxt_c
+            if classes == 2:
+                cls[r, d] = 0 if crosses_later else 1
+    return Topology("torus" if wrap else "mesh", coords, src, dst, lat, wid, freq, nxt, cls,
+                    vc_classes=classes, link_out_port=np.array(out_port, dtype=np.int64),
+                    link_in_port=np.array(in_port, dtype=np.int64), link_ports=2 * D,
+                    core_sites=list(range(R)), memory_sites=edge_routers(coords, dims))
+
+
+def edge_routers(coords: np.ndarray, dims: list[int]) -> list[int]:
+    """The routers of the west (x = 0) and east (x = k-1) edges, alternating, each edge
+    from y = 0 up: where a mesh's memory controllers go by default (HBM PHYs on two sides
+    of the die). Channels are placed round robin over this list, so consecutive channels
+    (consecutive address blocks) sit on alternate sides."""
+    R = coords.shape[0]
+    flat = [r for r in range(R) if not coords[r, 2:].any()]  # the z = 0 plane
+    west = [r for r in flat if coords[r, 0] == 0]
+    east = [r for r in flat if coords[r, 0] == dims[0] - 1]
+    if dims[0] == 1:
+        return west
+    out = []
+    for a, b in zip(west, east):
+        out += [a, b]
+    return out
+
+
+def split_dies(topo: Topology, dims: list[int], dies: list[int], latency: int, width: int,
+               freq_mhz: int) -> None:
+    """Cut a mesh or torus into ``dies[i]`` dies along dimension i: every link between
+    two dies becomes a die-to-die link with its own latency, width and clock."""
+    if not dies:
+        return
+    die = np.zeros(topo.n_routers, dtype=np.int64)
+    for i, (k, n) in enumerate(zip(dims, dies)):
+        die = die * n + topo.coords[:, i] * n // k
+    cross = die[topo.link_src] != die[topo.link_dst]
+    topo.link_d2d = cross
+    topo.link_latency[cross] = latency
+    topo.link_bytes[cross] = width
+    topo.link_freq_mhz[cross] = freq_mhz
