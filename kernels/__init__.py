@@ -12,18 +12,20 @@ import os
 from pathlib import Path
 
 
-def _kernel_cache_dir() -> str:
+def kernel_cache_dir(variant: str = "") -> str:
+    """The cache folder of this version of the kernels (``variant``: a suffix for kernels
+    compiled with other numba flags, e.g. bounds checks, which the cache does not key)."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
     for src in sorted(here.rglob("*.py")):  # policies/ too
         digest.update(str(src.relative_to(here)).encode())
         digest.update(src.read_bytes())
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return str(base / "npusim" / f"kernels-{digest.hexdigest()[:16]}")
+    return str(base / "npusim" / f"kernels-{digest.hexdigest()[:16]}{variant}")
 
 
 if "NUMBA_CACHE_DIR" not in os.environ:
-    _dir = _kernel_cache_dir()
+    _dir = kernel_cache_dir()
     os.environ["NUMBA_CACHE_DIR"] = _dir
     try:  # numba may already be imported by the caller: tell its config too
         import sys

@@ -1,28 +1,122 @@
-"""The one decorator every kernel uses.
+"""The two decorators every kernel uses, and the notice shown while kernels compile.
 
-``_nrt=False`` compiles without numba's reference-counting runtime. Kernels only read and
-write preallocated arrays (they never allocate or return arrays), so there is nothing to
-count, and counting cost more than the simulation itself: every call between kernels
-incremented and decremented each state array with atomic instructions (measured: 15x
-slower per event step). ``cache=True`` keeps compiled kernels on disk across processes.
+``entry`` marks the few kernels Python calls (the main loop, the trace sync, the DRAM
+replay); ``kernel`` every other one, which only kernels call. Both compile without numba's
+reference-counting runtime (``_nrt=False``): kernels only read and write preallocated
+arrays (they never allocate or return arrays), so there is nothing to count, and counting
+cost more than the simulation itself (every call between kernels incremented and
+decremented each state array with atomic instructions: 15x slower per event step).
 
-``inline=True`` inlines a kernel into its callers at numba-IR level. A call between kernels
-that LLVM does not inline passes every array of its tuple arguments as separate
-arguments (a few hundred machine words pushed per call), which cost more than the work of
-a DRAM command. The per-event-step path (``dram_step``, ``noc_step``, ``cores_step`` and
-what they call every step: the DRAM controller, the crossbar's grants, ``core_issue``,
-``next_tile_for_core``) is therefore inlined: 2.2x faster DRAM replay, at the price of
-compiling those kernels once per caller. Do not leave it to LLVM: its inliner counts the
-words a call passes in favour of inlining, so it inlined these kernels by itself only while
-every call passed the whole chip state; once a unit's kernels took just their own tables
-and the rings, it kept them out of line and the engine ran 2-3x slower.
+Only entry points are cached on disk (``cache=True``); an entry's cached machine code holds
+every kernel it calls. A ``kernel`` is compiled only while an entry that calls it compiles,
+and without numba's Python wrapper: for a kernel taking the State, MemTables and Params
+tuples that wrapper (unboxing some hundred arrays and integers) cost more compile time than
+the kernel, and nothing used it. Python (a test) may still call a kernel: the first call
+compiles a twin with the wrapper (``Kernel.__call__``).
+
+``inline=True`` inlines a kernel into every caller. A call between kernels that is not
+inlined passes every array of its tuple arguments as separate arguments (a few hundred
+machine words pushed per call), which cost more than the work of a DRAM command. The
+per-event-step path (``dram_step``, ``noc_step``, ``cores_step`` and what they call every
+step: the DRAM controller, the crossbar's grants, ``core_issue``, ``next_tile_for_core``)
+is therefore inlined. Do not leave it to LLVM's own judgment: its inliner counts the words
+a call passes in favour of inlining, so it inlined these kernels by itself only while every
+call passed the whole chip state; once a unit's kernels took just their own tables and the
+rings, it kept them out of line and the engine ran 2-3x slower.
+
+How a kernel is inlined depends on its size. numba's IR-level inliner (``inline="always"``)
+deep-copies the callee's IR once per block, scope included, so its cost grows with blocks x
+variables of what it inlines, and again at every level of nesting: when every inlined
+kernel went that way, the DRAM controller, four levels deep under the main loop, took 70 of
+the 130 CPU seconds of a cold compile (tests/benchmarks/bench_compile.py). Small kernels
+(ring accessors, the units' step and wake dispatchers: ``IR_INLINE_INSTRUCTIONS``) are
+still inlined that way, which costs little and saves each a compile of its own; larger ones
+are compiled once each and inlined by LLVM (``forceinline``: LLVM's ``alwaysinline``).
+Inlining every kernel by LLVM compiled as fast but ran the engine 20-35% slower (DRAM replay,
+MatMul: A/B against numba-IR inlining); the split runs as fast as inlining all at IR level.
 """
 
+import dis
+import sys
+
 from numba import njit
+from numba.core import event
+from numba.core.registry import CPUDispatcher
+
+# What a cold compile of the kernels a run needs usually costs (tests/benchmarks/
+# bench_compile.py: CPU seconds of the first `npusim simulate` on the 2-core reference
+# machine); the notice quotes it so that a silent first run does not look hung.
+USUAL_COMPILE_SECONDS = 45  # 30 before the router network joined the loop
+COMPILE_NOTICE = (f"npusim: compiling the simulation kernels, once per install (usually about "
+                  f"{USUAL_COMPILE_SECONDS} s; `npusim compile` does it ahead of time)")
+
+
+class Kernel(CPUDispatcher):
+    """A kernel only kernels call: no Python wrapper and no cache of its own.
+
+    numba still compiles a copy per constant a caller passes (an integer or bool literal is
+    typed ``Literal[...]``): two copies of the DRAM command issue, six of one address-field
+    kernel, 1-2 s of a cold compile. Typing calls with plain values instead saved that but
+    made the 16-channel HBM2 replay and the Llama step 15% slower (measured A/B), presumably
+    as constants such as ``_oldest_after``'s ``hit`` flag, folded into copies of kernels
+    LLVM leaves out of line, became tests in their loops.
+    """
+
+    def __call__(self, *args):
+        """From Python (tests): through a twin compiled with the Python wrapper on first use."""
+        twin = self.__dict__.get("_from_python")
+        if twin is None:
+            twin = self._from_python = njit(cache=True, _nrt=False)(self.py_func)
+        return twin(*args)
+
+
+# Inlined kernels of at most this many bytecode instructions are inlined at numba-IR level,
+# larger ones by LLVM (module docstring). Each compile of its own costs 0.1-2 s, as it
+# includes LLVM optimising and emitting the code of everything the kernel calls. At 250 the
+# grants of the crossbar, the DRAM channel step and refresh, core_issue and
+# next_tile_for_core go the IR way, the largest DRAM and core kernels (cores_step, the
+# FR-FCFS choice, command issue and timing rules) LLVM's; at 160 the MatMul engine case ran
+# 4% slower than all-IR inlining (at 250: 7% faster) and the compile was no shorter.
+IR_INLINE_INSTRUCTIONS = 250
 
 
 def kernel(fn=None, *, inline=False):
-    """Compile ``fn`` as an npusim kernel (nopython, cached, no refcounting runtime)."""
+    """Compile ``fn`` as a kernel other kernels call (``inline``: into every caller)."""
     if fn is None:
         return lambda f: kernel(f, inline=inline)
-    return njit(cache=True, _nrt=False, inline="always" if inline else "never")(fn)
+    small = inline and len(list(dis.get_instructions(fn))) <= IR_INLINE_INSTRUCTIONS
+    return Kernel(fn, locals={}, targetoptions=dict(
+        nopython=True, boundscheck=None, _nrt=False, no_cpython_wrapper=True,
+        no_cfunc_wrapper=True, inline="always" if small else "never",
+        forceinline=inline and not small))
+
+
+def entry(fn):
+    """Compile ``fn`` as a kernel Python calls (cached on disk with every kernel it calls)."""
+    dispatcher = njit(cache=True, _nrt=False, forceinline=False)(fn)
+    dispatcher.npusim_entry = True
+    return dispatcher
+
+
+class _CompileNotice(event.Listener):
+    """One line on stderr, once per process, when an npusim kernel is compiled.
+
+    numba broadcasts ``numba:compile`` only on a cache miss (a load from the on-disk cache
+    broadcasts nothing), so the line appears exactly when a run is about to wait for the
+    compiler: the first run after an install or a kernel edit.
+    """
+
+    def __init__(self):
+        self.said = False
+
+    def on_start(self, ev):
+        d = ev.data["dispatcher"]
+        if not self.said and (isinstance(d, Kernel) or getattr(d, "npusim_entry", False)):
+            self.said = True
+            print(COMPILE_NOTICE, file=sys.stderr, flush=True)
+
+    def on_end(self, ev):
+        pass
+
+
+event.register("numba:compile", _CompileNotice())

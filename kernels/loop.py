@@ -14,7 +14,7 @@ cores whether layers are left or a layer asked for a pause) and touches no table
 own ``glob``.
 """
 
-from .jit import kernel
+from .jit import entry, kernel
 
 from . import isa
 from .cores import cores_start, cores_step, cores_wake, layers_left, paused, resume
@@ -41,7 +41,7 @@ def _next_tick(chip, prog, p, t):
     return max(nxt, t + 1)
 
 
-@kernel
+@entry
 def run(chip, prog, mt, p, max_iterations):
     """Advance by at most ``max_iterations`` event steps.
 

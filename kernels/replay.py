@@ -11,7 +11,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from . import isa
 from .dram import _accept, dram_step
-from .jit import kernel
+from .jit import entry, kernel
 from .memory import channel_of, memory_wake
 from .ports import ch_in_push, ch_out_pop, take_fresh
 from .state import *  # noqa: F403  (field indices of the state tables)
@@ -48,7 +48,7 @@ def _take_responses(glob, rg, p, cursor, t):
                 cursor[1] += 1
 
 
-@kernel
+@entry
 def replay(chip, mt, p, addrs, writes, cursor, max_iterations):
     """Advance the replay; cursor = [next request, completed]. Returns 1 when all done.
 

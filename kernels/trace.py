@@ -22,7 +22,7 @@ WR: CWL + BL, PRE: tRP, ...; see ``npusim.trace.record.command_durations``). Ove
 commands count once; PREA and REF make every bank of their rank busy.
 """
 
-from .jit import kernel
+from .jit import entry, kernel
 from .names import ACT, PRE, PREA, REF
 from .state import *  # noqa: F403  (field indices of the state tables)
 
@@ -157,7 +157,7 @@ def trace_flits(st, p, net, c, ch, flits, t):
     st.tr_noc[net, _slot(st.tr_noc.shape[1], p, t), c, ch] += flits
 
 
-@kernel
+@entry
 def trace_sync(st, p, t):
     """Bring the queue occupancy of every DRAM channel up to tick t (before a drain)."""
     cyc = -(-t // p.mem_period)

@@ -783,6 +783,29 @@ def noc(
         print(f"{key:<{width}}  {value}")
 
 
+@app.command("compile")
+@_cli_errors
+def compile_() -> None:
+    """Build the kernel cache ahead of time (for container images and CI).
+
+    The first run on a machine otherwise compiles the numba kernels itself. The cache is
+    kept in ~/.cache/npusim/ (or NUMBA_CACHE_DIR) and is valid for this npusim version,
+    numba version and CPU.
+    """
+    from npusim.precompile import compile_kernels
+
+    def report(b) -> None:
+        how = (f"compiled in {b.cpu_seconds:.1f} s CPU ({b.seconds:.1f} s wall)" if b.compiled
+               else f"already cached ({b.seconds:.2f} s to load)")
+        print(f"{b.name:<13} {how}: {b.what}", flush=True)
+
+    t = time.perf_counter()
+    built = compile_kernels(report)
+    n = sum(b.compiled for b in built)
+    print(f"{n} of {len(built)} kernel entry points compiled in {time.perf_counter() - t:.1f} s;"
+          f" cache: {os.environ.get('NUMBA_CACHE_DIR', '(numba default)')}")
+
+
 trace_app = typer.Typer(help="Read traces written by `npusim simulate --trace`.",
                         no_args_is_help=True, add_completion=False,
                         pretty_exceptions_enable=False)

@@ -10,6 +10,7 @@ from onnx import TensorProto
 from npusim.config import NpuConfig, load_config
 from npusim.engine import run_program
 from npusim.kernels import state as ks
+from npusim.kernels.jit import COMPILE_NOTICE
 from npusim.program import LayerInfo, Program, ProgramBuilder
 
 
@@ -44,3 +45,9 @@ def weight(name: str, shape, dtype: int = TensorProto.FLOAT) -> onnx.TensorProto
         e = t.external_data.add()
         e.key, e.value = k, v
     return t
+
+
+def without_compile_notice(stderr: str) -> str:
+    """stderr less the line a cold kernel cache adds (the first run compiles)."""
+    return "".join(line for line in stderr.splitlines(keepends=True)
+                   if line.rstrip("\n") != COMPILE_NOTICE)

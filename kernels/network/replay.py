@@ -6,7 +6,7 @@ its tail arrived: the way to check a network's timing packet by packet."""
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 from .. import isa
-from ..jit import kernel
+from ..jit import entry, kernel
 from .nic import eject_flit, nic_next_arrival, nic_send, nic_start, packet_done
 from .router import routers_step
 from .state import *  # noqa: F403  (field indices)
@@ -18,7 +18,7 @@ PO_ITIME, PO_ATIME = range(2)  # head left the source, tail arrived (-1: not yet
 N_PO_FIELDS = 2
 
 
-@kernel
+@entry
 def run_packets(ns, nt, p, pk, order, first, last, out, t_end):
     """Run until every packet has arrived or cycle t_end; returns the cycle reached.
     ``order[first[n]:last[n]]`` are node n's packets (rows of pk) in injection order;

@@ -18,7 +18,7 @@ import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 from .. import isa
-from ..jit import kernel
+from ..jit import entry, kernel
 from .nic import eject_flit, nic_next_arrival, nic_send, nic_start, packet_done
 from .router import routers_step
 from .state import *  # noqa: F403  (field indices)
@@ -65,7 +65,7 @@ def _destination(sy, tp, n):
     return sy.dest.shape[0] - 1
 
 
-@kernel
+@entry
 def draw_next_packet(sy, tp, n, after):
     """The first cycle after ``after`` at which node n creates a packet, and its destination."""
     c = after + 1
@@ -134,7 +134,7 @@ def _sink(ns, nt, p, sy, n, t):
     ns.wake[p.n_routers + n] = nic_next_arrival(ns, p, n)
 
 
-@kernel
+@entry
 def run_synthetic(ns, nt, p, sy, tp, t_end):
     """Advance the network under synthetic traffic up to (not including) cycle t_end.
     Cycles at which no router or node is due are skipped."""

@@ -201,28 +201,18 @@ def run_cli_case(repeat: int) -> dict[str, Any]:
     return row
 
 
-COLD_SNIPPET = """
-import json, time
-t = time.perf_counter()
-import npusim
-r = npusim.simulate("matmul_512x768x768", config="mobile")
-print(json.dumps({"compile_seconds": r.compile_seconds, "wall_seconds": r.wall_seconds,
-                  "process_seconds": time.perf_counter() - t}))
-"""
-
-
 def cold_compile() -> dict[str, Any]:
-    """Compile time with an empty numba cache, in a child process (the shared cache is untouched)."""
-    with tempfile.TemporaryDirectory(prefix="npusim-bench-numba-") as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
-        p = subprocess.run([sys.executable, "-c", COLD_SNIPPET], capture_output=True, text=True,
-                           env=env, cwd=REPO)
-    if p.returncode != 0:
-        return {"error": (p.stderr.strip().splitlines() or ["(no stderr)"])[-1]}
+    """A cold compile as bench_compile.py measures it: a child process with an empty kernel
+    cache simulating tiny_cnn (the shared cache is untouched)."""
+    spec = importlib.util.spec_from_file_location("bench_compile", Path(__file__).parent / "bench_compile.py")
+    bench_compile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_compile)
     try:
-        return json.loads(p.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"error": f"unexpected output: {p.stdout[-200:]!r}"}
+        run = bench_compile.measure(sys.executable)
+    except RuntimeError as err:
+        return {"error": str(err).strip().splitlines()[-1]}
+    return {"cpu_seconds": run["simulate"]["cpu_seconds"],
+            "wall_seconds": run["simulate"]["wall_seconds"], "load_average": run["load_average"]}
 
 
 # --------------------------------------------------------------------------- machine info
@@ -368,10 +358,11 @@ def summary_lines(report) -> list[str]:
                      f"{c['first_run_seconds']:.3f} s (excluded from every timed number)")
     cold = report.get("compile_cold")
     if cold:
-        lines.append("cold compile (empty numba cache, fresh process, matmul_512x768x768): "
+        lines.append("cold compile (empty kernel cache, fresh process, first simulate of "
+                     "tiny_cnn; bench_compile.py): "
                      + (f"ERROR {cold['error']}" if "error" in cold else
-                        f"{cold['compile_seconds']:.2f} s; that process took "
-                        f"{cold['process_seconds']:.2f} s end to end"))
+                        f"{cold['cpu_seconds']:.1f} CPU s, {cold['wall_seconds']:.1f} s wall "
+                        f"at load {cold['load_average'][0]:.1f}"))
     for r in report["cases"]:
         if "speedup_vs_onnxim_wall" in r:
             lines.append(f"{r['case']}: {r['wall_seconds_best']:.3f} s kernel wall "

@@ -1,0 +1,39 @@
+"""The kernel cache: a compile says so on stderr, once, and only when it happens."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from npusim.kernels.jit import COMPILE_NOTICE
+
+SCRIPT = textwrap.dedent("""
+    from npusim.kernels.jit import entry, kernel
+
+    @kernel
+    def add_one(x):
+        return x + 1
+
+    @entry
+    def add_two(x):
+        return add_one(add_one(x))
+
+    print(add_two(1))
+""")
+
+
+def test_compile_notice_only_when_compiling(tmp_path):
+    script = tmp_path / "two_kernels.py"  # numba caches only functions defined in a file
+    script.write_text(SCRIPT)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    first, second = (subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,
+                                    capture_output=True, text=True) for _ in range(2))
+    assert first.returncode == 0 and first.stdout.strip() == "3", first.stderr
+    # two kernels compiled (the entry point and, while typing it, the kernel it calls): one
+    # line, saying what and how long
+    lines = first.stderr.strip().splitlines()
+    assert lines == [COMPILE_NOTICE], first.stderr
+    # the second process loads the entry point, with the kernel it calls, from the cache:
+    # nothing compiled, nothing said
+    assert second.returncode == 0 and second.stdout.strip() == "3"
+    assert second.stderr == ""
