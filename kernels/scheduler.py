@@ -143,3 +143,21 @@ def next_tile_for_core(st, prog, p, c):
     st.core[C_GROUP_NEXT, c] = t0 + 1
     st.core[C_GROUP_END, c] = t0 + prog.group[g, isa.G_TILE_LEN]
     return t0
+
+
+@kernel
+def skip_layers(st, prog, layers, t):
+    """Fast fidelity (``npusim.fast``): end each of ``layers``, none of whose tiles has been
+    handed out, as if it had no tiles: a ready one leaves its partition's ready list and
+    ends at tick t (its successors released), one not yet released ends the moment it is."""
+    for i in range(layers.shape[0]):
+        layer = layers[i]
+        st.layer_st[L_TILES_LEFT, layer] = 0
+        part = prog.req[prog.layer[layer, isa.L_REQUEST], R_PART]
+        n = st.part_st[PT_READY, part]
+        for k in range(n):
+            if st.ready[part, k] == layer:
+                st.ready[part, k] = st.ready[part, n - 1]
+                st.part_st[PT_READY, part] = n - 1
+                release_layers(st, prog, layer, t)
+                break

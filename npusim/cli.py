@@ -460,6 +460,12 @@ def simulate(
     no_skip: Annotated[bool, typer.Option(
         "--no-skip", help="Step every cycle instead of skipping idle time (slow; for "
                           "checking that skip-ahead changes nothing).")] = False,
+    fidelity: Annotated[Optional[str], typer.Option(
+        "--fidelity", metavar="full|fast",
+        help="full: simulate every cycle (default); fast: simulate repeated layers (decoder "
+             "blocks, identical residual blocks) until their timing and DRAM behaviour "
+             "settle, extrapolate the rest (within about 1%; the JSON says what was "
+             "extrapolated). Same as --set fidelity=...")] = None,
     unsupported: Annotated[str, typer.Option(
         "--unsupported", metavar="error|zero-cost",
         help="What to do with ops npusim cannot lower: stop with a list of them (error), "
@@ -490,6 +496,8 @@ def simulate(
     """Simulate MODEL on an NPU config and print a summary."""
     t0 = time.perf_counter()
     overrides = parse_overrides(set_)
+    if fidelity is not None:
+        overrides.append(f"fidelity={fidelity}")
     dims = parse_dims(dim)
     if json_out is not None:
         check_output_dir(json_out)

@@ -46,6 +46,7 @@ class RawRun:
     wall_seconds: float
     compile_seconds: float
     trace: object = None  # the npusim.trace.TraceRecorder, when traced
+    fast: object = None  # the npusim.fast.FastForward of a fast-fidelity run
 
 
 class EngineRun:
@@ -76,6 +77,12 @@ class EngineRun:
         self.st = make_state(cfg, prog, self.p, self.mt, self.placement,
                              log_commands=log_commands, trace=self.recorder)
         self.pa = program_arrays(prog, cfg, self.placement)
+        self.fast = None
+        if cfg.fidelity == "fast":
+            from npusim.fast import FastForward
+
+            self.fast = FastForward(self.tb, cfg.num_cores)
+            self.fast.watch(self)
         if self.recorder is not None:
             self.recorder.start(self.st)
         t0 = time.perf_counter()
@@ -87,8 +94,19 @@ class EngineRun:
 
     @property
     def now_cycle(self) -> int:
-        """The core cycle the run has reached."""
-        return int(self.st.glob[ks.G_NOW] // self.tb.core_period)
+        """The core cycle the run has reached (in fast fidelity, with the time extrapolated
+        before it)."""
+        offset = self.fast.offset if self.fast is not None else 0
+        return int((self.st.glob[ks.G_NOW] + offset) // self.tb.core_period)
+
+    def layer_end_cycle(self, layer: int) -> int:
+        """The core cycle ``layer`` ended, -1 if it has not (extrapolated time included)."""
+        end = int(self.st.cores.layer_st[ks.L_END, layer])
+        if end < 0:
+            return -1
+        if self.fast is not None:
+            end += int(self.fast.shift[layer])
+        return end // self.tb.core_period
 
     @property
     def finished(self) -> bool:
@@ -113,6 +131,8 @@ class EngineRun:
                     raise NpusimError(_deadlock_message(st, self.prog, tb))
                 if self.recorder is not None:
                     self.recorder.drain(st, self.p)
+                if self.fast is not None and not self.finished:
+                    self.fast.paused(self)
                 if code == 2:
                     return True
                 if progress is not None:
@@ -140,12 +160,36 @@ class EngineRun:
         self.st = extend_state(self.st, old, prog)
         self.prog = prog
         self.pa = program_arrays(prog, self.cfg, self.placement)
+        if self.fast is not None:
+            self.fast.watch(self, L0)
+            self.release_offset_changed()
         if self.recorder is not None:
             self.recorder.prog = prog
 
+    def skip_layers(self, layers) -> None:
+        """Fast fidelity: end ``layers`` (none of them handed to a core yet) unrun."""
+        from npusim.kernels.scheduler import skip_layers
+
+        skip_layers(self.st.cores, self.pa, np.asarray(layers, dtype=np.int64),
+                    self.st.glob[ks.G_NOW])
+
+    def release_offset_changed(self) -> None:
+        """Fast fidelity: requests still to arrive come earlier in simulated time by what
+        was extrapolated (the program's rows keep the arrival the user gave)."""
+        layer = self.prog.layer
+        waiting = self.prog.release_order[int(self.st.cores.ctl[ks.CC_RELEASED]):]
+        if self.fast.offset and len(waiting):
+            layer = layer.copy()
+            P = self.tb.core_period
+            now = int(self.st.glob[ks.G_NOW] // P)
+            layer[waiting, isa.L_RELEASE] = np.maximum(
+                layer[waiting, isa.L_RELEASE] - self.fast.offset // P, now + 1)
+        self.pa = self.pa._replace(layer=layer)
+
     def result(self) -> "RawRun":
-        return RawRun(self.st, self.p, self.tb, self.wall_seconds, self.compile_seconds,
-                      self.recorder)
+        st = self.fast.final_state(self.st) if self.fast is not None else self.st
+        return RawRun(st, self.p, self.tb, self.wall_seconds, self.compile_seconds,
+                      self.recorder, self.fast)
 
 
 def run_program(prog: Program, cfg: NpuConfig, skip: bool = True,

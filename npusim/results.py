@@ -108,10 +108,11 @@ def collect(model: str, cfg: NpuConfig, prog: Program, raw: RawRun) -> Result:
     t0 = time.perf_counter()
     energy = energy_report(cfg, prog, st, tb, total, layers)
     energy_seconds = time.perf_counter() - t0
+    extra = {"fidelity": raw.fast.report(prog) if raw.fast is not None else {"fidelity": "full"}}
     return Result(model=model, config=cfg, total_cycles=total, cores=cores, layers=layers,
                   memory=memory, wall_seconds=raw.wall_seconds,
                   compile_seconds=raw.compile_seconds, event_steps=int(st.glob[ks.G_STEPS]),
-                  energy=energy, energy_seconds=energy_seconds)
+                  energy=energy, energy_seconds=energy_seconds, extra=extra)
 
 
 def _memory_stats(cfg: NpuConfig, raw: RawRun, core_cycles: int) -> dict[str, Any]:

@@ -98,12 +98,11 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
                     trace=_trace_options(trace))
     run.notify_on(watch)
     while run.advance(progress):
-        ends = run.st.cores.layer_st[ks.L_END]
         new = []
         for srv in servers:
             it = srv.pending
-            if it is not None and ends[it.last_layer] >= 0:
-                srv.iteration_ended(int(ends[it.last_layer] // run.tb.core_period))
+            if it is not None and run.layer_end_cycle(it.last_layer) >= 0:
+                srv.iteration_ended(run.layer_end_cycle(it.last_layer))
                 last = srv.schedule(run.now_cycle)
                 if last is not None:
                     new.append(last)
@@ -114,17 +113,18 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
     result = collect("+".join(dict.fromkeys(Path(r.model).stem for r in requests)), cfg,
                      prog, raw)
     result.warnings = warnings + capacity_warnings(builder, cfg)
-    _request_results(result, requests, streams, servers, prog, run, placement)
+    _request_results(result, requests, streams, servers, prog, raw, placement)
     _finish_trace(result, prog, raw)
     return result
 
 
-def _request_results(result, requests, streams, servers, prog, run, placement) -> None:
+def _request_results(result, requests, streams, servers, prog, raw, placement) -> None:
     """Per-request, per-stream and per-partition numbers for ``result``."""
-    P = run.tb.core_period
-    layer_start = -(-run.st.cores.layer_st[ks.L_START] // P)
+    P = raw.timebase.core_period
+    layer_st = raw.state.cores.layer_st
+    layer_start = -(-layer_st[ks.L_START] // P)
     stream_of_layer = prog.layer[:, isa.L_REQUEST]
-    moved = run.st.cores.layer_st[ks.L_LD_BYTES] + run.st.cores.layer_st[ks.L_ST_BYTES]
+    moved = layer_st[ks.L_LD_BYTES] + layer_st[ks.L_ST_BYTES]
     per_stream = np.bincount(stream_of_layer, weights=moved, minlength=len(streams))
     layer_j = np.array([l["energy_j"] for l in result.layers])
     joules = np.bincount(stream_of_layer, weights=layer_j, minlength=len(streams))

@@ -30,6 +30,7 @@ PRECISIONS = (1, 2, 4)
 PAGE_POLICIES = ("open", "closed")
 CHANNEL_HASHES = ("none", "ipoly")
 ADDRESS_FIELDS = ("Ro", "Bg", "Ba", "Ra", "Co", "Ch")
+FIDELITIES = ("full", "fast")  # npusim.fast: "fast" extrapolates repeated regions
 ENERGY_DATATYPES = ("auto", "int8", "int16", "fp16", "bf16", "fp32")  # npusim.energy.table
 
 DEFAULT_VECTOR_LATENCY = {
@@ -492,6 +493,9 @@ class NpuConfig:
     memory: MemoryConfig
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     energy: EnergyConfig = field(default_factory=EnergyConfig)
+    # how the run is simulated: "full" every cycle of every layer, "fast" the repeated
+    # regions until their steady state, the rest extrapolated (npusim.fast)
+    fidelity: str = _choice(FIDELITIES, default="full")
 
     def __post_init__(self):
         normalise(to_plain_dict(self))

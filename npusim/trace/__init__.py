@@ -33,10 +33,14 @@ def as_options(trace) -> TraceOptions:
 
 def finish_trace(result, prog, raw):
     """Build the run's trace Dataset, write it where the options say; returns it."""
+    from npusim.kernels import state as ks
     from npusim.trace.dataset import build_dataset
     from npusim.trace.io import write_trace
 
-    ds = build_dataset(raw.trace, result, prog)
+    if raw.fast is not None:  # the layers' times with the extrapolated time in them
+        ls = raw.state.cores.layer_st
+        raw.trace.layer_times = (ls[ks.L_START].copy(), ls[ks.L_END].copy())
+    ds = build_dataset(raw.trace, result, prog, raw.fast)
     if raw.trace.options.path is not None:
         write_trace(ds, raw.trace.options.path)
     return ds

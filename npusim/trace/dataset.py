@@ -51,8 +51,9 @@ def _var(dims, data, units: str, description: str, **attrs) -> xr.Variable:
     return xr.Variable(dims, data, attrs={"units": units, "description": description, **attrs})
 
 
-def build_dataset(rec: TraceRecorder, result, prog) -> xr.Dataset:
-    """The Dataset of a finished traced run (``result``: its ``npusim.results.Result``)."""
+def build_dataset(rec: TraceRecorder, result, prog, fast=None) -> xr.Dataset:
+    """The Dataset of a finished traced run (``result``: its ``npusim.results.Result``;
+    ``fast``: the ``npusim.fast.FastForward`` of a fast-fidelity run)."""
     from npusim import __version__
     from npusim.config import config_to_dict
 
@@ -94,6 +95,8 @@ def build_dataset(rec: TraceRecorder, result, prog) -> xr.Dataset:
                       "bank_busy_definition": BANK_BUSY_DEFINITION,
                       "bank_state_codes": ", ".join(f"{i}={s}" for i, s in
                                                     enumerate(BANK_STATES))})
+    if fast is not None:
+        _extrapolated_vars(fast, time, tb.core_period, coords, data, attrs)
     if result.energy:
         from npusim.energy.account import COMPONENTS
         from npusim.energy.power import binned_power
@@ -108,6 +111,28 @@ def build_dataset(rec: TraceRecorder, result, prog) -> xr.Dataset:
         attrs["energy_j"] = float(result.energy["total_j"])
         attrs["energy_table"] = result.energy["table"]["name"]
     return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def _extrapolated_vars(fast, time, P: int, coords: dict, data: dict, attrs: dict) -> None:
+    """Fast fidelity: the binned variables show what was simulated, on the simulated clock;
+    the steady-state time skipped is listed, not invented, and ``time_real`` maps each bin
+    to the run's cycles (layer and request times are already in them)."""
+    cuts = sorted(fast.skipped)  # (simulated tick the skip happened at, ticks skipped)
+    at = np.array([c[0] for c in cuts], dtype=np.int64)
+    skipped = np.array([c[1] for c in cuts], dtype=np.int64)
+    before = np.concatenate([[0], np.cumsum(skipped)])
+    real = time + before[np.searchsorted(at, time * P, side="right")] // P
+    coords["time_real"] = _var("time", real, "core cycles",
+                               "the run's cycle at the start of the bin: simulated cycle plus "
+                               "the steady-state cycles extrapolated before it")
+    coords["extrapolated"] = np.arange(len(cuts))
+    data["extrapolated_at_cycle"] = _var("extrapolated", at // P, "core cycles",
+                                         "simulated cycle at which a repeated region's "
+                                         "remaining iterations were extrapolated")
+    data["extrapolated_cycles"] = _var("extrapolated", skipped // P, "core cycles",
+                                       "cycles extrapolated there, not simulated: no binned "
+                                       "data exists for them")
+    attrs["fidelity"] = "fast"
 
 
 def _core_vars(rec: TraceRecorder, n: int, width: int) -> dict:

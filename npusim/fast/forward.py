@@ -1,0 +1,523 @@
+"""Steady-state extrapolation of repeated regions while a run is in progress (AIDG's method).
+
+AIDG (fast performance models for DNN accelerators) simulates a loop until the latency of
+one iteration reaches a fixed point, then adds the remaining iterations at that latency:
+``total = t_prolog + (k - k_prolog) * t_iteration`` (its Eq. 2, with the overlap of
+consecutive iterations inside ``t_iteration`` here, as it is measured end to end). Here the
+loop is a :class:`~npusim.fast.regions.Region` of identical layers (decoder blocks,
+repeated residual blocks), and the chip it runs on has a shared cycle-level DRAM, so the
+fixed point is tested on the DRAM's behaviour as well as on time:
+
+1. The run pauses when the first layer of each iteration ends (the engine's layer
+   notifications). Between two such pauses lies one iteration: its period ``t_k`` and its
+   counters (bytes moved, DRAM row hits and requests, read latency, busy cycles...).
+2. Fixed point (Eq. 5): two consecutive periods agree within ``PERIOD_TOLERANCE``, and so
+   do their bytes, their row-hit rate and their mean read latency (queueing delay).
+   Iterations that never settle but oscillate around a stable mean, after
+   ``MAX_WATCHED`` periods covering at least 1% of the region, use the mean (Eq. 12).
+   Otherwise the region is simulated in full.
+3. The cut: every layer of the region not yet released becomes a layer without tiles,
+   which the scheduler ends the moment it is released, so the run goes on with whatever
+   follows the region. The skipped iterations are accounted for by time and by counts:
+   each skipped layer gets the start, end and statistics of its counterpart in the last
+   complete iteration, moved by whole periods; the layers after the region move by the
+   difference between the region's extrapolated end and the end the shortened run saw;
+   every chip counter (core, DRAM, channel, per bank) gains the skipped share of
+   iterations times its per-iteration increment.
+
+A cut is only taken when nothing else shares the chip at that time: if a layer outside
+the region is running or ready, or a request arrives before the region's extrapolated end,
+the region is simulated in full (multi-tenancy fallback). Nothing here runs per cycle; the
+kernels are the same as in full fidelity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from npusim.fast.regions import Region, find_regions
+from npusim.kernels import isa
+from npusim.kernels import state as ks
+
+PERIOD_TOLERANCE = 0.01  # Eq. 5: relative change of the period between two iterations
+BYTES_TOLERANCE = 0.01  # relative change of DRAM bytes per iteration
+HIT_RATE_TOLERANCE = 0.02  # absolute change of the row-hit rate
+LATENCY_TOLERANCE = 0.05  # relative change of the mean read latency (queueing delay)
+MAX_WATCHED = 8  # periods watched for a fixed point before falling back
+MEAN_SAMPLE = 0.01  # Eq. 12: the oscillation fallback averages at least this share
+WINDOWS = 16  # side by side: the region's work is measured in windows of 1/16 of it
+
+
+# Running totals of the chip: (table, field indices or None for the whole table). A cut
+# adds the skipped iterations' share of their increments; everything else in the state
+# is either a time (moved with the run) or current occupancy (left as it is).
+COUNTERS = (
+    ("cores", "core", (ks.C_SA_STREAM, ks.C_SA_MACS, ks.C_VU_BUSY, ks.C_VU_OPS, ks.C_BUSY,
+              ks.C_LD_REQUESTS, ks.C_ST_REQUESTS, ks.C_LD_BYTES, ks.C_ST_BYTES, ks.C_TILES,
+              ks.C_READ_LAT_SUM, ks.C_READ_LAT_N)),
+    ("mem", "chan", (ks.H_READS, ks.H_WRITES, ks.H_READ_BYTES, ks.H_WRITE_BYTES)),
+    ("mem", "dch", (ks.DC_READS, ks.DC_WRITES, ks.DC_READ_BYTES, ks.DC_WRITE_BYTES, ks.DC_ACTS,
+             ks.DC_PRES, ks.DC_REFS, ks.DC_CMDS, ks.DC_BUS_BUSY, ks.DC_LAT_SUM, ks.DC_LAT_N,
+             ks.DC_RD_CMDS, ks.DC_WR_CMDS, ks.DC_RDA_CMDS, ks.DC_WRA_CMDS,
+             ks.DC_BANK_CLOSES)),
+    ("mem", "dbank", (ks.B_HITS, ks.B_MISSES, ks.B_CONFLICTS, ks.B_READS, ks.B_WRITES)),
+    ("mem", "drank", (ks.RK_ACTIVE_CYCLES,)),
+    ("mem", "lat_hist", None),
+)
+# How far side-by-side work has got: bytes moved, else array and vector cycles issued.
+PROGRESS = ((ks.L_LD_BYTES, ks.L_ST_BYTES), (ks.L_SA_CYCLES, ks.L_VU_CYCLES))
+# Per-layer statistics a skipped layer copies from its counterpart.
+LAYER_STATS = (ks.L_SA_CYCLES, ks.L_VU_CYCLES, ks.L_LD_BYTES, ks.L_ST_BYTES)
+# Times of the memory state that results read against the end of the run (DRAM cycles):
+# moved by the total extrapolated time so that "after the end" stays after it.
+END_TIMES = (("mem", "drank", (ks.RK_ACTIVE_UNTIL, ks.RK_ACTIVE_MARK)),
+             ("mem", "dbank", (ks.B_AUTO_CLOSE, ks.B_ACT_CYCLE)))
+
+
+def _counters(st) -> dict[str, np.ndarray]:
+    out = {}
+    for unit, name, fields in COUNTERS:
+        table = getattr(getattr(st, unit), name)
+        out[name] = (table if fields is None else table[list(fields)]).astype(np.float64)
+    return out
+
+
+def _static_work(prog) -> np.ndarray:
+    """Per layer, from its instructions: DMA bytes, and array + vector instruction rows
+    (only the scale matters: it sizes the measurement windows)."""
+    inst = prog.inst
+    dma = np.where(inst[:, isa.I_OP] <= isa.OP_MVOUT,
+                   inst[:, isa.I_N_OUTER] * inst[:, isa.I_N_INNER] * inst[:, isa.I_RUN_BYTES], 0)
+    compute = (inst[:, isa.I_OP] > isa.OP_MVOUT).astype(np.int64)
+    cum = np.stack([np.concatenate([[0], np.cumsum(dma)]),
+                    np.concatenate([[0], np.cumsum(compute)])])
+    t0, tn = prog.tile[:, isa.T_INST_START], prog.tile[:, isa.T_INST_LEN]
+    per_tile = cum[:, t0 + tn] - cum[:, t0]
+    out = np.zeros((2, prog.layer.shape[0]), np.int64)
+    for i in range(2):
+        np.add.at(out[i], prog.tile[:, isa.T_LAYER], per_tile[i])
+    return out
+
+
+def _released(st, prog) -> np.ndarray:
+    """Layers the scheduler has released (ready, running or ended)."""
+    ls = st.cores.layer_st
+    rel = ls[ks.L_PREDS_LEFT] == 0
+    roots = prog.layer[:, isa.L_N_PREDS] == 0
+    waiting = prog.release_order[int(st.cores.ctl[ks.CC_RELEASED]):]
+    rel[waiting] = False
+    return rel | (ls[ks.L_END] >= 0) | (roots & (ls[ks.L_START] >= 0))
+
+
+@dataclass
+class _Watch:
+    """One region being watched: the real tick and the counters when the first layer of
+    every ``block``-th iteration ended, and what became of the region."""
+
+    region: Region
+    block: float  # progress between two measurements (iterations, or bytes / cycles)
+    by_progress: bool = False  # side by side: measured by bytes (or cycles) done
+    metric: int = 0  # which PROGRESS measure
+    times: list[int] = field(default_factory=list)
+    progress: list[float] = field(default_factory=list)
+    counters: list[dict[str, np.ndarray]] = field(default_factory=list)
+    outcome: str = "watching"
+    period: int = 0  # ticks per iteration, once cut
+    cut_layers: np.ndarray | None = None
+    in_flight: np.ndarray | None = None  # region layers running when it was cut
+    after: np.ndarray | None = None  # layers that run after the skipped ones
+    predicted_end: int = 0  # real tick the region's last layer ends
+    extrapolated_ticks: int = 0
+    iterations_skipped: float = 0.0
+    how: str = ""  # how the period was found: a fixed point, or a mean (Eq. 12)
+    origin: int = -1  # iterations that follow each other: the layer whose end starts them
+    settled: bool = False
+
+    @property
+    def layer_list(self) -> np.ndarray:
+        if not hasattr(self, "_layers"):
+            self._layers = self.region.layers()
+        return self._layers
+
+    @property
+    def anchors(self) -> list[int]:
+        """Layers whose end the run pauses at: the first layer of every ``block``-th
+        iteration; side by side, every layer (each end is a sample)."""
+        r = self.region
+        if self.by_progress:
+            return self.layer_list.tolist()
+        last = min(r.iterations - 1, MAX_WATCHED * int(self.block))
+        if self.origin >= 0:  # the end of each iteration, from the start of the first
+            return [self.origin] + [r.layer(k, r.period - 1) for k in range(last + 1)]
+        return [r.layer(k) for k in range(0, last + 1, int(self.block))]
+
+
+class FastForward:
+    """Watches a run's repeated regions and cuts them once they reach a fixed point.
+
+    The engine calls :meth:`watch` with each program (again after every extension),
+    :meth:`paused` whenever the kernel stops for a layer notification, and
+    :meth:`final_state` for the results. Times the user sees ("real") are the simulated
+    times plus what was extrapolated before them: ``offset`` for what runs from now on,
+    ``shift`` per layer.
+    """
+
+    def __init__(self, timebase, n_cores: int):
+        self.tb = timebase
+        self.n_cores = n_cores
+        self.watches: list[_Watch] = []
+        self.active: list[_Watch] = []  # watching, or cut and not yet settled
+        self.offset = 0
+        self.shift = np.zeros(0, dtype=np.int64)
+        self.cut = np.zeros(0, dtype=bool)
+        self.synth_times = np.zeros((2, 0), dtype=np.int64)  # start, end of skipped layers
+        self.synth_stats = np.zeros((len(LAYER_STATS), 0), dtype=np.int64)
+        self.ledger: dict[str, np.ndarray] = {}
+        self._claims: dict[int, int] = {}  # layers we asked the kernel to pause after
+        self.skipped: list[tuple[int, int]] = []  # (simulated tick, ticks extrapolated there)
+
+    # -- notifications, shared with whoever else set them ------------------------------
+    def _claim(self, st, layers) -> None:
+        for x in map(int, layers):
+            if x not in self._claims:
+                self._claims[x] = 0 if st.cores.layer_st[ks.L_NOTIFY, x] else 1  # 1: ours to clear
+                st.cores.layer_st[ks.L_NOTIFY, x] = 1
+            self._claims[x] += 2
+
+    def _unclaim(self, st, layers) -> None:
+        for x in map(int, layers):
+            if x in self._claims:
+                self._claims[x] -= 2
+                if self._claims[x] < 2:
+                    if self._claims.pop(x):
+                        st.cores.layer_st[ks.L_NOTIFY, x] = 0
+
+    # -- setting up -----------------------------------------------------------------
+    def watch(self, run, first_layer: int = 0) -> None:
+        """Find the regions among layers ``first_layer ..`` and watch them."""
+        prog, st = run.prog, run.st
+        grow = prog.layer.shape[0] - self.shift.shape[0]
+        self.shift = np.concatenate([self.shift, np.full(grow, self.offset, np.int64)])
+        self.cut = np.concatenate([self.cut, np.zeros(grow, bool)])
+        self.synth_times = np.concatenate([self.synth_times, np.zeros((2, grow), np.int64)], 1)
+        self.synth_stats = np.concatenate(
+            [self.synth_stats, np.zeros((len(LAYER_STATS), grow), np.int64)], 1)
+        if not self.ledger:
+            self.ledger = {k: np.zeros_like(v) for k, v in _counters(st).items()}
+        work = _static_work(prog)
+        src = np.repeat(np.arange(prog.layer.shape[0]), prog.layer[:, isa.L_SUCC_LEN])
+        for region in find_regions(prog, first_layer):
+            if region.sequential:
+                w = _Watch(region, 1)
+                # iteration k runs from the end of iteration k - 1, the first from the end of
+                # its last predecessor (when that is still to come): then two iterations
+                # give two periods
+                preds = src[prog.layer_succ == region.first]
+                if len(preds) and st.cores.layer_st[ks.L_END, preds].max() < 0:
+                    w.origin = int(preds.max())
+            else:  # side by side: samples when WINDOWS-th of the work is done
+                total = work[:, region.layers()].sum(axis=1)
+                use = 0 if total[0] > 0 else 1
+                if total[use] == 0:
+                    continue
+                w = _Watch(region, total[use] / WINDOWS, by_progress=True)
+                w.metric = use
+            self.watches.append(w)
+            self.active.append(w)
+            self._claim(st, w.anchors)
+
+    # -- during the run ---------------------------------------------------------------
+    def paused(self, run) -> None:
+        """Take the measurements due at this pause, cut what has converged, and settle the
+        time shift of regions whose shortened run has ended."""
+        st = run.st
+        for w in self.active:
+            if w.outcome == "cut" and not w.settled:
+                self._settle(run.st, w, run.release_offset_changed)
+            if w.outcome != "watching":
+                continue
+            if w.by_progress:
+                self._sample_progress(run, w)
+            else:
+                self._sample_anchors(run, w)
+            if w.outcome != "watching":
+                self._unclaim(st, w.anchors)
+        self.active = [w for w in self.active
+                       if w.outcome == "watching" or (w.outcome == "cut" and not w.settled)]
+
+    def _sample(self, run, w: _Watch, tick: int, progress: float) -> None:
+        w.times.append(tick)
+        w.progress.append(progress)
+        w.counters.append({k: v + self.ledger[k] for k, v in _counters(run.st).items()})
+        self._decide(run, w)
+
+    def _sample_anchors(self, run, w: _Watch) -> None:
+        ls = run.st.cores.layer_st
+        anchors = w.anchors
+        while w.outcome == "watching" and len(w.times) < len(anchors):
+            a = anchors[len(w.times)]
+            if ls[ks.L_END, a] < 0:
+                return
+            if self.cut[a]:
+                w.outcome = "skipped with an enclosing region"
+                return
+            self._sample(run, w, int(ls[ks.L_END, a]) + int(self.shift[a]),
+                         len(w.times) * w.block)
+        if w.outcome == "watching":
+            w.outcome = f"no fixed point in {len(anchors) - 1} iterations"
+
+    def _sample_progress(self, run, w: _Watch) -> None:
+        """Side by side: a sample whenever another window of the region's work is done
+        (bytes moved, or array and vector cycles for work that moves none)."""
+        ls = run.st.cores.layer_st
+        if ls[ks.L_START, w.region.first] < 0:  # not begun (most pauses: cheap to tell)
+            return
+        layers = w.layer_list
+        if self.cut[layers].any():
+            w.outcome = "skipped with an enclosing region"
+            return
+        if (ls[ks.L_END, layers] >= 0).all():
+            w.outcome = f"no fixed point in {max(0, len(w.times) - 1)} windows"
+            return
+        done = float(ls[list(PROGRESS[w.metric])][:, layers].sum())
+        last = w.progress[-1] if w.progress else 0.0  # the first window is the prolog
+        if done >= last + w.block:
+            self._sample(run, w, int(run.st.glob[ks.G_NOW]) + self.offset, done)
+            if w.outcome == "watching" and len(w.times) > MAX_WATCHED:
+                w.outcome = f"no fixed point in {len(w.times) - 1} windows"
+
+    def _decide(self, run, w: _Watch) -> None:
+        k = len(w.times) - 1  # periods measured so far: 1..k
+        if k < 2:
+            return
+        steps = np.diff(w.progress)
+        periods = np.diff(w.times) / steps  # ticks per unit of progress
+        deltas = [{n: (w.counters[i + 1][n] - w.counters[i][n]) / steps[i]
+                   for n in w.counters[i]} for i in range(k)]
+        if _same(periods[-2], periods[-1], deltas[-2], deltas[-1]):
+            # both iterations are at the fixed point: their mean is the better estimate
+            mean = {n: (deltas[-2][n] + deltas[-1][n]) / 2 for n in deltas[-1]}
+            self._cut(run, w, float(periods[-2:].mean()), mean, "fixed point")
+            return
+        total = w.block * WINDOWS if w.by_progress else w.region.iterations
+        if k >= MAX_WATCHED and w.progress[-1] >= MEAN_SAMPLE * total:
+            sample = periods[1:]  # the first period carries the prolog
+            sem = sample.std(ddof=1) / np.sqrt(len(sample)) / sample.mean()
+            if sem <= PERIOD_TOLERANCE:
+                mean = {n: sum(d[n] for d in deltas[1:]) / len(sample) for n in deltas[0]}
+                self._cut(run, w, float(sample.mean()), mean,
+                          f"mean of {len(sample)} oscillating windows")
+
+    def _units(self, run, w: _Watch, layers) -> float:
+        """Progress units of ``layers``: iterations, or the bytes / cycles they took."""
+        if not w.by_progress:
+            return len(layers) / w.region.period
+        return float(run.st.cores.layer_st[list(PROGRESS[w.metric])][:, layers].sum())
+
+    def _cut(self, run, w: _Watch, per_unit: float, per_unit_counts: dict, how: str) -> None:
+        st, prog = run.st, run.prog
+        r = w.region
+        ls = st.cores.layer_st
+        n = prog.layer.shape[0]
+        released = _released(st, prog)
+        started = ls[ks.L_START] >= 0
+        ended = ls[ks.L_END] >= 0
+        grid = r.layers().reshape(r.iterations, r.period)
+        layers = grid.ravel()
+        # the layers to skip: not yet handed out to a core and, where iterations follow
+        # each other, not yet released (a released one runs before the skipped ones)
+        todo = ~started[layers] & (~released[layers] if r.sequential else True)
+        cut = layers[todo]
+        if len(cut) == 0:
+            w.outcome = "nothing left to skip"
+            return
+        done = ended[grid].all(axis=1)
+        if not done.any():
+            w.outcome = "no complete iteration to copy"
+            return
+        ref = int(np.flatnonzero(done).max())
+        units = self._units(run, w, grid[ref])  # progress units of one iteration
+        period = int(round(per_unit * units))
+        per_iteration = {k: v * units for k, v in per_unit_counts.items()}
+        inside = np.zeros(n, bool)
+        inside[layers] = True
+        running = started & ~ended & ~inside
+        stream = prog.layer[r.first, isa.L_REQUEST]
+        foreign = released & ~ended & (prog.layer[:, isa.L_REQUEST] != stream)
+        if running.any() or foreign.any():
+            other = int(np.flatnonzero(running | foreign)[0])
+            w.outcome = f"shared with {prog.layers[other].name} (simulated in full)"
+            return
+        it, idx = np.divmod(np.flatnonzero(todo), r.period)
+        ref_layers = grid[ref, idx]
+        moved = (it - ref) * period
+        # the reference layers as the user sees them (some may be extrapolated themselves,
+        # by a region inside this one)
+        was_cut = self.cut[ref_layers]
+        ref_start = np.where(was_cut, self.synth_times[0, ref_layers],
+                             ls[ks.L_START, ref_layers] + self.shift[ref_layers])
+        ref_end = np.where(was_cut, self.synth_times[1, ref_layers],
+                           ls[ks.L_END, ref_layers] + self.shift[ref_layers])
+        predicted_end = int((ref_end + moved).max())
+        waiting = prog.release_order[int(st.cores.ctl[ks.CC_RELEASED]):]
+        if len(waiting):  # program rows keep the arrival the user gave
+            arrival = int(prog.layer[waiting, isa.L_RELEASE].min()) * self.tb.core_period
+            if arrival < predicted_end:
+                w.outcome = "a request arrives before the region ends (simulated in full)"
+                return
+        # what runs after the skipped layers: everything not yet released, and what became
+        # ready after the first skipped layer that was ready
+        seq = ls[ks.L_READY_SEQ]
+        ready_cut = cut[released[cut]]
+        first_seq = int(seq[ready_cut].min()) if len(ready_cut) else np.iinfo(np.int64).max
+        after = ~started & ~inside & (~released | (seq > first_seq))
+        # inner regions inside the skipped layers are done with
+        for other in self.watches:
+            if other is not w and other.outcome == "watching" and inside[other.region.first]:
+                if np.isin(other.anchors, cut).any():
+                    other.outcome = "skipped with an enclosing region"
+                    self._unclaim(st, other.anchors)
+        self.cut[cut] = True
+        self.synth_times[0, cut] = ref_start + moved
+        self.synth_times[1, cut] = ref_end + moved
+        for i, f in enumerate(LAYER_STATS):
+            self.synth_stats[i, cut] = np.where(was_cut, self.synth_stats[i, ref_layers],
+                                                ls[f, ref_layers])
+        ref_row = grid[ref]
+        weight = np.where(self.cut[:n], self.synth_stats[2, :n] + self.synth_stats[3, :n],
+                          ls[ks.L_LD_BYTES] + ls[ks.L_ST_BYTES]).astype(np.float64)
+        if weight[ref_row].sum() == 0:
+            weight = np.where(self.cut[:n], self.synth_times[1, :n] - self.synth_times[0, :n],
+                              ls[ks.L_END] - ls[ks.L_START]).astype(np.float64)
+        total = weight[ref_row].sum()
+        share = weight[ref_layers].sum() / total if total > 0 else len(cut) / r.period
+        for name, d in per_iteration.items():
+            self.ledger[name] += share * d
+        self._unclaim(st, w.anchors)
+        w.outcome, w.how, w.period = "cut", how, period
+        w.cut_layers = cut
+        w.in_flight = layers[~todo & ~ended[layers]]  # handed out or ready before the cut
+        w.after = after
+        w.predicted_end = predicted_end
+        w.iterations_skipped = share
+        self._claim(st, w.in_flight)
+        run.skip_layers(cut)
+        self._settle(st, w, run.release_offset_changed)
+
+    def _settle(self, st, w: _Watch, moved=None) -> None:
+        """Once the skipped layers and the rest of the region have ended, what runs after
+        them moves by the difference between the region's extrapolated end and the end the
+        shortened run saw (``moved()`` is told)."""
+        ls = st.cores.layer_st
+        last = np.concatenate([w.cut_layers, w.in_flight])
+        if (ls[ks.L_END, last] < 0).any():
+            return
+        sim_end = int(ls[ks.L_END, last].max())
+        delta = max(0, w.predicted_end - (sim_end + self.offset))
+        w.extrapolated_ticks = delta
+        after = np.ones(self.shift.shape[0], bool)  # layers added since: all after
+        after[:w.after.shape[0]] = w.after
+        self.shift[after & ~self.cut] += delta
+        self.offset += delta
+        self.skipped.append((sim_end, delta))
+        self._unclaim(st, w.in_flight)
+        w.settled = True
+        if moved is not None:
+            moved()
+
+    # -- results ----------------------------------------------------------------------
+    def final_state(self, st):
+        """A copy of ``st`` as the full run would have left it, for the results."""
+        for w in self.active:  # regions that ended with the run
+            if w.outcome == "cut" and not w.settled:
+                self._settle(st, w)
+        ls = st.cores.layer_st.copy()
+        n = ls.shape[1]
+        shift, cut = self.shift[:n], self.cut[:n]
+        for f in (ks.L_START, ks.L_END):
+            ls[f] = np.where(ls[f] >= 0, ls[f] + shift, ls[f])
+        ls[ks.L_START, cut] = self.synth_times[0, :n][cut]
+        ls[ks.L_END, cut] = self.synth_times[1, :n][cut]
+        for i, f in enumerate(LAYER_STATS):
+            ls[f, cut] = self.synth_stats[i, :n][cut]
+        glob = st.glob.copy()
+        end = max(int(ls[ks.L_END].max()) if n else 0, int(glob[ks.G_END]))
+        mem_extra = (end - int(glob[ks.G_END])) // self.tb.mem_period
+        glob[ks.G_END] = end
+        tables = {"cores": {"layer_st": ls}, "mem": {}}
+        for unit, name, fields in COUNTERS:
+            table = getattr(getattr(st, unit), name).copy()
+            add = np.rint(self.ledger[name]).astype(np.int64)
+            if fields is None:
+                table += add
+            else:
+                table[list(fields)] += add
+            tables[unit][name] = table
+        for unit, name, fields in END_TIMES:
+            table = tables[unit][name]
+            for f in fields:
+                table[f] = np.where(table[f] > 0, table[f] + mem_extra, table[f])
+        return st._replace(glob=glob, cores=st.cores._replace(**tables["cores"]),
+                           mem=st.mem._replace(**tables["mem"]))
+
+    def report(self, prog) -> dict:
+        """What was simulated and what extrapolated, for the JSON result."""
+        n = prog.layer.shape[0]
+        cut = self.cut[:n]
+        tiles = np.bincount(prog.tile[:, isa.T_LAYER], minlength=n)
+        P = self.tb.core_period
+        return {
+            "fidelity": "fast",
+            "layers_simulated": int((~cut).sum()), "layers_extrapolated": int(cut.sum()),
+            "tiles_simulated": int(tiles[~cut].sum()),
+            "tiles_extrapolated": int(tiles[cut].sum()),
+            "extrapolated_cycles": int(sum(w.extrapolated_ticks for w in self.watches)) // P,
+            "regions": [{
+                "first_layer": prog.layers[w.region.first].name,
+                "last_layer": prog.layers[w.region.end - 1].name,
+                "layers_per_iteration": w.region.period, "iterations": w.region.iterations,
+                "side_by_side": not w.region.sequential,
+                "measurements": len(w.times),
+                "iterations_extrapolated": round(float(w.iterations_skipped), 3),
+                "cycles_per_iteration": w.period // P if w.outcome == "cut" else None,
+                "measured_cycles_per_iteration": (
+                    [] if w.by_progress else [int(t) // P for t in np.diff(w.times)]),
+                "outcome": w.how if w.outcome == "cut" else w.outcome,
+            } for w in self.watches if w.outcome != "skipped with an enclosing region"],
+        }
+
+
+def _same(t0: float, t1: float, d0: dict, d1: dict) -> bool:
+    """Eq. 5 with the DRAM guard: period, bytes, row-hit rate and read latency agree."""
+    if abs(t1 - t0) > PERIOD_TOLERANCE * t1:
+        return False
+    b0, b1 = _bytes(d0), _bytes(d1)
+    if abs(b1 - b0) > BYTES_TOLERANCE * max(b1, 1.0):
+        return False
+    h0, h1 = _hit_rate(d0), _hit_rate(d1)
+    if h0 is not None and h1 is not None and abs(h1 - h0) > HIT_RATE_TOLERANCE:
+        return False
+    l0, l1 = _latency(d0), _latency(d1)
+    return l0 is None or l1 is None or abs(l1 - l0) <= LATENCY_TOLERANCE * max(l1, 1e-9)
+
+
+def _core(d: dict, field_index: int) -> float:
+    fields = next(f for _, name, f in COUNTERS if name == "core")
+    return float(d["core"][fields.index(field_index)].sum())
+
+
+def _bytes(d: dict) -> float:
+    return _core(d, ks.C_LD_BYTES) + _core(d, ks.C_ST_BYTES)
+
+
+def _hit_rate(d: dict) -> float | None:
+    b = d["dbank"]  # rows: hits, misses, conflicts, reads, writes
+    n = b[:3].sum()
+    return float(b[0].sum() / n) if n > 0 else None
+
+
+def _latency(d: dict) -> float | None:
+    n = _core(d, ks.C_READ_LAT_N)
+    return _core(d, ks.C_READ_LAT_SUM) / n if n > 0 else None

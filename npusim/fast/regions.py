@@ -1,0 +1,181 @@
+"""Repeated regions of a lowered program: runs of identical layers, found once per program.
+
+Two layers are *identical* when they would run the same way given the same chip state: the
+same op type, input and output shapes and mapping, the same tile templates in the same
+groups (templates are compared by their instruction rows, addresses left out: equal rows mean equal instruction
+streams over other data), the same number of predecessors and the same
+request. A *region* is a stretch of the layer sequence that repeats with a period of ``P``
+layers at least ``min_iterations`` times: ``P = 1`` for a run of identical layers,
+``P`` = the layers of one decoder block for the blocks of a transformer. Regions may nest
+(a per-request attention pattern inside a decoder block); each is extrapolated on its own.
+
+Iterations either follow each other (each waits on the one before) or run side by side
+(all wait on one layer in front of them); see :class:`Region`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from npusim.kernels import isa
+from npusim.program import Program
+
+MIN_ITERATIONS = 4  # a region is worth watching from this many iterations on
+MAX_CANDIDATE_PERIODS = 64  # periods tried, most frequent signature gaps first
+
+
+@dataclass(frozen=True)
+class Region:
+    """``iterations`` repeats of a pattern of ``stride`` layers; iteration ``k`` is the
+    layers ``first + k * stride + o`` for ``o`` in ``offsets``.
+
+    ``offsets == range(stride)``: iterations follow each other and each waits on the one
+    before (decoder blocks). Otherwise the repeats all wait on a layer in front of them
+    (the per-request attention of one decoder block waits on the QKV projection) and run
+    side by side, in the order their layers became ready: an iteration is then one *wave*
+    of a repeat, the layers released at the same time (every request's Q, K and V
+    preparation first, then every request's scores, ...), and each wave is a region.
+    """
+
+    first: int
+    stride: int
+    iterations: int
+    offsets: tuple[int, ...]
+
+    @property
+    def period(self) -> int:
+        """Layers per iteration."""
+        return len(self.offsets)
+
+    @property
+    def sequential(self) -> bool:
+        return self.offsets == tuple(range(self.stride))
+
+    @property
+    def end(self) -> int:
+        """One past the region's last layer."""
+        return self.layer(self.iterations - 1, self.period - 1) + 1
+
+    def layer(self, iteration: int, index: int = 0) -> int:
+        return self.first + iteration * self.stride + self.offsets[index]
+
+    def __repr__(self) -> str:
+        offs = (f"{self.stride} layers" if self.sequential
+                else "offsets " + ",".join(map(str, self.offsets)) + f" of {self.stride}")
+        return f"Region(first={self.first}, {self.iterations} x {offs})"
+
+    def layers(self) -> np.ndarray:
+        """Every layer of the region, iteration by iteration."""
+        return (self.first + np.arange(self.iterations)[:, None] * self.stride
+                + np.asarray(self.offsets)[None, :]).ravel()
+
+
+def layer_signatures(prog: Program, first: int = 0) -> np.ndarray:
+    """One integer per layer from ``first`` on; equal integers mean identical layers."""
+    n_layers = prog.layer.shape[0]
+    tiles, groups = prog.tile, prog.group
+    # each template's contents, addresses left out, as a small integer
+    starts, where = np.unique(tiles[:, isa.T_INST_START], return_inverse=True)
+    lengths = np.zeros(len(starts), dtype=np.int64)
+    lengths[where] = tiles[:, isa.T_INST_LEN]
+    contents: dict[bytes, int] = {}
+    content_of = np.array([contents.setdefault(
+        np.delete(prog.inst[s:s + n], isa.I_OFFSET, axis=1).tobytes(), len(contents))
+        for s, n in zip(starts.tolist(), lengths.tolist())], dtype=np.int64)
+    tile_content = content_of[where] if len(tiles) else np.zeros(0, np.int64)
+    ids: dict[tuple, int] = {}
+    out = np.empty(n_layers - first, dtype=np.int64)
+    for lid in range(first, n_layers):
+        row = prog.layer[lid]
+        info = prog.layers[lid]
+        g0, gn = int(row[isa.L_GROUP_START]), int(row[isa.L_GROUP_LEN])
+        lens = groups[g0:g0 + gn, isa.G_TILE_LEN]
+        t0 = int(groups[g0, isa.G_TILE_START]) if gn else 0
+        shape = lens.tobytes() + tile_content[t0:t0 + int(lens.sum())].tobytes()
+        key = (info.op_type, tuple(map(tuple, info.input_shapes)), tuple(info.output_shape),
+               info.mapping, int(row[isa.L_N_PREDS]), int(row[isa.L_REQUEST]), shape)
+        out[lid - first] = ids.setdefault(key, len(ids))
+    return out
+
+
+def _candidate_periods(sig: np.ndarray, min_iterations: int) -> list[int]:
+    """Gaps between consecutive occurrences of a signature, the most frequent first."""
+    order = np.argsort(sig, kind="stable")
+    same = sig[order[1:]] == sig[order[:-1]]
+    gaps = (order[1:] - order[:-1])[same]
+    counts = Counter(gaps.tolist())
+    return [p for p, n in counts.most_common(MAX_CANDIDATE_PERIODS) if n >= min_iterations - 1]
+
+
+def _stretches(sig: np.ndarray, period: int, min_iterations: int) -> list[tuple[int, int]]:
+    """Maximal ``[start, end)`` with ``sig[i] == sig[i + period]`` for start <= i < end - period,
+    holding at least ``min_iterations`` whole periods."""
+    if period >= len(sig):
+        return []
+    eq = np.concatenate([[False], sig[:-period] == sig[period:], [False]])
+    edges = np.flatnonzero(eq[1:] != eq[:-1])
+    out = []
+    for a, b in zip(edges[::2], edges[1::2]):  # eq[a+1 .. b] true: positions a .. b-1
+        start, end = int(a), int(b) + period
+        if (end - start) // period >= min_iterations:
+            out.append((start, end))
+    return out
+
+
+def _predecessors(prog: Program, first: int) -> list[list[int]]:
+    """Predecessors of each layer from ``first`` on (index ``lid - first``)."""
+    preds: list[list[int]] = [[] for _ in range(prog.layer.shape[0] - first)]
+    src = np.repeat(np.arange(prog.layer.shape[0]), prog.layer[:, isa.L_SUCC_LEN])
+    keep = prog.layer_succ >= first
+    for s, d in zip(src[keep].tolist(), prog.layer_succ[keep].tolist()):
+        preds[d - first].append(s)
+    return preds
+
+
+def _waves(preds: list[list[int]], first: int, start: int, period: int) -> list[int] | None:
+    """For a stretch whose repeats run side by side: the release wave of each layer of the
+    first repeat (0: waits only on layers in front of the stretch, w + 1: on a layer of
+    wave w of its own repeat). None if the repeats wait on each other (a sequential
+    stretch)."""
+    waves: list[int] = []
+    for o in range(period):
+        p = preds[start + o - first]
+        if any(start + period <= q for q in p):
+            return None
+        inside = [waves[q - start] for q in p if q >= start]
+        waves.append(1 + max(inside) if inside else 0)
+    for o in range(period):  # the second repeat must wait on nothing of the first
+        if any(start <= q < start + period for q in preds[start + period + o - first]):
+            return None
+    return waves
+
+
+def find_regions(prog: Program, first: int = 0,
+                 min_iterations: int = MIN_ITERATIONS) -> list[Region]:
+    """The repeated regions among layers ``first ..`` (a program extended by an LLM server
+    is searched again from its new layers on), largest first. A stretch is reported with its
+    smallest period only; a stretch whose repeats run side by side becomes one region per
+    release wave."""
+    sig = layer_signatures(prog, first)
+    preds = _predecessors(prog, first)
+    stretches: list[tuple[int, int, int]] = []
+    found: list[Region] = []
+    for period in sorted(_candidate_periods(sig, min_iterations)):
+        for start, end in _stretches(sig, period, min_iterations):
+            start, end = first + start, first + end
+            if any(s <= start and end <= e and period % p == 0 for s, e, p in stretches):
+                continue  # a multiple of a period already found over the same layers
+            stretches.append((start, end, period))
+            n = (end - start) // period
+            waves = _waves(preds, first, start, period)
+            if waves is None:
+                found.append(Region(start, period, n, tuple(range(period))))
+            else:
+                found += [Region(start, period, n, tuple(o for o in range(period)
+                                                         if waves[o] == w))
+                          for w in sorted(set(waves))]
+    found.sort(key=lambda r: -(r.period * r.iterations))
+    return found

@@ -1,0 +1,248 @@
+"""Fast fidelity benchmark (issue 17): each case simulated in full and in fast fidelity, side by
+side, with the cycle error of fast against full and the speed-up.
+
+Each run is its own process (kernels loaded from the cache by a warm-up first); its wall time
+covers loading, lowering, simulating and collecting the result, and its CPU time is the
+process's own (what wall time would be on an idle machine: the machine may be shared, so
+speed-ups are taken on CPU time). Rows are written as soon as a case finishes.
+
+    python tests/benchmarks/bench_fast.py [--cases resnet50_b8,bert_512,llama_gqa,llama_mha]
+    python tests/benchmarks/bench_fast.py --cases sweep    # the 64-point ResNet-18 sweep
+
+Targets (issue 17): the Llama-3-8B step (batch 128, context 1023) at least 10x faster than
+full, ResNet-50 batch 8 and BERT-base sequence 512 on `server` and the 64-point ResNet-18
+sweep at least 5x, each within 1% of full's cycles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = REPO / "results" / "benchmarks" / "fast.json"
+
+LLAMA = {"model": "llama3_8b", "context": 1023, "prompt": 1, "generate": 1, "count": 128}
+CASES = {
+    "resnet50_b8": ("ResNet-50, batch 8, server", 5,
+                    {"model": "resnet50", "config": "server", "dims": {"batch": 8}}),
+    "bert_512": ("BERT-base, sequence 512, server", 5,
+                 {"model": "bert_base", "config": "server", "dims": {"batch": 1, "seq": 512}}),
+    "llama_gqa": ("Llama-3-8B step, batch 128, context 1023, GQA 32/8", 10,
+                  {"requests": [LLAMA], "config": "server",
+                   "overrides": ["scheduler.max_batch=128"]}),
+    "llama_mha": ("Llama-3-8B step, batch 128, context 1023, MHA 32/32", 10,
+                  {"requests": [{**LLAMA, "llm": {"kv_heads": 32}}], "config": "server",
+                   "overrides": ["scheduler.max_batch=128"]}),
+    "gpt2": ("GPT-2 small, prompt 512, 32 tokens, server", 1,
+             {"requests": [{"model": "gpt2", "prompt": 512, "generate": 32}],
+              "config": "server"}),
+    "sweep": ("ResNet-18 sweep, 64 points (configs/sweeps/resnet18_grid.toml), 1 worker", 5,
+              {"sweep": "configs/sweeps/resnet18_grid.toml"}),
+    "bundled": ("every bundled model on mobile and server (symbolic dims: batch 1, others "
+                "128)", 1, {"bundled": True}),
+}
+
+CHILD = r"""
+import json, sys, time
+import npusim
+case, fidelity = json.loads(sys.argv[1]), sys.argv[2]
+npusim.simulate("tiny_cnn", "server")  # load the cached kernels
+over = case.get("overrides", []) + [f"fidelity={fidelity}"]
+t0, c0 = time.perf_counter(), time.process_time()
+if "requests" in case:
+    from npusim.simulation import simulate_requests
+    from npusim.workload import read_requests
+    import tempfile, pathlib
+    f = pathlib.Path(tempfile.mkdtemp()) / "requests.json"
+    f.write_text(json.dumps({"requests": case["requests"]}))
+    r = simulate_requests(read_requests(f, 1000), case["config"], overrides=over)
+else:
+    r = npusim.simulate(case["model"], case["config"], dims=case.get("dims"), overrides=over)
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+print(json.dumps({"cycles": r.total_cycles, "wall_seconds": wall, "cpu_seconds": cpu,
+                  "kernel_seconds": r.wall_seconds,
+                  "layer_cycles": [l["cycles"] for l in r.layers],
+                  "layer_ends": [l["end_cycle"] for l in r.layers],
+                  "fidelity": {k: v for k, v in r.extra["fidelity"].items() if k != "regions"},
+                  "regions": [{k: reg[k] for k in ("first_layer", "iterations",
+                                                  "layers_per_iteration", "outcome",
+                                                  "iterations_extrapolated")}
+                              for reg in r.extra["fidelity"].get("regions", [])
+                              if reg["iterations_extrapolated"]]}))
+"""
+
+
+def run_bundled() -> list[dict]:
+    """Accuracy over every bundled model on both presets: fast against full."""
+    import onnx
+
+    import npusim
+
+    rows = []
+    for path in sorted((REPO / "models").glob("*.onnx")):
+        graph = onnx.load(str(path), load_external_data=False).graph
+        dims = {d.dim_param: 1 if d.dim_param == "batch" else 128
+                for i in graph.input for d in i.type.tensor_type.shape.dim if d.dim_param}
+        for config in ("mobile", "server"):
+            runs = {}
+            for f in ("full", "fast"):
+                t0 = time.process_time()
+                r = npusim.simulate(path.stem, config, dims=dims or None,
+                                    overrides=[f"fidelity={f}"])
+                runs[f] = (r, time.process_time() - t0)
+            (a, ta), (b, tb) = runs["full"], runs["fast"]
+            info = b.extra["fidelity"]
+            ends = max(abs(x["end_cycle"] - y["end_cycle"]) for x, y in zip(a.layers, b.layers))
+            rows.append({"model": path.stem, "config": config, "dims": dims,
+                         "full_cycles": a.total_cycles, "fast_cycles": b.total_cycles,
+                         "error_percent": 100 * (b.total_cycles - a.total_cycles)
+                         / a.total_cycles,
+                         "layer_end_error_max_percent_of_total": 100 * ends / a.total_cycles,
+                         "layers_extrapolated": info["layers_extrapolated"],
+                         "layers": len(b.layers), "full_cpu_seconds": ta,
+                         "fast_cpu_seconds": tb,
+                         "regions": [r["outcome"] for r in info["regions"]]})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def write_bundled(rows: list[dict], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"cases": rows}, indent=1))
+    lines = ["# Fast fidelity: accuracy on every bundled model", "",
+             "Generated by `python tests/benchmarks/bench_fast.py --cases bundled`. Symbolic "
+             "dims: batch 1, every other 128. A model without a repeated region runs in full "
+             "(identical cycles).", "",
+             "| model | config | full cycles | fast cycles | error | worst layer end "
+             "(% of run) | layers extrapolated | full CPU s | fast CPU s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['config']} | {r['full_cycles']:,} | "
+                     f"{r['fast_cycles']:,} | {r['error_percent']:+.3f}% | "
+                     f"{r['layer_end_error_max_percent_of_total']:.3f}% | "
+                     f"{r['layers_extrapolated']} of {r['layers']} | "
+                     f"{r['full_cpu_seconds']:.1f} | {r['fast_cpu_seconds']:.1f} |")
+    worst = max(abs(r["error_percent"]) for r in rows)
+    lines += ["", f"Worst total-cycle error: {worst:.3f}% (target: within 1%)."]
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+def run_one(spec: dict, fidelity: str) -> dict:
+    if "sweep" in spec:
+        return run_sweep(spec["sweep"], fidelity)
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), fidelity],
+                       capture_output=True, text=True, cwd=REPO)
+    if p.returncode != 0:
+        return {"error": p.stderr.strip()[-1500:], "wall_seconds": time.perf_counter() - t0}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def run_sweep(sweep: str, fidelity: str) -> dict:
+    """The whole `npusim sweep` command (one worker) with ``fidelity`` set in every point."""
+    import h5py
+
+    src = (REPO / sweep).read_text()
+    if "\nset =" in src.split("[workload]")[0]:
+        raise SystemExit("bench_fast: the sweep's [base] already has a set table")
+    with tempfile.TemporaryDirectory(dir=(REPO / sweep).parent) as tmp:
+        spec = Path(tmp) / Path(sweep).name  # beside the original: same relative paths
+        spec.write_text(src.replace("[base]", f'[base]\nset = {{ fidelity = "{fidelity}" }}', 1))
+        out = Path(tmp) / "out.h5"
+        cmd = [str(Path(sys.executable).parent / "npusim"), "sweep", str(spec), "--out",
+               str(out), "--workers", "1", "--quiet"]
+        t0, r0 = time.perf_counter(), os.times()
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        r1, wall = os.times(), time.perf_counter() - t0
+        if p.returncode != 0:
+            return {"error": (p.stderr or p.stdout).strip()[-1500:], "wall_seconds": wall}
+        with h5py.File(out) as f:
+            cycles = [int(c) for c in f["total_cycles"][()].ravel()]
+    cpu = (r1.children_user + r1.children_system) - (r0.children_user + r0.children_system)
+    return {"cycles": sum(cycles), "point_cycles": cycles, "wall_seconds": wall,
+            "cpu_seconds": cpu, "fidelity": {"fidelity": fidelity}}
+
+
+def compare(full: dict, fast: dict) -> dict:
+    out = {"cycle_error_percent": 100 * (fast["cycles"] - full["cycles"]) / full["cycles"],
+           "speedup_cpu": full["cpu_seconds"] / fast["cpu_seconds"],
+           "speedup_wall": full["wall_seconds"] / fast["wall_seconds"]}
+    if "layer_cycles" in full:
+        errs = [abs(b - a) / a for a, b in zip(full["layer_cycles"], fast["layer_cycles"]) if a]
+        out["layer_error_max_percent"] = 100 * max(errs)
+        out["layer_end_error_max_percent_of_total"] = 100 * max(
+            abs(b - a) for a, b in zip(full["layer_ends"], fast["layer_ends"])) / full["cycles"]
+    if "point_cycles" in full:
+        out["point_error_max_percent"] = 100 * max(
+            abs(b - a) / a for a, b in zip(full["point_cycles"], fast["point_cycles"]))
+    return out
+
+
+def write(rows: list[dict], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    machine = f"{platform.processor() or platform.machine()}, {platform.platform()}"
+    out.write_text(json.dumps({"machine": machine, "cases": rows}, indent=1))
+    lines = ["# Fast fidelity benchmark", "",
+             f"Generated by `python tests/benchmarks/bench_fast.py` on {machine}, "
+             f"{os.cpu_count()} CPUs shared with other jobs (CPU seconds are the process's "
+             "own; speed-ups are taken on them). Wall and CPU cover loading, lowering, "
+             "simulating and collecting.", "",
+             "| case | full cycles | fast cycles | error | full CPU s | fast CPU s | "
+             "speed-up | target | layers / tiles extrapolated |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['description']} | error: {r['error'][-200:]} ||||||||")
+            continue
+        f, q, c = r["full"], r["fast"], r["compare"]
+        fi = q.get("fidelity", {})
+        ext = (f"{fi.get('layers_extrapolated', '-')} of "
+               f"{fi.get('layers_extrapolated', 0) + fi.get('layers_simulated', 0)} / "
+               f"{fi.get('tiles_extrapolated', '-')}" if "layers_simulated" in fi else "-")
+        met = c["speedup_cpu"] >= r["target_speedup"] and abs(c["cycle_error_percent"]) < 1
+        lines.append(
+            f"| {r['description']} | {f['cycles']:,} | {q['cycles']:,} | "
+            f"{c['cycle_error_percent']:+.2f}% | {f['cpu_seconds']:.1f} | "
+            f"{q['cpu_seconds']:.1f} | {c['speedup_cpu']:.1f}x | >= {r['target_speedup']}x "
+            f"{'met' if met else 'MISSED'} | {ext} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default="resnet50_b8,bert_512,llama_gqa,llama_mha")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--reuse-full", action="store_true",
+                    help="take a case's full run from --out if it holds one (full fidelity "
+                         "does not depend on npusim.fast, so only fast is run again)")
+    a = ap.parse_args()
+    rows = json.loads(a.out.read_text())["cases"] if a.out.exists() else []
+    for name in a.cases.split(","):
+        desc, target, spec = CASES[name]
+        if name == "bundled":
+            write_bundled(run_bundled(), a.out.with_name("fast_bundled.json"))
+            continue
+        old = next((r for r in rows if r["case"] == name and "full" in r), None)
+        full = old["full"] if a.reuse_full and old else run_one(spec, "full")
+        fast = run_one(spec, "fast")
+        row = {"case": name, "description": desc, "target_speedup": target}
+        if "error" in full or "error" in fast:
+            row["error"] = full.get("error") or fast.get("error")
+        else:
+            row.update(full=full, fast=fast, compare=compare(full, fast))
+        rows = [r for r in rows if r["case"] != name] + [row]
+        print(json.dumps({k: v for k, v in row.items() if k not in ("full", "fast")}),
+              flush=True)
+        write(rows, a.out)
+
+
+if __name__ == "__main__":
+    main()

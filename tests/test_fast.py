@@ -1,0 +1,175 @@
+"""Fast fidelity (npusim.fast): repeated regions found in the program, extrapolated once their
+period and DRAM behaviour settle, within 1% of the full simulation; full simulation where
+nothing repeats or another stream shares the chip."""
+
+import json
+
+import numpy as np
+import pytest
+
+import npusim
+from npusim.config import load_config
+from npusim.errors import NpusimError
+from npusim.fast import find_regions
+from npusim.frontend import load_model
+from npusim.lowering import lower_graph
+from npusim.simulation import simulate_requests
+from npusim.workload import Request
+
+BERT = dict(model="bert_base", config="server", dims={"batch": 1, "seq": 128})
+
+
+def _pair(model, config, dims=None, overrides=()):
+    """The same run in full and in fast fidelity."""
+    return [npusim.simulate(model, config, dims=dims,
+                            overrides=[*overrides, f"fidelity={f}"]) for f in ("full", "fast")]
+
+
+def _rel(a, b):
+    return abs(b - a) / a
+
+
+def _layer_ranges(full, region_layers):
+    """Per layer of a region: the least and most cycles it and its identical counterparts
+    of the other iterations took in the full run (the noise that copying an iteration
+    cannot do better than: refresh and bank state differ from one iteration to the next)."""
+    ranges = {}
+    for pos in region_layers:
+        cycles = [full.layers[i]["cycles"] for i in pos]
+        ranges.update({i: (min(cycles), max(cycles)) for i in pos})
+    return ranges
+
+
+def test_bert_encoder_blocks_are_one_region_of_twelve():
+    cfg = load_config("server")
+    prog = lower_graph(load_model("bert_base", BERT["dims"]), cfg)
+    regions = find_regions(prog)
+    blocks = [r for r in regions if r.sequential]
+    assert len(blocks) == 1
+    r = blocks[0]
+    assert (r.iterations, r.period) == (12, 28)
+    assert prog.layers[r.first].name == "encoder.layer.0.attention.self.query.matmul"
+    assert prog.layers[r.end - 1].name == "encoder.layer.11.output.LayerNorm"
+
+
+def test_bert_fast_is_within_one_percent_and_says_what_it_extrapolated():
+    full, fast = _pair(BERT["model"], BERT["config"], BERT["dims"])
+    assert _rel(full.total_cycles, fast.total_cycles) < 0.01
+    info = fast.to_dict()["fidelity"]
+    assert full.to_dict()["fidelity"] == {"fidelity": "full"}
+    region = info["regions"][0]
+    assert region["outcome"] == "fixed point" and region["iterations"] == 12
+    # at most three blocks simulated: the fixed point needs two periods
+    assert region["iterations_extrapolated"] >= 12 - 3
+    assert info["layers_extrapolated"] > 0.7 * len(fast.layers)
+    assert info["tiles_simulated"] + info["tiles_extrapolated"] == sum(
+        c["tiles"] for c in full.cores)
+    # every statistic advanced with the time: traffic, DRAM counts, energy, utilization
+    assert _rel(full.bytes_moved, fast.bytes_moved) < 0.01
+    assert _rel(full.memory["reads"], fast.memory["reads"]) < 0.01
+    assert _rel(full.memory["row_hits"], fast.memory["row_hits"]) < 0.02
+    assert _rel(full.energy_j, fast.energy_j) < 0.01
+    assert _rel(sum(c["busy_cycles"] for c in full.cores),
+                sum(c["busy_cycles"] for c in fast.cores)) < 0.01
+    assert _rel(sum(c["tiles"] for c in full.cores), sum(c["tiles"] for c in fast.cores)) < 0.01
+    # per layer: the timeline within 1% of the run, and every layer's cycles within 3% of
+    # the full run's or of the range its identical counterparts took there (a layer of a few
+    # hundred cycles may differ by a few hundred: 0.05% of the run)
+    assert max(abs(a["end_cycle"] - b["end_cycle"]) for a, b in zip(full.layers, fast.layers)
+               ) < 0.01 * full.total_cycles
+    first = [l["name"] for l in full.layers].index(region["first_layer"])
+    P = region["layers_per_iteration"]
+    ranges = _layer_ranges(full, [[first + k * P + o for k in range(12)] for o in range(P)])
+    for i, (a, b) in enumerate(zip(full.layers, fast.layers)):
+        lo, hi = ranges.get(i, (a["cycles"], a["cycles"]))
+        slack = 0.0005 * full.total_cycles
+        assert 0.97 * lo - slack <= b["cycles"] <= 1.03 * hi + slack, (i, b["cycles"], lo, hi)
+
+
+def test_fast_equals_full_exactly_when_nothing_repeats():
+    full, fast = _pair("tiny_cnn", "mobile")
+    assert fast.total_cycles == full.total_cycles
+    assert [(l["start_cycle"], l["end_cycle"]) for l in fast.layers] == [
+        (l["start_cycle"], l["end_cycle"]) for l in full.layers]
+    assert fast.memory == full.memory and fast.cores == full.cores
+    info = fast.to_dict()["fidelity"]
+    assert info["regions"] == [] and info["layers_extrapolated"] == 0
+
+
+def test_another_stream_on_the_chip_means_full_simulation():
+    # two BERTs side by side, one per half of the cores: each sees the other running
+    reqs = [Request("bert_base", dims={"batch": 1, "seq": 32}, name=n, partition=i)
+            for i, n in enumerate("ab")]
+    full, fast = [simulate_requests(reqs, "server", overrides=[
+        f"fidelity={f}", "scheduler.policy=spatial"]) for f in ("full", "fast")]
+    assert fast.total_cycles == full.total_cycles
+    assert [r["latency_cycles"] for r in fast.requests] == [
+        r["latency_cycles"] for r in full.requests]
+    info = fast.extra["fidelity"]
+    assert info["layers_extrapolated"] == 0
+    outcomes = [r["outcome"] for r in info["regions"]]
+    assert len(outcomes) == 2 and any(o.startswith("shared with a/") for o in outcomes)
+
+
+def test_gpt2_generation_fast_within_one_percent_with_its_tokens():
+    reqs = [Request("gpt2", prompt=32, generate=3, llm={"vocab": 4096})]
+    full, fast = [simulate_requests(reqs, "server", overrides=[f"fidelity={f}"])
+                  for f in ("full", "fast")]
+    assert _rel(full.total_cycles, fast.total_cycles) < 0.01
+    a, b = full.requests[0], fast.requests[0]
+    assert _rel(a["ttft_cycles"], b["ttft_cycles"]) < 0.01
+    for x, y in zip(a["tbt_cycles"], b["tbt_cycles"]):
+        assert _rel(x, y) < 0.01
+    its = fast.extra["llm_servers"][0]["iterations"]
+    assert b["token_cycles"] == [i["end_cycle"] for i in its]
+    assert fast.extra["fidelity"]["layers_extrapolated"] > 0
+
+
+@pytest.mark.parametrize("kv_heads", [2, 8])
+def test_llama_step_fast_within_one_percent(kv_heads):
+    # a Llama-3-8B-shaped generation step (8 requests, context 255), scaled down to 8 layers
+    # of a quarter the width, with grouped-query (2 KV heads of 8) and multi-head attention;
+    # the full-size step is in tests/benchmarks/bench_fast.py
+    llm = {"layers": 8, "hidden": 1024, "intermediate": 3584, "heads": 8,
+           "kv_heads": kv_heads, "vocab": 4096}
+    reqs = [Request("llama3_8b", context=255, prompt=1, generate=1, llm=llm)
+            for _ in range(8)]
+    full, fast = [simulate_requests(reqs, "server", overrides=[
+        "scheduler.max_batch=8", f"fidelity={f}"]) for f in ("full", "fast")]
+    assert _rel(full.total_cycles, fast.total_cycles) < 0.01
+    info = fast.extra["fidelity"]
+    assert info["layers_extrapolated"] > 0, info["regions"]
+
+
+def test_fidelity_is_a_validated_config_field_and_a_cli_option(tmp_path):
+    with pytest.raises(NpusimError, match="fidelity.*'full', 'fast'"):
+        load_config("mobile", ["fidelity=exact"])
+    assert load_config("mobile").fidelity == "full"
+    from typer.testing import CliRunner
+
+    from npusim.cli import app
+
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(app, ["simulate", "tiny_cnn", "--fidelity", "fast", "--quiet",
+                                   "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["config"]["fidelity"] == "fast" and data["fidelity"]["fidelity"] == "fast"
+    res = CliRunner().invoke(app, ["simulate", "tiny_cnn", "--fidelity", "medium"])
+    assert res.exit_code != 0 and "fidelity" in res.output
+
+
+def test_a_trace_of_a_fast_run_lists_what_it_extrapolated(tmp_path):
+    from npusim.trace import TraceOptions
+
+    r = npusim.simulate(BERT["model"], BERT["config"], dims=BERT["dims"],
+                        overrides=["fidelity=fast"],
+                        trace=TraceOptions(str(tmp_path / "t.h5"), window=(0, 2000)))
+    ds = r.trace
+    assert ds.attrs["fidelity"] == "fast"
+    skipped = int(ds.extrapolated_cycles.sum())
+    assert skipped == r.extra["fidelity"]["extrapolated_cycles"] > 0
+    # the bins cover the simulated time only; time_real moves the later ones by the skip
+    assert int(ds.time_real[-1] - ds.time[-1]) == skipped
+    assert int(ds.layer_end_cycle.max()) == r.total_cycles
+    assert int(ds.core_active_cycles.sum()) < sum(c["busy_cycles"] for c in r.cores)
