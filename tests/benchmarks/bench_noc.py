@@ -479,7 +479,7 @@ def point(args) -> int:
                 res["stderr"] = statistics.stdev(lat) / len(lat) ** 0.5 if len(lat) > 1 else None
                 row[name] = res
             rows.append(row)
-            print(json.dumps({k: v for k, v in row.items()}, default=str)[:300], flush=True)
+            print(json.dumps(row, default=str)[:300], flush=True)
     out = args.out or REPO / "results" / "benchmarks" / "noc_point.json"
     out.write_text(json.dumps({"date": _dt.datetime.now(_dt.timezone.utc).isoformat(
         timespec="seconds"), "seeds": args.seeds, "rows": rows}, indent=1))
