@@ -173,3 +173,59 @@ def test_a_trace_of_a_fast_run_lists_what_it_extrapolated(tmp_path):
     assert int(ds.time_real[-1] - ds.time[-1]) == skipped
     assert int(ds.layer_end_cycle.max()) == r.total_cycles
     assert int(ds.core_active_cycles.sum()) < sum(c["busy_cycles"] for c in r.cores)
+
+
+# --------------------------------------------------------------- runs of identical tiles
+
+
+MATMUL = dict(model="matmul_1024", config="mobile")  # 512 identical groups of 4 tiles
+
+
+def test_a_layer_of_identical_tile_groups_is_cut_at_its_fixed_point():
+    """A 1024 MatMul on ``mobile``: one layer, 512 output blocks of 4 reduction tiles each,
+    all the same instruction rows. Fast measures the time per tile until it settles, drops
+    the blocks not yet handed out and accounts for them: the run's cycles, traffic, DRAM
+    counts, energy and tile counts within 1% of the full run's."""
+    full, fast = _pair(MATMUL["model"], MATMUL["config"])
+    assert _rel(full.total_cycles, fast.total_cycles) < 0.01
+    info = fast.to_dict()["fidelity"]
+    (run,) = info["tile_runs"]
+    assert (run["groups"], run["tiles_per_group"]) == (512, 4)
+    assert run["outcome"] == "fixed point"
+    # most of the layer extrapolated, the rest simulated; together every tile of the layer
+    total = sum(c["tiles"] for c in full.cores)
+    assert total == 2048
+    assert info["tiles_simulated"] + info["tiles_extrapolated"] == total
+    assert info["tiles_extrapolated"] == run["tiles_extrapolated"] > total // 2
+    assert info["layers_extrapolated"] == 0 and info["extrapolated_cycles"] > 0
+    # the extrapolated time is the dropped tiles at the measured time per tile (given to 0.1)
+    assert abs(info["extrapolated_cycles"] - run["tiles_extrapolated"] * run["cycles_per_tile"]
+               ) <= 0.05 * run["tiles_extrapolated"] + 1
+    # every statistic advanced with the time
+    (a,), (b,) = full.layers, fast.layers
+    assert _rel(a["cycles"], b["cycles"]) < 0.01 and b["start_cycle"] == a["start_cycle"]
+    assert _rel(a["bytes_loaded"], b["bytes_loaded"]) < 0.01
+    assert _rel(a["systolic_cycles"], b["systolic_cycles"]) < 0.01
+    assert _rel(full.bytes_moved, fast.bytes_moved) < 0.01
+    assert _rel(full.memory["reads"], fast.memory["reads"]) < 0.01
+    assert _rel(full.memory["row_hits"], fast.memory["row_hits"]) < 0.02
+    assert _rel(full.energy_j, fast.energy_j) < 0.01
+    assert _rel(sum(c["tiles"] for c in full.cores), sum(c["tiles"] for c in fast.cores)) < 0.01
+    assert _rel(sum(c["busy_cycles"] for c in full.cores),
+                sum(c["busy_cycles"] for c in fast.cores)) < 0.01
+
+
+def test_tile_runs_without_a_fixed_point_are_simulated_in_full_identically(monkeypatch):
+    """No period ever agrees with the last (tolerance 0): every run is watched to its limit
+    and simulated in full, and pausing the kernel for the measurements changes nothing."""
+    from npusim.fast import forward
+
+    monkeypatch.setattr(forward, "PERIOD_TOLERANCE", 0.0)
+    full, fast = _pair(MATMUL["model"], MATMUL["config"])
+    info = fast.to_dict()["fidelity"]
+    (run,) = info["tile_runs"]
+    assert run["outcome"].startswith("no fixed point") and run["measurements"] > 3
+    assert info["tiles_extrapolated"] == 0
+    assert fast.total_cycles == full.total_cycles
+    assert fast.layers == full.layers
+    assert fast.memory == full.memory and fast.cores == full.cores
