@@ -48,7 +48,11 @@ LATENCY_TOLERANCE = 0.05  # relative change of the mean read latency (queueing d
 MAX_WATCHED = 8  # periods watched for a fixed point before falling back
 MEAN_SAMPLE = 0.01  # Eq. 12: the oscillation fallback averages at least this share
 WINDOWS = 16  # side by side: the region's work is measured in windows of 1/16 of it
-MIN_RUN_WAVES = 8  # a run of identical tile groups is watched from 8 tiles per core on
+# a run of identical tile groups is watched from 8 groups per core on: the groups still to
+# hand out at the cut are dropped whole, and the stagger of the last groups over the cores
+# (up to one group's time) must be small beside the run (with 2 long groups per core it
+# moved the layer's end by 7% of the run)
+MIN_RUN_WAVES = 8
 
 
 # Running totals of the chip: (table, field indices or None for the whole table). A cut

@@ -128,10 +128,10 @@ class TileRun:
         return (self.end_group - self.first_group) * self.tiles_per_group
 
 
-def find_tile_runs(prog: Program, first: int, min_tiles: int,
+def find_tile_runs(prog: Program, first: int, min_groups: int,
                    tile_content: np.ndarray | None = None) -> list[TileRun]:
     """Per layer from ``first`` on, its longest run of identical groups, if it holds at least
-    ``min_tiles`` tiles."""
+    ``min_groups`` groups."""
     if tile_content is None:
         tile_content = tile_contents(prog)
     groups = prog.group
@@ -140,7 +140,7 @@ def find_tile_runs(prog: Program, first: int, min_tiles: int,
         g0, gn = (int(x) for x in prog.layer[lid, [isa.L_GROUP_START, isa.L_GROUP_LEN]])
         t0 = groups[g0:g0 + gn, isa.G_TILE_START]
         tn = groups[g0:g0 + gn, isa.G_TILE_LEN]
-        if int(tn.sum()) < min_tiles:
+        if gn < min_groups:
             continue
         ids: dict[bytes, int] = {}
         sig = np.array([ids.setdefault(tile_content[a:a + n].tobytes(), len(ids))
@@ -148,9 +148,9 @@ def find_tile_runs(prog: Program, first: int, min_tiles: int,
         edges = np.flatnonzero(np.diff(sig)) + 1
         starts = np.concatenate([[0], edges])
         ends = np.concatenate([edges, [gn]])
-        k = int(np.argmax((ends - starts) * tn[starts]))
+        k = int(np.argmax(ends - starts))
         a, b = int(starts[k]), int(ends[k])
-        if (b - a) * int(tn[a]) >= min_tiles:
+        if b - a >= min_groups:
             out.append(TileRun(int(lid), g0 + a, g0 + b, int(tn[a]), int(tn[:a].sum())))
     return out
 
