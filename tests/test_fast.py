@@ -229,3 +229,18 @@ def test_tile_runs_without_a_fixed_point_are_simulated_in_full_identically(monke
     assert fast.total_cycles == full.total_cycles
     assert fast.layers == full.layers
     assert fast.memory == full.memory and fast.cores == full.cores
+
+
+def test_tile_runs_shared_with_another_stream_are_simulated_in_full():
+    """Two 1024 MatMuls side by side, one per half of the cores: each layer's run of tiles
+    sees the other layer running and is not cut; the run equals the full one."""
+    reqs = [Request("matmul_1024", name=n, partition=i) for i, n in enumerate("ab")]
+    full, fast = [simulate_requests(reqs, "mobile", overrides=[
+        f"fidelity={f}", "scheduler.policy=spatial"]) for f in ("full", "fast")]
+    assert fast.total_cycles == full.total_cycles
+    assert [r["latency_cycles"] for r in fast.requests] == [
+        r["latency_cycles"] for r in full.requests]
+    info = fast.extra["fidelity"]
+    assert info["tiles_extrapolated"] == 0
+    outcomes = [r["outcome"] for r in info["tile_runs"]]
+    assert len(outcomes) == 2 and all(o.startswith("shared with ") for o in outcomes), outcomes
