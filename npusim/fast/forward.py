@@ -25,10 +25,17 @@ fixed point is tested on the DRAM's behaviour as well as on time:
    every chip counter (core, DRAM, channel, per bank) gains the skipped share of
    iterations times its per-iteration increment.
 
+The same loop one level down: a :class:`~npusim.fast.regions.TileRun`, a layer's run of
+identical tile groups, with one tile as the iteration. The kernel pauses each time the
+layer is down to the next checkpoint of tiles left (``L_TILE_MARK``); at the fixed point
+the run's groups not yet handed out are dropped (``skip_groups``), the tiles in flight
+finish, and the layer's end, what runs after it and every counter gain the dropped tiles
+times the time and increments per tile.
+
 A cut is only taken when nothing else shares the chip at that time: if a layer outside
-the region is running or ready, or a request arrives before the region's extrapolated end,
-the region is simulated in full (multi-tenancy fallback). Nothing here runs per cycle; the
-kernels are the same as in full fidelity.
+the region (the layer) is running, another stream's layer is ready, or a request arrives
+before the extrapolated end, it is simulated in full (multi-tenancy fallback). Nothing here
+runs per cycle; the kernels are the same as in full fidelity.
 """
 
 from __future__ import annotations

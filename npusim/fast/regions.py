@@ -1,4 +1,5 @@
-"""Repeated regions of a lowered program: runs of identical layers, found once per program.
+"""Repeated work in a lowered program, found once per program: runs of identical layers
+(regions) and, inside a layer, runs of identical tile groups (:class:`TileRun`).
 
 Two layers are *identical* when they would run the same way given the same chip state: the
 same op type, input and output shapes and mapping, the same tile templates in the same
