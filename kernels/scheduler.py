@@ -162,14 +162,21 @@ def skip_layers(st, prog, layers, t):
     for i in range(layers.shape[0]):
         layer = layers[i]
         st.layer_st[L_TILES_LEFT, layer] = 0
-        part = prog.req[prog.layer[layer, isa.L_REQUEST], R_PART]
-        n = st.part_st[PT_READY, part]
-        for k in range(n):
-            if st.ready[part, k] == layer:
-                st.ready[part, k] = st.ready[part, n - 1]
-                st.part_st[PT_READY, part] = n - 1
-                release_layers(st, prog, layer, t)
-                break
+        if _leave_ready(st, prog, layer):
+            release_layers(st, prog, layer, t)
+
+
+@kernel
+def _leave_ready(st, prog, layer):
+    """Take ``layer`` off its partition's ready list; False if it was not on it."""
+    part = prog.req[prog.layer[layer, isa.L_REQUEST], R_PART]
+    n = st.part_st[PT_READY, part]
+    for k in range(n):
+        if st.ready[part, k] == layer:
+            st.ready[part, k] = st.ready[part, n - 1]
+            st.part_st[PT_READY, part] = n - 1
+            return True
+    return False
 
 
 @kernel
@@ -186,13 +193,7 @@ def skip_groups(st, prog, layer, end, t):
         n += prog.group[k, isa.G_TILE_LEN]
     st.layer_st[L_NEXT_GROUP, layer] = end
     if end == prog.layer[layer, isa.L_GROUP_START] + prog.layer[layer, isa.L_GROUP_LEN]:
-        part = prog.req[prog.layer[layer, isa.L_REQUEST], R_PART]
-        m = st.part_st[PT_READY, part]
-        for k in range(m):
-            if st.ready[part, k] == layer:
-                st.ready[part, k] = st.ready[part, m - 1]
-                st.part_st[PT_READY, part] = m - 1
-                break
+        _leave_ready(st, prog, layer)
     st.layer_st[L_TILES_LEFT, layer] -= n
     if st.layer_st[L_TILES_LEFT, layer] == 0:
         _all_tiles_done(st, prog, layer, t)

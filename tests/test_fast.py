@@ -40,6 +40,19 @@ def _layer_ranges(full, region_layers):
     return ranges
 
 
+def _side_by_side(request: Request, config: str):
+    """Two copies of ``request`` on halves of the cores, full and fast: the same cycles and
+    latencies (neither may be cut while the other runs). Returns the fast result."""
+    reqs = [Request(request.model, dims=request.dims, name=n, partition=i)
+            for i, n in enumerate("ab")]
+    full, fast = [simulate_requests(reqs, config, overrides=[
+        f"fidelity={f}", "scheduler.policy=spatial"]) for f in ("full", "fast")]
+    assert fast.total_cycles == full.total_cycles
+    assert [r["latency_cycles"] for r in fast.requests] == [
+        r["latency_cycles"] for r in full.requests]
+    return fast
+
+
 def test_bert_encoder_blocks_are_one_region_of_twelve():
     cfg = load_config("server")
     prog = lower_graph(load_model("bert_base", BERT["dims"]), cfg)
@@ -98,13 +111,7 @@ def test_fast_equals_full_exactly_when_nothing_repeats():
 
 def test_another_stream_on_the_chip_means_full_simulation():
     # two BERTs side by side, one per half of the cores: each sees the other running
-    reqs = [Request("bert_base", dims={"batch": 1, "seq": 32}, name=n, partition=i)
-            for i, n in enumerate("ab")]
-    full, fast = [simulate_requests(reqs, "server", overrides=[
-        f"fidelity={f}", "scheduler.policy=spatial"]) for f in ("full", "fast")]
-    assert fast.total_cycles == full.total_cycles
-    assert [r["latency_cycles"] for r in fast.requests] == [
-        r["latency_cycles"] for r in full.requests]
+    fast = _side_by_side(Request("bert_base", dims={"batch": 1, "seq": 32}), "server")
     info = fast.extra["fidelity"]
     assert info["layers_extrapolated"] == 0
     outcomes = [r["outcome"] for r in info["regions"]]
@@ -234,13 +241,7 @@ def test_tile_runs_without_a_fixed_point_are_simulated_in_full_identically(monke
 def test_tile_runs_shared_with_another_stream_are_simulated_in_full():
     """Two 1024 MatMuls side by side, one per half of the cores: each layer's run of tiles
     sees the other layer running and is not cut; the run equals the full one."""
-    reqs = [Request("matmul_1024", name=n, partition=i) for i, n in enumerate("ab")]
-    full, fast = [simulate_requests(reqs, "mobile", overrides=[
-        f"fidelity={f}", "scheduler.policy=spatial"]) for f in ("full", "fast")]
-    assert fast.total_cycles == full.total_cycles
-    assert [r["latency_cycles"] for r in fast.requests] == [
-        r["latency_cycles"] for r in full.requests]
-    info = fast.extra["fidelity"]
+    info = _side_by_side(Request("matmul_1024"), "mobile").extra["fidelity"]
     assert info["tiles_extrapolated"] == 0
     outcomes = [r["outcome"] for r in info["tile_runs"]]
     assert len(outcomes) == 2 and all(o.startswith("shared with ") for o in outcomes), outcomes

@@ -55,11 +55,13 @@ LATENCY_TOLERANCE = 0.05  # relative change of the mean read latency (queueing d
 MAX_WATCHED = 8  # periods watched for a fixed point before falling back
 MEAN_SAMPLE = 0.01  # Eq. 12: the oscillation fallback averages at least this share
 WINDOWS = 16  # side by side: the region's work is measured in windows of 1/16 of it
-# a run of identical tile groups is watched from 8 groups per core on: the groups still to
+# a run of identical tile groups is watched from 16 groups per core on: the groups still to
 # hand out at the cut are dropped whole, and the stagger of the last groups over the cores
 # (up to one group's time) must be small beside the run (with 2 long groups per core it
-# moved the layer's end by 7% of the run)
-MIN_RUN_WAVES = 8
+# moved the layer's end by 7% of the run); and a short run leaves little to drop after its
+# measurements (the 8-per-core attention layers of a Llama step: 256 runs watched, 16
+# tiles dropped, the run 50% slower)
+MIN_RUN_WAVES = 16
 
 
 # Running totals of the chip: (table, field indices or None for the whole table). A cut
@@ -224,6 +226,10 @@ class FastForward:
         self.end_shift = np.zeros(0, dtype=np.int64)
         self.stat_extra = np.zeros((len(LAYER_STATS), 0), dtype=np.float64)
         self.tile_watches: list[_TileWatch] = []
+        # by layer, the runs of tiles watching or cut and not yet settled (an LLM step has
+        # hundreds: a pause looks only at those whose layer has begun)
+        self.tiles_pending: dict[int, _TileWatch] = {}
+        self._pending_layers: np.ndarray | None = None
         self.ledger: dict[str, np.ndarray] = {}
         self._claims: dict[int, int] = {}  # layers we asked the kernel to pause after
         self.skipped: list[tuple[int, int]] = []  # (simulated tick, ticks extrapolated there)
@@ -268,7 +274,8 @@ class FastForward:
             w.mark = int(ls[ks.L_TILES_LEFT, tr.layer]) - tr.tiles_before - w.block
             ls[ks.L_TILE_MARK, tr.layer] = w.mark
             self.tile_watches.append(w)
-            self.active.append(w)
+            self.tiles_pending[tr.layer] = w
+            self._pending_layers = None
         for region in find_regions(prog, first_layer, tile_content=content):
             if region.sequential:
                 w = _Watch(region, 1)
@@ -294,10 +301,17 @@ class FastForward:
         """Take the measurements due at this pause, cut what has converged, and settle the
         time shift of regions whose shortened run has ended."""
         st = run.st
-        for w in self.active:
-            if isinstance(w, _TileWatch):
+        if self.tiles_pending:
+            if self._pending_layers is None:
+                self._pending_layers = np.fromiter(self.tiles_pending, np.int64)
+            layers = self._pending_layers
+            for layer in layers[st.cores.layer_st[ks.L_START, layers] >= 0].tolist():
+                w = self.tiles_pending[layer]
                 self._sample_tiles(run, w)
-                continue
+                if w.outcome != "watching" and (w.outcome != "cut" or w.settled):
+                    del self.tiles_pending[layer]
+                    self._pending_layers = None
+        for w in self.active:
             if w.outcome == "cut" and not w.settled:
                 self._settle(run.st, w, run.release_offset_changed)
             if w.outcome != "watching":
@@ -606,7 +620,10 @@ class FastForward:
         """A copy of ``st`` as the full run would have left it, for the results."""
         for w in self.active:  # regions that ended with the run
             if w.outcome == "cut" and not w.settled:
-                (self._settle_tiles if isinstance(w, _TileWatch) else self._settle)(st, w)
+                self._settle(st, w)
+        for w in self.tiles_pending.values():
+            if w.outcome == "cut" and not w.settled:
+                self._settle_tiles(st, w)
         ls = st.cores.layer_st.copy()
         n = ls.shape[1]
         shift, cut = self.shift[:n], self.cut[:n]
