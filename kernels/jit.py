@@ -46,7 +46,7 @@ from numba.core.registry import CPUDispatcher
 # What a cold compile of the kernels a run needs usually costs (tests/benchmarks/
 # bench_compile.py: CPU seconds of the first `npusim simulate` on the 2-core reference
 # machine); the notice quotes it so that a silent first run does not look hung.
-USUAL_COMPILE_SECONDS = 45  # 30 before the router network joined the loop
+USUAL_COMPILE_SECONDS = 28  # 46 while the loop compiled the router network beside the crossbar
 COMPILE_NOTICE = (f"npusim: compiling the simulation kernels, once per install (usually about "
                   f"{USUAL_COMPILE_SECONDS} s; `npusim compile` does it ahead of time)")
 
