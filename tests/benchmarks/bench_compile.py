@@ -144,18 +144,19 @@ def markdown(report: dict) -> str:
         lines += ["", f"## Profile: {v['version']}", ""]
         if "profile_rest" not in b:  # recorded before the two phases were told apart
             lines += _profile(b["profile"], "the first `simulate` and the rest of "
-                              "`npusim compile` together")
+                              "`npusim compile` together", " (the rest is imports, lowering "
+                              "the model and the run)")
             continue
-        lines += _profile(b["profile"], "the first `simulate`") + [""]
+        lines += _profile(b["profile"], "the first `simulate`",
+                          " (the rest is imports, lowering the model and the run)") + [""]
         lines += _profile(b["profile_rest"], "the rest of `npusim compile`")
     return "\n".join(lines) + "\n"
 
 
-def _profile(rows: list, what: str) -> list[str]:
+def _profile(rows: list, what: str, rest: str = "") -> list[str]:
     total = sum(r[2] for r in rows)
     lines = [f"{what}: {len(rows)} kernels compiled, {sum(r[1] for r in rows)} "
-             f"specialisations, {total:.1f} CPU s inside numba's compile events "
-             "(the rest is imports, lowering the model and the run).", "",
+             f"specialisations, {total:.1f} CPU s inside numba's compile events{rest}.", "",
              "| kernel | specialisations | own CPU s | share |", "|---|---|---|---|"]
     for name, n, s in rows[:15]:
         lines.append(f"| `{name}` | {n} | {s:.2f} | {100 * s / max(total, 1e-9):.0f}% |")
