@@ -87,8 +87,17 @@ def tile_finished(st, prog, tile, t):
     """Book-keeping when a tile's last instruction completed at tick t."""
     layer = prog.tile[tile, isa.T_LAYER]
     st.layer_st[L_TILES_LEFT, layer] -= 1
-    if st.layer_st[L_TILES_LEFT, layer] > 0:
+    left = st.layer_st[L_TILES_LEFT, layer]
+    if left > 0:
+        if left == st.layer_st[L_TILE_MARK, layer]:
+            st.ctl[CC_PAUSE] = 1
         return
+    _all_tiles_done(st, prog, layer, t)
+
+
+@kernel
+def _all_tiles_done(st, prog, layer, t):
+    """The layer's last tile finished at tick t: it ends, its successors may be released."""
     _layer_ended(st, prog, layer, t)
     s0 = prog.layer[layer, isa.L_SUCC_START]
     for k in range(s0, s0 + prog.layer[layer, isa.L_SUCC_LEN]):
@@ -153,11 +162,39 @@ def skip_layers(st, prog, layers, t):
     for i in range(layers.shape[0]):
         layer = layers[i]
         st.layer_st[L_TILES_LEFT, layer] = 0
-        part = prog.req[prog.layer[layer, isa.L_REQUEST], R_PART]
-        n = st.part_st[PT_READY, part]
-        for k in range(n):
-            if st.ready[part, k] == layer:
-                st.ready[part, k] = st.ready[part, n - 1]
-                st.part_st[PT_READY, part] = n - 1
-                release_layers(st, prog, layer, t)
-                break
+        if _leave_ready(st, prog, layer):
+            release_layers(st, prog, layer, t)
+
+
+@kernel
+def _leave_ready(st, prog, layer):
+    """Take ``layer`` off its partition's ready list; False if it was not on it."""
+    part = prog.req[prog.layer[layer, isa.L_REQUEST], R_PART]
+    n = st.part_st[PT_READY, part]
+    for k in range(n):
+        if st.ready[part, k] == layer:
+            st.ready[part, k] = st.ready[part, n - 1]
+            st.part_st[PT_READY, part] = n - 1
+            return True
+    return False
+
+
+@kernel
+def skip_groups(st, prog, layer, end, t):
+    """Fast fidelity (``npusim.fast``): the groups of ``layer`` not yet handed out, up to
+    group ``end`` (exclusive), are dropped unrun: the layer hands out group ``end`` next (or
+    leaves its partition's ready list when that is its last), and ends when its tiles in
+    flight have finished (at tick t if there are none). Returns the tiles dropped."""
+    g = st.layer_st[L_NEXT_GROUP, layer]
+    if g >= end:
+        return 0
+    n = 0
+    for k in range(g, end):
+        n += prog.group[k, isa.G_TILE_LEN]
+    st.layer_st[L_NEXT_GROUP, layer] = end
+    if end == prog.layer[layer, isa.L_GROUP_START] + prog.layer[layer, isa.L_GROUP_LEN]:
+        _leave_ready(st, prog, layer)
+    st.layer_st[L_TILES_LEFT, layer] -= n
+    if st.layer_st[L_TILES_LEFT, layer] == 0:
+        _all_tiles_done(st, prog, layer, t)
+    return n

@@ -138,10 +138,12 @@ N_PART_FIELDS = 2
 # layer_st
 # (per-layer statistics: array stream cycles, vector busy cycles, DMA bytes loaded/stored)
 # (L_NEXT_GROUP: the next group to hand out, L_READY_SEQ: order in which layers became ready,
-#  L_NOTIFY: 1 if the run returns to Python when the layer ends, e.g. to add the next LLM step)
+#  L_NOTIFY: 1 if the run returns to Python when the layer ends, e.g. to add the next LLM step;
+#  L_TILE_MARK: if > 0, the run returns to Python when that many of its tiles are left, for
+#  fast fidelity's measurements inside a layer)
 (L_PREDS_LEFT, L_TILES_LEFT, L_START, L_END, L_SA_CYCLES, L_VU_CYCLES, L_LD_BYTES,
- L_ST_BYTES, L_NEXT_GROUP, L_READY_SEQ, L_NOTIFY) = range(11)
-N_LAYER_FIELDS = 11
+ L_ST_BYTES, L_NEXT_GROUP, L_READY_SEQ, L_NOTIFY, L_TILE_MARK) = range(12)
+N_LAYER_FIELDS = 12
 # core (C_SA_LAST_CHUNK: when the last chunk of the array's latest GEMM enters it)
 (C_WAKE, C_SEQ, C_GROUP_NEXT, C_GROUP_END, C_SA_PRELOAD_READY, C_SA_STREAM_FREE,
  C_SA_LAST_CHUNK, C_VU_FREE, C_EX_POS, C_OUTSTANDING, C_BUSY_SINCE, C_SA_DONE,

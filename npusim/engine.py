@@ -105,7 +105,7 @@ class EngineRun:
         if end < 0:
             return -1
         if self.fast is not None:
-            end += int(self.fast.shift[layer])
+            end += int(self.fast.shift[layer]) + int(self.fast.end_shift[layer])
         return end // self.tb.core_period
 
     @property
@@ -172,6 +172,14 @@ class EngineRun:
 
         skip_layers(self.st.cores, self.pa, np.asarray(layers, dtype=np.int64),
                     self.st.glob[ks.G_NOW])
+
+    def skip_groups(self, layer: int, end: int) -> int:
+        """Fast fidelity: drop ``layer``'s groups not yet handed out, up to group ``end``
+        (exclusive); returns the tiles dropped."""
+        from npusim.kernels.scheduler import skip_groups
+
+        return int(skip_groups(self.st.cores, self.pa, np.int64(layer), np.int64(end),
+                               self.st.glob[ks.G_NOW]))
 
     def release_offset_changed(self) -> None:
         """Fast fidelity: requests still to arrive come earlier in simulated time by what

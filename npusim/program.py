@@ -123,6 +123,7 @@ class ProgramBuilder:
         self._inst: list[np.ndarray] = []
         self._n_inst = 0
         self._templates: dict[object, tuple[int, int]] = {}
+        self._rows_at: dict[int, np.ndarray] = {}  # first row -> the template's rows
         self._tiles: list[list[int]] = []
         self._groups: list[list[int]] = []
         self._layers: list[list[int]] = []
@@ -145,13 +146,15 @@ class ProgramBuilder:
 
     # templates --------------------------------------------------------------------
     def template(self, key: object, build) -> tuple[int, int]:
-        """Rows of the template named ``key``, building them with ``build()`` once."""
+        """Rows of the template named ``key``, building them with ``build()`` (a list of
+        rows, or a table) once."""
         if key not in self._templates:
             rows = build()
-            if not rows:
+            if len(rows) == 0:
                 raise ValueError("a tile template needs at least one instruction")
-            table = np.stack(rows)
+            table = rows if isinstance(rows, np.ndarray) else np.stack(rows)
             self._templates[key] = (self._n_inst, len(rows))
+            self._rows_at[self._n_inst] = table
             self._inst.append(table)
             self._n_inst += len(rows)
             self.max_template_len = max(self.max_template_len, len(rows))
@@ -192,6 +195,49 @@ class ProgramBuilder:
         row += list(bases) + [0] * (isa.N_TILE_SLOTS - len(bases))
         self._tiles.append(row)
         self._groups[self._open_group][isa.G_TILE_LEN] += 1
+
+    # copies (npusim.lowering.replay) -----------------------------------------------
+    def span(self) -> tuple[int, int, int]:
+        """Layers, groups and tiles emitted so far."""
+        return len(self._layers), len(self._groups), len(self._tiles)
+
+    def preds_of(self, layer: int) -> list[int]:
+        return self._preds[layer]
+
+    def tiles_of(self, first: int, end: int) -> np.ndarray:
+        """Rows of the tile table from ``first`` to ``end``."""
+        return np.array(self._tiles[first:end], np.int64).reshape(-1, isa.N_TILE_COLS)
+
+    def template_rows(self, start: int) -> np.ndarray:
+        """The instruction rows of the template that starts at row ``start``."""
+        return self._rows_at[start]
+
+    def copy_span(self, first: tuple[int, int, int], n: tuple[int, int, int],
+                  preds: list[list[int]], infos: list[LayerInfo], tiles: np.ndarray) -> None:
+        """Append a copy of ``n`` layers, groups and tiles emitted from ``first`` on, with
+        the layers' predecessors and infos, and the tiles' templates and base addresses
+        (columns up to T_LAYER and from T_BASE0 of ``tiles``)."""
+        L0, G0, T0 = self.span()
+        dl, dg, dt = L0 - first[0], G0 - first[1], T0 - first[2]
+        for k, (info, p) in enumerate(zip(infos, preds)):
+            row = list(self._layers[first[0] + k])
+            row[isa.L_GROUP_START] += dg
+            row[isa.L_N_PREDS] = len(set(p))
+            row[isa.L_RELEASE] = self.release if not p else 0
+            row[isa.L_REQUEST] = self.request
+            info.request = self.request
+            self._layers.append(row)
+            self._layer_info.append(info)
+            self._preds.append(sorted(set(p)))
+        for g in self._groups[first[1]:first[1] + n[1]]:
+            self._groups.append([g[0] + dt, g[1], g[2] + dl])
+        for t, new in zip(self._tiles[first[2]:first[2] + n[2]], tiles.tolist()):
+            self._tiles.append(new[:isa.T_LAYER] + [t[isa.T_LAYER] + dl, t[isa.T_GROUP] + dg]
+                               + new[isa.T_BASE0:])
+        if n[0]:
+            self._open_layer = len(self._layers) - 1
+        if n[1]:
+            self._open_group = len(self._groups) - 1
 
     def build(self) -> Program:
         n_layers = len(self._layers)

@@ -40,6 +40,19 @@ def _layer_ranges(full, region_layers):
     return ranges
 
 
+def _side_by_side(request: Request, config: str):
+    """Two copies of ``request`` on halves of the cores, full and fast: the same cycles and
+    latencies (neither may be cut while the other runs). Returns the fast result."""
+    reqs = [Request(request.model, dims=request.dims, name=n, partition=i)
+            for i, n in enumerate("ab")]
+    full, fast = [simulate_requests(reqs, config, overrides=[
+        f"fidelity={f}", "scheduler.policy=spatial"]) for f in ("full", "fast")]
+    assert fast.total_cycles == full.total_cycles
+    assert [r["latency_cycles"] for r in fast.requests] == [
+        r["latency_cycles"] for r in full.requests]
+    return fast
+
+
 def test_bert_encoder_blocks_are_one_region_of_twelve():
     cfg = load_config("server")
     prog = lower_graph(load_model("bert_base", BERT["dims"]), cfg)
@@ -98,13 +111,7 @@ def test_fast_equals_full_exactly_when_nothing_repeats():
 
 def test_another_stream_on_the_chip_means_full_simulation():
     # two BERTs side by side, one per half of the cores: each sees the other running
-    reqs = [Request("bert_base", dims={"batch": 1, "seq": 32}, name=n, partition=i)
-            for i, n in enumerate("ab")]
-    full, fast = [simulate_requests(reqs, "server", overrides=[
-        f"fidelity={f}", "scheduler.policy=spatial"]) for f in ("full", "fast")]
-    assert fast.total_cycles == full.total_cycles
-    assert [r["latency_cycles"] for r in fast.requests] == [
-        r["latency_cycles"] for r in full.requests]
+    fast = _side_by_side(Request("bert_base", dims={"batch": 1, "seq": 32}), "server")
     info = fast.extra["fidelity"]
     assert info["layers_extrapolated"] == 0
     outcomes = [r["outcome"] for r in info["regions"]]
@@ -173,3 +180,68 @@ def test_a_trace_of_a_fast_run_lists_what_it_extrapolated(tmp_path):
     assert int(ds.time_real[-1] - ds.time[-1]) == skipped
     assert int(ds.layer_end_cycle.max()) == r.total_cycles
     assert int(ds.core_active_cycles.sum()) < sum(c["busy_cycles"] for c in r.cores)
+
+
+# --------------------------------------------------------------- runs of identical tiles
+
+
+MATMUL = dict(model="matmul_1024", config="mobile")  # 512 identical groups of 4 tiles
+
+
+def test_a_layer_of_identical_tile_groups_is_cut_at_its_fixed_point():
+    """A 1024 MatMul on ``mobile``: one layer, 512 output blocks of 4 reduction tiles each,
+    all the same instruction rows. Fast measures the time per tile until it settles, drops
+    the blocks not yet handed out and accounts for them: the run's cycles, traffic, DRAM
+    counts, energy and tile counts within 1% of the full run's."""
+    full, fast = _pair(MATMUL["model"], MATMUL["config"])
+    assert _rel(full.total_cycles, fast.total_cycles) < 0.01
+    info = fast.to_dict()["fidelity"]
+    (run,) = info["tile_runs"]
+    assert (run["groups"], run["tiles_per_group"]) == (512, 4)
+    assert run["outcome"] == "fixed point"
+    # most of the layer extrapolated, the rest simulated; together every tile of the layer
+    total = sum(c["tiles"] for c in full.cores)
+    assert total == 2048
+    assert info["tiles_simulated"] + info["tiles_extrapolated"] == total
+    assert info["tiles_extrapolated"] == run["tiles_extrapolated"] > total // 2
+    assert info["layers_extrapolated"] == 0 and info["extrapolated_cycles"] > 0
+    # the extrapolated time is the dropped tiles at the measured time per tile (given to 0.1)
+    assert abs(info["extrapolated_cycles"] - run["tiles_extrapolated"] * run["cycles_per_tile"]
+               ) <= 0.05 * run["tiles_extrapolated"] + 1
+    # every statistic advanced with the time
+    (a,), (b,) = full.layers, fast.layers
+    assert _rel(a["cycles"], b["cycles"]) < 0.01 and b["start_cycle"] == a["start_cycle"]
+    assert _rel(a["bytes_loaded"], b["bytes_loaded"]) < 0.01
+    assert _rel(a["systolic_cycles"], b["systolic_cycles"]) < 0.01
+    assert _rel(full.bytes_moved, fast.bytes_moved) < 0.01
+    assert _rel(full.memory["reads"], fast.memory["reads"]) < 0.01
+    assert _rel(full.memory["row_hits"], fast.memory["row_hits"]) < 0.02
+    assert _rel(full.energy_j, fast.energy_j) < 0.01
+    assert _rel(sum(c["tiles"] for c in full.cores), sum(c["tiles"] for c in fast.cores)) < 0.01
+    assert _rel(sum(c["busy_cycles"] for c in full.cores),
+                sum(c["busy_cycles"] for c in fast.cores)) < 0.01
+
+
+def test_tile_runs_without_a_fixed_point_are_simulated_in_full_identically(monkeypatch):
+    """No period ever agrees with the last (tolerance 0): every run is watched to its limit
+    and simulated in full, and pausing the kernel for the measurements changes nothing."""
+    from npusim.fast import forward
+
+    monkeypatch.setattr(forward, "PERIOD_TOLERANCE", 0.0)
+    full, fast = _pair(MATMUL["model"], MATMUL["config"])
+    info = fast.to_dict()["fidelity"]
+    (run,) = info["tile_runs"]
+    assert run["outcome"].startswith("no fixed point") and run["measurements"] > 3
+    assert info["tiles_extrapolated"] == 0
+    assert fast.total_cycles == full.total_cycles
+    assert fast.layers == full.layers
+    assert fast.memory == full.memory and fast.cores == full.cores
+
+
+def test_tile_runs_shared_with_another_stream_are_simulated_in_full():
+    """Two 1024 MatMuls side by side, one per half of the cores: each layer's run of tiles
+    sees the other layer running and is not cut; the run equals the full one."""
+    info = _side_by_side(Request("matmul_1024"), "mobile").extra["fidelity"]
+    assert info["tiles_extrapolated"] == 0
+    outcomes = [r["outcome"] for r in info["tile_runs"]]
+    assert len(outcomes) == 2 and all(o.startswith("shared with ") for o in outcomes), outcomes

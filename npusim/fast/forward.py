@@ -25,10 +25,17 @@ fixed point is tested on the DRAM's behaviour as well as on time:
    every chip counter (core, DRAM, channel, per bank) gains the skipped share of
    iterations times its per-iteration increment.
 
+The same loop one level down: a :class:`~npusim.fast.regions.TileRun`, a layer's run of
+identical tile groups, with one tile as the iteration. The kernel pauses each time the
+layer is down to the next checkpoint of tiles left (``L_TILE_MARK``); at the fixed point
+the run's groups not yet handed out are dropped (``skip_groups``), the tiles in flight
+finish, and the layer's end, what runs after it and every counter gain the dropped tiles
+times the time and increments per tile.
+
 A cut is only taken when nothing else shares the chip at that time: if a layer outside
-the region is running or ready, or a request arrives before the region's extrapolated end,
-the region is simulated in full (multi-tenancy fallback). Nothing here runs per cycle; the
-kernels are the same as in full fidelity.
+the region (the layer) is running, another stream's layer is ready, or a request arrives
+before the extrapolated end, it is simulated in full (multi-tenancy fallback). Nothing here
+runs per cycle; the kernels are the same as in full fidelity.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from npusim.fast.regions import Region, find_regions
+from npusim.fast.regions import Region, TileRun, find_regions, find_tile_runs, tile_contents
 from npusim.kernels import isa
 from npusim.kernels import state as ks
 
@@ -48,6 +55,13 @@ LATENCY_TOLERANCE = 0.05  # relative change of the mean read latency (queueing d
 MAX_WATCHED = 8  # periods watched for a fixed point before falling back
 MEAN_SAMPLE = 0.01  # Eq. 12: the oscillation fallback averages at least this share
 WINDOWS = 16  # side by side: the region's work is measured in windows of 1/16 of it
+# a run of identical tile groups is watched from 16 groups per core on: the groups still to
+# hand out at the cut are dropped whole, and the stagger of the last groups over the cores
+# (up to one group's time) must be small beside the run (with 2 long groups per core it
+# moved the layer's end by 7% of the run); and a short run leaves little to drop after its
+# measurements (the 8-per-core attention layers of a Llama step: 256 runs watched, 16
+# tiles dropped, the run 50% slower)
+MIN_RUN_WAVES = 16
 
 
 # Running totals of the chip: (table, field indices or None for the whole table). A cut
@@ -81,6 +95,11 @@ def _counters(st) -> dict[str, np.ndarray]:
     for unit, name, fields in COUNTERS:
         table = getattr(getattr(st, unit), name)
         out[name] = (table if fields is None else table[list(fields)]).astype(np.float64)
+    # a core adds its busy time when it falls idle: count the stretch it is in so far
+    busy = (st.cores.slot[ks.S_TILE] >= 0).any(axis=1)
+    since = st.cores.core[ks.C_BUSY_SINCE]
+    out["core"][COUNTERS[0][2].index(ks.C_BUSY)] += np.where(
+        busy, st.glob[ks.G_NOW] - since, 0)
     return out
 
 
@@ -154,6 +173,34 @@ class _Watch:
         return [r.layer(k) for k in range(0, last + 1, int(self.block))]
 
 
+@dataclass
+class _TileWatch:
+    """One run of identical tile groups inside a layer being watched: the real tick and the
+    counters each time another ``block`` of the layer's tiles has finished (the kernel
+    pauses there: ``L_TILE_MARK``). An iteration is one tile; the run's tiles still to be
+    handed out when the fixed point is reached are dropped and accounted for."""
+
+    run: TileRun
+    block: int  # tiles between two measurements
+    mark: int = 0  # tiles left in the layer at the next measurement
+    times: list[int] = field(default_factory=list)
+    progress: list[float] = field(default_factory=list)
+    counters: list[dict[str, np.ndarray]] = field(default_factory=list)
+    outcome: str = "watching"
+    how: str = ""
+    period: float = 0.0  # ticks per tile, once cut
+    tiles_skipped: int = 0
+    after: np.ndarray | None = None  # layers not begun at the cut: they move
+    delta: int = 0  # ticks the dropped tiles would have taken
+    extrapolated_ticks: int = 0
+    settled: bool = False
+    by_progress = True
+
+    @property
+    def total(self) -> float:
+        return float(self.run.tiles)
+
+
 class FastForward:
     """Watches a run's repeated regions and cuts them once they reach a fixed point.
 
@@ -174,6 +221,15 @@ class FastForward:
         self.cut = np.zeros(0, dtype=bool)
         self.synth_times = np.zeros((2, 0), dtype=np.int64)  # start, end of skipped layers
         self.synth_stats = np.zeros((len(LAYER_STATS), 0), dtype=np.int64)
+        # layers cut short inside (tile runs): their end moves on its own, and their
+        # statistics gain the dropped tiles' share
+        self.end_shift = np.zeros(0, dtype=np.int64)
+        self.stat_extra = np.zeros((len(LAYER_STATS), 0), dtype=np.float64)
+        self.tile_watches: list[_TileWatch] = []
+        # by layer, the runs of tiles watching or cut and not yet settled (an LLM step has
+        # hundreds: a pause looks only at those whose layer has begun)
+        self.tiles_pending: dict[int, _TileWatch] = {}
+        self._pending_layers: np.ndarray | None = None
         self.ledger: dict[str, np.ndarray] = {}
         self._claims: dict[int, int] = {}  # layers we asked the kernel to pause after
         self.skipped: list[tuple[int, int]] = []  # (simulated tick, ticks extrapolated there)
@@ -204,11 +260,23 @@ class FastForward:
         self.synth_times = np.concatenate([self.synth_times, np.zeros((2, grow), np.int64)], 1)
         self.synth_stats = np.concatenate(
             [self.synth_stats, np.zeros((len(LAYER_STATS), grow), np.int64)], 1)
+        self.end_shift = np.concatenate([self.end_shift, np.zeros(grow, np.int64)])
+        self.stat_extra = np.concatenate(
+            [self.stat_extra, np.zeros((len(LAYER_STATS), grow))], 1)
         if not self.ledger:
             self.ledger = {k: np.zeros_like(v) for k, v in _counters(st).items()}
         work = _static_work(prog)
         src = np.repeat(np.arange(prog.layer.shape[0]), prog.layer[:, isa.L_SUCC_LEN])
-        for region in find_regions(prog, first_layer):
+        content = tile_contents(prog)
+        ls = st.cores.layer_st
+        for tr in find_tile_runs(prog, first_layer, MIN_RUN_WAVES * self.n_cores, content):
+            w = _TileWatch(tr, max(self.n_cores, tr.tiles // WINDOWS))
+            w.mark = int(ls[ks.L_TILES_LEFT, tr.layer]) - tr.tiles_before - w.block
+            ls[ks.L_TILE_MARK, tr.layer] = w.mark
+            self.tile_watches.append(w)
+            self.tiles_pending[tr.layer] = w
+            self._pending_layers = None
+        for region in find_regions(prog, first_layer, tile_content=content):
             if region.sequential:
                 w = _Watch(region, 1)
                 # iteration k runs from the end of iteration k - 1, the first from the end of
@@ -233,6 +301,16 @@ class FastForward:
         """Take the measurements due at this pause, cut what has converged, and settle the
         time shift of regions whose shortened run has ended."""
         st = run.st
+        if self.tiles_pending:
+            if self._pending_layers is None:
+                self._pending_layers = np.fromiter(self.tiles_pending, np.int64)
+            layers = self._pending_layers
+            for layer in layers[st.cores.layer_st[ks.L_START, layers] >= 0].tolist():
+                w = self.tiles_pending[layer]
+                self._sample_tiles(run, w)
+                if w.outcome != "watching" and (w.outcome != "cut" or w.settled):
+                    del self.tiles_pending[layer]
+                    self._pending_layers = None
         for w in self.active:
             if w.outcome == "cut" and not w.settled:
                 self._settle(run.st, w, run.release_offset_changed)
@@ -263,8 +341,8 @@ class FastForward:
             if self.cut[a]:
                 w.outcome = "skipped with an enclosing region"
                 return
-            self._sample(run, w, int(ls[ks.L_END, a]) + int(self.shift[a]),
-                         len(w.times) * w.block)
+            self._sample(run, w, int(ls[ks.L_END, a]) + int(self.shift[a])
+                         + int(self.end_shift[a]), len(w.times) * w.block)
         if w.outcome == "watching":
             w.outcome = f"no fixed point in {len(anchors) - 1} iterations"
 
@@ -296,19 +374,21 @@ class FastForward:
         periods = np.diff(w.times) / steps  # ticks per unit of progress
         deltas = [{n: (w.counters[i + 1][n] - w.counters[i][n]) / steps[i]
                    for n in w.counters[i]} for i in range(k)]
+        cut = self._cut_tiles if isinstance(w, _TileWatch) else self._cut
         if _same(periods[-2], periods[-1], deltas[-2], deltas[-1]):
             # both iterations are at the fixed point: their mean is the better estimate
             mean = {n: (deltas[-2][n] + deltas[-1][n]) / 2 for n in deltas[-1]}
-            self._cut(run, w, float(periods[-2:].mean()), mean, "fixed point")
+            cut(run, w, float(periods[-2:].mean()), mean, "fixed point")
             return
-        total = w.block * WINDOWS if w.by_progress else w.region.iterations
+        total = (w.total if isinstance(w, _TileWatch)
+                 else w.block * WINDOWS if w.by_progress else w.region.iterations)
         if k >= MAX_WATCHED and w.progress[-1] >= MEAN_SAMPLE * total:
             sample = periods[1:]  # the first period carries the prolog
             sem = sample.std(ddof=1) / np.sqrt(len(sample)) / sample.mean()
             if sem <= PERIOD_TOLERANCE:
                 mean = {n: sum(d[n] for d in deltas[1:]) / len(sample) for n in deltas[0]}
-                self._cut(run, w, float(sample.mean()), mean,
-                          f"mean of {len(sample)} oscillating windows")
+                cut(run, w, float(sample.mean()), mean,
+                    f"mean of {len(sample)} oscillating windows")
 
     def _units(self, run, w: _Watch, layers) -> float:
         """Progress units of ``layers``: iterations, or the bytes / cycles they took."""
@@ -359,7 +439,8 @@ class FastForward:
         ref_start = np.where(was_cut, self.synth_times[0, ref_layers],
                              ls[ks.L_START, ref_layers] + self.shift[ref_layers])
         ref_end = np.where(was_cut, self.synth_times[1, ref_layers],
-                           ls[ks.L_END, ref_layers] + self.shift[ref_layers])
+                           ls[ks.L_END, ref_layers] + self.shift[ref_layers]
+                           + self.end_shift[ref_layers])
         predicted_end = int((ref_end + moved).max())
         waiting = prog.release_order[int(st.cores.ctl[ks.CC_RELEASED]):]
         if len(waiting):  # program rows keep the arrival the user gave
@@ -383,11 +464,13 @@ class FastForward:
         self.synth_times[0, cut] = ref_start + moved
         self.synth_times[1, cut] = ref_end + moved
         for i, f in enumerate(LAYER_STATS):
-            self.synth_stats[i, cut] = np.where(was_cut, self.synth_stats[i, ref_layers],
-                                                ls[f, ref_layers])
+            self.synth_stats[i, cut] = np.where(
+                was_cut, self.synth_stats[i, ref_layers],
+                ls[f, ref_layers] + np.rint(self.stat_extra[i, ref_layers]).astype(np.int64))
         ref_row = grid[ref]
         weight = np.where(self.cut[:n], self.synth_stats[2, :n] + self.synth_stats[3, :n],
-                          ls[ks.L_LD_BYTES] + ls[ks.L_ST_BYTES]).astype(np.float64)
+                          ls[ks.L_LD_BYTES] + ls[ks.L_ST_BYTES] + self.stat_extra[2, :n]
+                          + self.stat_extra[3, :n]).astype(np.float64)
         if weight[ref_row].sum() == 0:
             weight = np.where(self.cut[:n], self.synth_times[1, :n] - self.synth_times[0, :n],
                               ls[ks.L_END] - ls[ks.L_START]).astype(np.float64)
@@ -405,6 +488,111 @@ class FastForward:
         self._claim(st, w.in_flight)
         run.skip_layers(cut)
         self._settle(st, w, run.release_offset_changed)
+
+    # -- runs of identical tiles inside a layer -----------------------------------------
+    def _sample_tiles(self, run, w: _TileWatch) -> None:
+        """A measurement when the layer is down to ``w.mark`` tiles; the settling of a cut
+        once the layer has ended."""
+        ls = run.st.cores.layer_st
+        layer = w.run.layer
+        if w.outcome == "cut":
+            if not w.settled and ls[ks.L_END, layer] >= 0:
+                self._settle_tiles(run.st, w, run.release_offset_changed)
+            return
+        if w.outcome != "watching":
+            return
+        if self.cut[layer]:
+            self._stop_tiles(run, w, "skipped with an enclosing region")
+            return
+        if ls[ks.L_END, layer] >= 0:
+            self._stop_tiles(run, w, f"no fixed point in {max(0, len(w.times) - 1)} windows")
+            return
+        left = int(ls[ks.L_TILES_LEFT, layer])
+        if left > w.mark:
+            return
+        counts = {k: v + self.ledger[k] for k, v in _counters(run.st).items()}
+        counts["layer"] = ls[list(LAYER_STATS), layer].astype(np.float64)
+        w.times.append(int(run.st.glob[ks.G_NOW]) + self.offset)
+        w.progress.append(float(w.run.tiles_before + w.run.tiles - left))
+        w.counters.append(counts)
+        self._decide(run, w)
+        if w.outcome != "watching":
+            if w.outcome != "cut":
+                ls[ks.L_TILE_MARK, layer] = 0
+            return
+        w.mark -= w.block
+        # a measurement needs tiles of the run still to hand out after it
+        tail = int(ls[ks.L_TILES_LEFT, layer]) - (w.run.tiles_before + w.run.tiles
+                                                 - int(w.progress[-1]))
+        if w.mark <= max(0, tail) + 2 * self.n_cores or len(w.times) > MAX_WATCHED:
+            self._stop_tiles(run, w, f"no fixed point in {len(w.times) - 1} windows")
+        else:
+            ls[ks.L_TILE_MARK, layer] = w.mark
+
+    def _stop_tiles(self, run, w: _TileWatch, outcome: str) -> None:
+        w.outcome = outcome
+        run.st.cores.layer_st[ks.L_TILE_MARK, w.run.layer] = 0
+
+    def _cut_tiles(self, run, w: _TileWatch, per_tile: float, per_tile_counts: dict,
+                   how: str) -> None:
+        """Drop the run's groups not yet handed out; their time and counts come from the
+        fixed point (ticks and counter increments per tile)."""
+        st, prog = run.st, run.prog
+        ls = st.cores.layer_st
+        layer = w.run.layer
+        ls[ks.L_TILE_MARK, layer] = 0
+        started = ls[ks.L_START] >= 0
+        ended = ls[ks.L_END] >= 0
+        running = started & ~ended
+        running[layer] = False
+        stream = prog.layer[layer, isa.L_REQUEST]
+        foreign = _released(st, prog) & ~ended & (prog.layer[:, isa.L_REQUEST] != stream)
+        if running.any() or foreign.any():
+            other = int(np.flatnonzero(running | foreign)[0])
+            w.outcome = f"shared with {prog.layers[other].name} (simulated in full)"
+            return
+        g = int(ls[ks.L_NEXT_GROUP, layer])
+        if g >= w.run.end_group:
+            w.outcome = "nothing left to skip"
+            return
+        tiles = int(prog.group[g:w.run.end_group, isa.G_TILE_LEN].sum())
+        delta = int(round(per_tile * tiles))
+        waiting = prog.release_order[int(st.cores.ctl[ks.CC_RELEASED]):]
+        if len(waiting):  # program rows keep the arrival the user gave
+            arrival = int(prog.layer[waiting, isa.L_RELEASE].min()) * self.tb.core_period
+            if arrival < int(st.glob[ks.G_NOW]) + self.offset + delta:
+                w.outcome = "a request arrives before the layer ends (simulated in full)"
+                return
+        dropped = run.skip_groups(layer, w.run.end_group)
+        assert dropped == tiles, (dropped, tiles)
+        counts = dict(per_tile_counts)
+        self.stat_extra[:, layer] += counts.pop("layer") * tiles
+        for name, d in counts.items():
+            self.ledger[name] += d * tiles
+        w.outcome, w.how, w.period = "cut", how, per_tile
+        w.tiles_skipped, w.delta = tiles, delta
+        w.after = ~started
+        if ls[ks.L_END, layer] >= 0:  # nothing was in flight
+            self._settle_tiles(st, w, run.release_offset_changed)
+        else:
+            self._claim(st, [layer])
+
+    def _settle_tiles(self, st, w: _TileWatch, moved=None) -> None:
+        """The layer has ended: it and what runs after it move by the dropped tiles' time
+        (``moved()`` is told)."""
+        ls = st.cores.layer_st
+        layer = w.run.layer
+        after = np.ones(self.shift.shape[0], bool)  # layers added since: all after
+        after[:w.after.shape[0]] = w.after
+        self.shift[after & ~self.cut] += w.delta
+        self.end_shift[layer] += w.delta
+        self.offset += w.delta
+        self.skipped.append((int(ls[ks.L_END, layer]), w.delta))
+        w.extrapolated_ticks = w.delta
+        w.settled = True
+        self._unclaim(st, [layer])
+        if moved is not None:
+            moved()
 
     def _settle(self, st, w: _Watch, moved=None) -> None:
         """Once the skipped layers and the rest of the region have ended, what runs after
@@ -433,14 +621,20 @@ class FastForward:
         for w in self.active:  # regions that ended with the run
             if w.outcome == "cut" and not w.settled:
                 self._settle(st, w)
+        for w in self.tiles_pending.values():
+            if w.outcome == "cut" and not w.settled:
+                self._settle_tiles(st, w)
         ls = st.cores.layer_st.copy()
         n = ls.shape[1]
         shift, cut = self.shift[:n], self.cut[:n]
         for f in (ks.L_START, ks.L_END):
             ls[f] = np.where(ls[f] >= 0, ls[f] + shift, ls[f])
+        ls[ks.L_END] = np.where(ls[ks.L_END] >= 0, ls[ks.L_END] + self.end_shift[:n],
+                                ls[ks.L_END])
         ls[ks.L_START, cut] = self.synth_times[0, :n][cut]
         ls[ks.L_END, cut] = self.synth_times[1, :n][cut]
         for i, f in enumerate(LAYER_STATS):
+            ls[f] += np.rint(self.stat_extra[i, :n]).astype(np.int64)
             ls[f, cut] = self.synth_stats[i, :n][cut]
         glob = st.glob.copy()
         end = max(int(ls[ks.L_END].max()) if n else 0, int(glob[ks.G_END]))
@@ -468,12 +662,27 @@ class FastForward:
         cut = self.cut[:n]
         tiles = np.bincount(prog.tile[:, isa.T_LAYER], minlength=n)
         P = self.tb.core_period
+        runs = [w for w in self.tile_watches if not self.cut[w.run.layer]]
+        dropped = sum(w.tiles_skipped for w in runs if w.outcome == "cut")
+        ticks = sum(w.extrapolated_ticks for w in self.watches + self.tile_watches)
         return {
             "fidelity": "fast",
             "layers_simulated": int((~cut).sum()), "layers_extrapolated": int(cut.sum()),
-            "tiles_simulated": int(tiles[~cut].sum()),
-            "tiles_extrapolated": int(tiles[cut].sum()),
-            "extrapolated_cycles": int(sum(w.extrapolated_ticks for w in self.watches)) // P,
+            "tiles_simulated": int(tiles[~cut].sum()) - dropped,
+            "tiles_extrapolated": int(tiles[cut].sum()) + dropped,
+            "tiles_dropped_in_layers": dropped,
+            "extrapolated_cycles": int(ticks) // P,
+            "tile_runs": [{
+                "layer": prog.layers[w.run.layer].name,
+                "groups": w.run.end_group - w.run.first_group,
+                "tiles_per_group": w.run.tiles_per_group,
+                "measurements": len(w.times),
+                "tiles_extrapolated": w.tiles_skipped,
+                "cycles_per_tile": round(w.period / P, 1) if w.outcome == "cut" else None,
+                "measured_cycles_per_tile": [
+                    round(float(t) / P, 1) for t in np.diff(w.times) / np.diff(w.progress)],
+                "outcome": w.how if w.outcome == "cut" else w.outcome,
+            } for w in runs],
             "regions": [{
                 "first_layer": prog.layers[w.region.first].name,
                 "last_layer": prog.layers[w.region.end - 1].name,

@@ -1,4 +1,5 @@
-"""Repeated regions of a lowered program: runs of identical layers, found once per program.
+"""Repeated work in a lowered program, found once per program: runs of identical layers
+(regions) and, inside a layer, runs of identical tile groups (:class:`TileRun`).
 
 Two layers are *identical* when they would run the same way given the same chip state: the
 same op type, input and output shapes and mapping, the same tile templates in the same
@@ -73,11 +74,12 @@ class Region:
                 + np.asarray(self.offsets)[None, :]).ravel()
 
 
-def layer_signatures(prog: Program, first: int = 0) -> np.ndarray:
-    """One integer per layer from ``first`` on; equal integers mean identical layers."""
-    n_layers = prog.layer.shape[0]
-    tiles, groups = prog.tile, prog.group
-    # each template's contents, addresses left out, as a small integer
+def tile_contents(prog: Program) -> np.ndarray:
+    """One integer per tile: equal integers mean the same instruction rows, addresses left
+    out (the same work on other data)."""
+    tiles = prog.tile
+    if not len(tiles):
+        return np.zeros(0, np.int64)
     starts, where = np.unique(tiles[:, isa.T_INST_START], return_inverse=True)
     lengths = np.zeros(len(starts), dtype=np.int64)
     lengths[where] = tiles[:, isa.T_INST_LEN]
@@ -85,7 +87,16 @@ def layer_signatures(prog: Program, first: int = 0) -> np.ndarray:
     content_of = np.array([contents.setdefault(
         np.delete(prog.inst[s:s + n], isa.I_OFFSET, axis=1).tobytes(), len(contents))
         for s, n in zip(starts.tolist(), lengths.tolist())], dtype=np.int64)
-    tile_content = content_of[where] if len(tiles) else np.zeros(0, np.int64)
+    return content_of[where]
+
+
+def layer_signatures(prog: Program, first: int = 0,
+                     tile_content: np.ndarray | None = None) -> np.ndarray:
+    """One integer per layer from ``first`` on; equal integers mean identical layers."""
+    n_layers = prog.layer.shape[0]
+    groups = prog.group
+    if tile_content is None:
+        tile_content = tile_contents(prog)
     ids: dict[tuple, int] = {}
     out = np.empty(n_layers - first, dtype=np.int64)
     for lid in range(first, n_layers):
@@ -98,6 +109,50 @@ def layer_signatures(prog: Program, first: int = 0) -> np.ndarray:
         key = (info.op_type, tuple(map(tuple, info.input_shapes)), tuple(info.output_shape),
                info.mapping, int(row[isa.L_N_PREDS]), int(row[isa.L_REQUEST]), shape)
         out[lid - first] = ids.setdefault(key, len(ids))
+    return out
+
+
+@dataclass(frozen=True)
+class TileRun:
+    """Groups ``first_group`` to ``end_group`` (exclusive) of ``layer``: a run of identical
+    groups (the same tiles, addresses aside), handed out to the cores one after the other.
+    ``tiles_before`` of the layer's tiles come in the groups before it."""
+
+    layer: int
+    first_group: int
+    end_group: int
+    tiles_per_group: int
+    tiles_before: int
+
+    @property
+    def tiles(self) -> int:
+        return (self.end_group - self.first_group) * self.tiles_per_group
+
+
+def find_tile_runs(prog: Program, first: int, min_groups: int,
+                   tile_content: np.ndarray | None = None) -> list[TileRun]:
+    """Per layer from ``first`` on, its longest run of identical groups, if it holds at least
+    ``min_groups`` groups."""
+    if tile_content is None:
+        tile_content = tile_contents(prog)
+    groups = prog.group
+    out = []
+    for lid in np.flatnonzero(prog.layer[first:, isa.L_GROUP_LEN] > 1) + first:
+        g0, gn = (int(x) for x in prog.layer[lid, [isa.L_GROUP_START, isa.L_GROUP_LEN]])
+        t0 = groups[g0:g0 + gn, isa.G_TILE_START]
+        tn = groups[g0:g0 + gn, isa.G_TILE_LEN]
+        if gn < min_groups:
+            continue
+        ids: dict[bytes, int] = {}
+        sig = np.array([ids.setdefault(tile_content[a:a + n].tobytes(), len(ids))
+                        for a, n in zip(t0.tolist(), tn.tolist())])
+        edges = np.flatnonzero(np.diff(sig)) + 1
+        starts = np.concatenate([[0], edges])
+        ends = np.concatenate([edges, [gn]])
+        k = int(np.argmax(ends - starts))
+        a, b = int(starts[k]), int(ends[k])
+        if b - a >= min_groups:
+            out.append(TileRun(int(lid), g0 + a, g0 + b, int(tn[a]), int(tn[:a].sum())))
     return out
 
 
@@ -153,13 +208,13 @@ def _waves(preds: list[list[int]], first: int, start: int, period: int) -> list[
     return waves
 
 
-def find_regions(prog: Program, first: int = 0,
-                 min_iterations: int = MIN_ITERATIONS) -> list[Region]:
+def find_regions(prog: Program, first: int = 0, min_iterations: int = MIN_ITERATIONS,
+                 tile_content: np.ndarray | None = None) -> list[Region]:
     """The repeated regions among layers ``first ..`` (a program extended by an LLM server
     is searched again from its new layers on), largest first. A stretch is reported with its
     smallest period only; a stretch whose repeats run side by side becomes one region per
     release wave."""
-    sig = layer_signatures(prog, first)
+    sig = layer_signatures(prog, first, tile_content)
     preds = _predecessors(prog, first)
     stretches: list[tuple[int, int, int]] = []
     found: list[Region] = []

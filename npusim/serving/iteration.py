@@ -34,6 +34,7 @@ from npusim.config import NpuConfig
 from npusim.frontend.graph import Graph, Node, TensorInfo
 from npusim.lowering import LOWERINGS
 from npusim.lowering.context import LoweringContext
+from npusim.lowering.replay import LoweringMemo
 from npusim.program import LayerInfo, ProgramBuilder
 from npusim.serving.spec import LlmSpec
 
@@ -101,8 +102,10 @@ class ModelMemory:
 class _IterationGraph:
     """Builds the iteration's graph node by node, lowering each node as it is added."""
 
-    def __init__(self, name: str, mem: ModelMemory, cfg: NpuConfig, builder: ProgramBuilder):
+    def __init__(self, name: str, mem: ModelMemory, cfg: NpuConfig, builder: ProgramBuilder,
+                 memo: LoweringMemo | None = None):
         self.name = name
+        self.memo = memo or LoweringMemo()
         self.mem = mem
         self.graph = Graph(name=name, nodes=[], tensors={}, inputs=[], outputs=[])
         self.ctx = LoweringContext(graph=self.graph, config=cfg, builder=builder)
@@ -133,7 +136,10 @@ class _IterationGraph:
         node = Node(name=f"{self.name}/{names[0]}", op_type=op_type, domain=domain,
                     inputs=inputs, outputs=names, attrs=attrs)
         self.graph.nodes.append(node)
-        LOWERINGS[op_type](self.ctx, node)
+        key = (op_type, domain, repr(sorted(attrs.items())), self.prec,
+               tuple((self.graph.tensors[t].shape, self.graph.tensors[t].elem_type)
+                     if t else None for t in [*inputs, *names]))
+        self.memo.lower(self.ctx, node, key, LOWERINGS[op_type])
         return names
 
     def join(self, name: str, out: str, parts: list[str]) -> None:
@@ -163,13 +169,15 @@ class IterationLayers:
 
 
 def lower_iteration(builder: ProgramBuilder, mem: ModelMemory, cfg: NpuConfig,
-                    slots: list[Slot], name: str) -> IterationLayers:
-    """Lower one iteration over ``slots`` into ``builder``."""
+                    slots: list[Slot], name: str,
+                    memo: LoweringMemo | None = None) -> IterationLayers:
+    """Lower one iteration over ``slots`` into ``builder`` (``memo``: ops lowered before,
+    copied where they repeat; kept by the caller across iterations of one builder)."""
     s = mem.spec
     h, d, N, K = s.hidden, s.head_dim, s.heads, s.kv_heads
     T = sum(sl.q for sl in slots)
     B = len(slots)
-    g = _IterationGraph(name, mem, cfg, builder)
+    g = _IterationGraph(name, mem, cfg, builder, memo)
     prec = g.prec
     first = builder.n_layers
     norm_op = "SkipLayerNormalization" if s.norm == "layernorm" else "SkipSimplifiedLayerNormalization"

@@ -22,6 +22,7 @@ import numpy as np
 
 from npusim.config import NpuConfig
 from npusim.program import ProgramBuilder
+from npusim.lowering.replay import LoweringMemo
 from npusim.serving.iteration import IterationLayers, ModelMemory, Slot, lower_iteration
 from npusim.serving.spec import LlmSpec
 from npusim.workload import Request
@@ -84,6 +85,7 @@ class LlmServer:
         self.builder = builder
         self.mem = ModelMemory(spec)
         self.mem.allocate_weights(builder, cfg.precision)
+        self.memo = LoweringMemo()  # iterations lower the same ops again: copy them
         order = sorted(requests, key=lambda ir: (ir[1].arrival_cycle, ir[0]))
         self.runs = {i: LlmRequestRun(i, r) for i, r in order}
         self.waiting = [i for i, _ in order]
@@ -121,7 +123,7 @@ class LlmServer:
         fresh = {i for i in self.active if not self.runs[i].tokens}
         self.builder.request, self.builder.release = self.stream, release
         name = f"{self.spec.name}/it{len(self.iterations)}"
-        layers = lower_iteration(self.builder, self.mem, self.cfg, slots, name)
+        layers = lower_iteration(self.builder, self.mem, self.cfg, slots, name, self.memo)
         self.iterations.append(Iteration(
             layers, {s.request: s.q for s in slots}, release, list(self.active),
             prefill_tokens=sum(s.q for s in slots if s.request in fresh),

@@ -1,0 +1,71 @@
+"""Copied lowerings (npusim.lowering.replay) give the program a real lowering gives.
+
+A serving iteration lowers each repeated op (every request's attention in every layer) once
+and copies it with addresses, layers and names moved. The copy is right only if every tile
+runs the same instruction rows on the same addresses after the same layers: compared here
+tile by tile against lowering every op for real, on GQA and MHA with the KV caches, rotary
+tables and scratch space of every request in their own places.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from npusim.config import load_config
+from npusim.kernels import isa
+from npusim.lowering import replay
+from npusim.program import ProgramBuilder
+from npusim.serving.server import LlmServer
+from npusim.serving.spec import load_llm
+from npusim.workload import Request
+
+
+def _step(monkeypatch, kv_heads: int, copies: bool, contexts=(63, 63, 63, 31, 63)):
+    """One decode step of GPT-2's shape with llama's attention (GQA, rotary) over requests
+    with the given contexts; returns the program and the memo."""
+    if not copies:
+        monkeypatch.setattr(replay.LoweringMemo, "lower",
+                            lambda self, ctx, node, key, lower: lower(ctx, node))
+    cfg = load_config("server", [])
+    spec = load_llm("llama3_8b").with_overrides({"layers": 2, "kv_heads": kv_heads}, "test")
+    reqs = [(i, Request(model="llama3_8b", context=c, prompt=1, generate=2))
+            for i, c in enumerate(contexts)]
+    b = ProgramBuilder()
+    srv = LlmServer(0, spec, reqs, cfg, b)
+    srv.schedule(-1)
+    monkeypatch.undo()
+    return b.build(), srv.memo, b
+
+
+def _tiles(p):
+    """Each tile as what the kernels see: its instruction rows, layer, group and bases."""
+    return [(p.inst[t[isa.T_INST_START]:t[isa.T_INST_START] + t[isa.T_INST_LEN]].tobytes(),
+             t[isa.T_LAYER:].tobytes()) for t in p.tile]
+
+
+@pytest.mark.parametrize("kv_heads", [8, 32])
+def test_copied_attention_is_the_real_lowering(monkeypatch, kv_heads):
+    copied, memo, b1 = _step(monkeypatch, kv_heads, True)
+    real, _, b2 = _step(monkeypatch, kv_heads, False)
+    # the attention of 2 layers x 5 requests: lowered twice (two context lengths), copied 8x
+    attn = [k for k, r in memo._records.items() if r and k[0] == "GroupQueryAttention"]
+    assert len(attn) == 2
+    assert _tiles(copied) == _tiles(real)
+    for f in ("group", "layer", "layer_succ", "release_order"):
+        assert np.array_equal(getattr(copied, f), getattr(real, f)), f
+    assert ([dataclasses.asdict(x) for x in copied.layers]
+            == [dataclasses.asdict(x) for x in real.layers])
+    assert b1.next_free_address == b2.next_free_address  # the same scratch space
+    # the copies moved addresses: no two requests' attention tiles read the same KV rows
+    names = [x.name for x in copied.layers]
+    assert any("/r4/" in n for n in names) and len(set(names)) == len(names)
+
+
+def test_an_address_in_two_tensors_that_move_apart_is_not_copied():
+    """Two tensors share an address in the recorded op but not in the new one: no copy."""
+    rec = replay._Where.of(np.array([[True, True], [True, False]]))
+    assert rec.moves(np.array([4096, 4096])).tolist() == [4096, 4096]
+    assert rec.moves(np.array([4096, 8192])) is None  # one address, two ways to move
