@@ -386,11 +386,13 @@ def test_switch_allocator_matches_its_definition(kind, iters):
     aptr = np.zeros(P, np.int64)
     wf = np.zeros((2, 1), np.int64)
     ref_g, ref_a, ref_w = [0] * P, [0] * P, [0]
-    al = np.zeros((ks.N_AL_FIELDS, P * 4), np.int64)
+    al = np.zeros((ks.N_AL_FIELDS, P * P), np.int64)
     for _ in range(300):
         req = rng.random((P, P)) < rng.choice([0.1, 0.4, 0.8])
         lab = np.where(req.reshape(-1), 1, -1).astype(np.int64)
-        switch_allocate(lab, al, gptr, aptr, wf, p, 0)
+        asks = np.flatnonzero(req.reshape(-1))
+        al[ks.AL_SET, :len(asks)] = rng.permutation(asks)  # in any order
+        switch_allocate(lab, al, len(asks), gptr, aptr, wf, p, 0)
         expect = reference_switch(kind, iters, req.tolist(), ref_g, ref_a, ref_w)
         assert al[ks.AL_IN, :P].tolist() == expect
         assert gptr.tolist() == ref_g and aptr.tolist() == ref_a and wf[1, 0] == ref_w[0]

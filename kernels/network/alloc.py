@@ -32,11 +32,28 @@ def _wrap(i, n):
     return i - n if i >= n else i
 
 
-@kernel
-def switch_allocate(lab, al, gptr, aptr, wf, p, r):
-    """Match input ports to output ports of router r on the requests in ``lab``
-    (input i asks for output o if ``sa_label[i * P + o] >= 0``). Leaves the output each
-    input got in ``al[AL_IN]`` (-1 none)."""
+@kernel(inline=True)
+def rr_distance(x, start, n):
+    """Places from ``start`` to x in a round robin over n."""
+    return x - start if x >= start else x - start + n
+
+
+@kernel(inline=True)
+def _nearer(x, cur, start, n):
+    """Whether x comes before ``cur`` (-1: none yet) in a round robin from ``start``."""
+    return cur < 0 or rr_distance(x, start, n) < rr_distance(cur, start, n)
+
+
+@kernel(inline=True)
+def switch_allocate(lab, al, nset, gptr, aptr, wf, p, r):
+    """Match input ports to output ports of router r on its ``nset`` requests
+    ``al[AL_SET, :nset]`` (``i * P + o``: input i asks for output o; ``sa_label[i * P + o]``
+    is the VC that asks). Leaves the output each input got in ``al[AL_IN]`` (-1 none).
+
+    The arbiters visit only the requests, not the ports x ports square: an output's grant
+    arbiter takes the requester nearest its pointer in round-robin order, which is the
+    first one a scan from the pointer would meet, so the matching and the pointers are
+    those of the definitions above, in time proportional to the requests."""
     P = p.ports
     base = r * P
     for i in range(P):
@@ -53,56 +70,57 @@ def switch_allocate(lab, al, gptr, aptr, wf, p, r):
                     al[AL_OUT, o] = i
         wf[1, r] = _wrap(pri + 1, P)
         return
+    input_first = p.sa_alloc == ALLOC_SEPARABLE_INPUT_FIRST
     for it in range(p.sa_iters):
-        if p.sa_alloc == ALLOC_SEPARABLE_INPUT_FIRST:
-            for i in range(P):  # each free input picks a free output it asks for
-                al[AL_CHOICE, i] = -1
-                if al[AL_IN, i] >= 0:
-                    continue
-                a = aptr[base + i]
-                for k in range(P):
-                    o = _wrap(a + k, P)
-                    if lab[i * P + o] >= 0 and al[AL_OUT, o] < 0:
-                        al[AL_CHOICE, i] = o
-                        break
-            for o in range(P):  # each free output takes one of the inputs that picked it
-                if al[AL_OUT, o] >= 0:
-                    continue
-                g = gptr[base + o]
-                for k in range(P):
-                    i = _wrap(g + k, P)
-                    if al[AL_CHOICE, i] == o:
-                        al[AL_IN, i] = o
-                        al[AL_OUT, o] = i
-                        if it == 0:
-                            gptr[base + o] = _wrap(i + 1, P)
-                            aptr[base + i] = _wrap(o + 1, P)
-                        break
-            continue
-        # iSLIP / separable output-first: grant, then accept
-        for o in range(P):
+        # AL_GRANT[o]: the input output o picks; AL_CHOICE[i]: the output input i picks
+        for k in range(nset):
+            e = al[AL_SET, k]
+            i = e // P
+            o = e - i * P
             al[AL_GRANT, o] = -1
-            if al[AL_OUT, o] >= 0:
-                continue
-            g = gptr[base + o]
-            for k in range(P):
-                i = _wrap(g + k, P)
-                if lab[i * P + o] >= 0 and al[AL_IN, i] < 0:
+            al[AL_CHOICE, i] = -1
+        if input_first:
+            for k in range(nset):  # each free input picks a free output it asks for
+                e = al[AL_SET, k]
+                i = e // P
+                o = e - i * P
+                if (al[AL_IN, i] < 0 and al[AL_OUT, o] < 0
+                        and _nearer(o, al[AL_CHOICE, i], aptr[base + i], P)):
+                    al[AL_CHOICE, i] = o
+            for k in range(nset):  # each output takes one of the inputs that picked it
+                e = al[AL_SET, k]
+                i = e // P
+                o = e - i * P
+                if al[AL_CHOICE, i] == o and _nearer(i, al[AL_GRANT, o], gptr[base + o], P):
                     al[AL_GRANT, o] = i
-                    break
-        for i in range(P):
-            if al[AL_IN, i] >= 0:
-                continue
-            a = aptr[base + i]
-            for k in range(P):
-                o = _wrap(a + k, P)
-                if al[AL_GRANT, o] == i:
-                    al[AL_IN, i] = o
-                    al[AL_OUT, o] = i
-                    if it == 0:
-                        gptr[base + o] = _wrap(i + 1, P)
-                        aptr[base + i] = _wrap(o + 1, P)
-                    break
+        else:  # iSLIP / separable output-first: grant, then accept
+            for k in range(nset):  # each free output grants a free input asking for it
+                e = al[AL_SET, k]
+                i = e // P
+                o = e - i * P
+                if (al[AL_IN, i] < 0 and al[AL_OUT, o] < 0
+                        and _nearer(i, al[AL_GRANT, o], gptr[base + o], P)):
+                    al[AL_GRANT, o] = i
+            for k in range(nset):  # each input accepts one of the outputs granting it
+                e = al[AL_SET, k]
+                i = e // P
+                o = e - i * P
+                if al[AL_GRANT, o] == i and _nearer(o, al[AL_CHOICE, i], aptr[base + i], P):
+                    al[AL_CHOICE, i] = o
+        matched = 0
+        for k in range(nset):
+            e = al[AL_SET, k]
+            i = e // P
+            o = e - i * P
+            if al[AL_CHOICE, i] == o and al[AL_GRANT, o] == i:
+                al[AL_IN, i] = o
+                al[AL_OUT, o] = i
+                matched += 1
+                if it == 0:
+                    gptr[base + o] = _wrap(i + 1, P)
+                    aptr[base + i] = _wrap(o + 1, P)
+        if matched == 0:  # nothing changed: later iterations would match nothing either
+            break
 
 
 @kernel(inline=True)
