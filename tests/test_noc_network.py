@@ -391,7 +391,8 @@ def test_switch_allocator_matches_its_definition(kind, iters):
         req = rng.random((P, P)) < rng.choice([0.1, 0.4, 0.8])
         lab = np.where(req.reshape(-1), 1, -1).astype(np.int64)
         asks = np.flatnonzero(req.reshape(-1))
-        al[ks.AL_SET, :len(asks)] = rng.permutation(asks)  # in any order
+        asks = rng.permutation(asks)  # in any order
+        al[ks.AL_REQ_IN, :len(asks)], al[ks.AL_REQ_OUT, :len(asks)] = divmod(asks, P)
         switch_allocate(lab, al, len(asks), gptr, aptr, wf, p, 0)
         expect = reference_switch(kind, iters, req.tolist(), ref_g, ref_a, ref_w)
         assert al[ks.AL_IN, :P].tolist() == expect
@@ -483,6 +484,7 @@ def test_vc_allocator_matches_its_definition(kind, iters):
             allowed = set(range(lo, min(V, lo + int(rng.integers(1, V)))))
             reqs.append((iv, allowed))
             vr[ks.VR_IV, k], vr[ks.VR_OUT, k] = iv, o
+            vr[ks.VR_IN, k], vr[ks.VR_VC, k] = divmod(iv, V)
             vr[ks.VR_MASK, k] = sum(1 << v for v in allowed)
             al[ks.AL_IN, k] = -1
         free = {v for v in range(V) if rng.random() < 0.6}

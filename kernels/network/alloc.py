@@ -46,8 +46,8 @@ def _nearer(x, cur, start, n):
 
 @kernel(inline=True)
 def switch_allocate(lab, al, nset, gptr, aptr, wf, p, r):
-    """Match input ports to output ports of router r on its ``nset`` requests
-    ``al[AL_SET, :nset]`` (``i * P + o``: input i asks for output o; ``sa_label[i * P + o]``
+    """Match input ports to output ports of router r on its ``nset`` requests (request k:
+    input ``al[AL_REQ_IN, k]`` asks for output ``al[AL_REQ_OUT, k]``; ``sa_label[i * P + o]``
     is the VC that asks). Leaves the output each input got in ``al[AL_IN]`` (-1 none).
 
     The arbiters visit only the requests, not the ports x ports square: an output's grant
@@ -74,44 +74,38 @@ def switch_allocate(lab, al, nset, gptr, aptr, wf, p, r):
     for it in range(p.sa_iters):
         # AL_GRANT[o]: the input output o picks; AL_CHOICE[i]: the output input i picks
         for k in range(nset):
-            e = al[AL_SET, k]
-            i = e // P
-            o = e - i * P
+            i = al[AL_REQ_IN, k]
+            o = al[AL_REQ_OUT, k]
             al[AL_GRANT, o] = -1
             al[AL_CHOICE, i] = -1
         if input_first:
             for k in range(nset):  # each free input picks a free output it asks for
-                e = al[AL_SET, k]
-                i = e // P
-                o = e - i * P
+                i = al[AL_REQ_IN, k]
+                o = al[AL_REQ_OUT, k]
                 if (al[AL_IN, i] < 0 and al[AL_OUT, o] < 0
                         and _nearer(o, al[AL_CHOICE, i], aptr[base + i], P)):
                     al[AL_CHOICE, i] = o
             for k in range(nset):  # each output takes one of the inputs that picked it
-                e = al[AL_SET, k]
-                i = e // P
-                o = e - i * P
+                i = al[AL_REQ_IN, k]
+                o = al[AL_REQ_OUT, k]
                 if al[AL_CHOICE, i] == o and _nearer(i, al[AL_GRANT, o], gptr[base + o], P):
                     al[AL_GRANT, o] = i
         else:  # iSLIP / separable output-first: grant, then accept
             for k in range(nset):  # each free output grants a free input asking for it
-                e = al[AL_SET, k]
-                i = e // P
-                o = e - i * P
+                i = al[AL_REQ_IN, k]
+                o = al[AL_REQ_OUT, k]
                 if (al[AL_IN, i] < 0 and al[AL_OUT, o] < 0
                         and _nearer(i, al[AL_GRANT, o], gptr[base + o], P)):
                     al[AL_GRANT, o] = i
             for k in range(nset):  # each input accepts one of the outputs granting it
-                e = al[AL_SET, k]
-                i = e // P
-                o = e - i * P
+                i = al[AL_REQ_IN, k]
+                o = al[AL_REQ_OUT, k]
                 if al[AL_GRANT, o] == i and _nearer(o, al[AL_CHOICE, i], aptr[base + i], P):
                     al[AL_CHOICE, i] = o
         matched = 0
         for k in range(nset):
-            e = al[AL_SET, k]
-            i = e // P
-            o = e - i * P
+            i = al[AL_REQ_IN, k]
+            o = al[AL_REQ_OUT, k]
             if al[AL_CHOICE, i] == o and al[AL_GRANT, o] == i:
                 al[AL_IN, i] = o
                 al[AL_OUT, o] = i
@@ -184,9 +178,8 @@ def vc_allocate_port(free, gptr, aptr, vr, al, wf, p, r, o, k0, k1):
             for k in range(k0, k1):  # each free input VC picks a free output VC
                 al[AL_CHOICE, k] = -1
                 if al[AL_IN, k] < 0:
-                    iv = vr[VR_IV, k]
-                    ov = _first_from(vr[VR_MASK, k] & free & ~taken,
-                                     _accept_start(aptr[r * p.ports + iv // V, iv % V], o, V))
+                    a = aptr[r * p.ports + vr[VR_IN, k], vr[VR_VC, k]]
+                    ov = _first_from(vr[VR_MASK, k] & free & ~taken, _accept_start(a, o, V))
                     al[AL_CHOICE, k] = ov
                     if ov >= 0:
                         chosen |= 1 << ov
@@ -199,7 +192,7 @@ def vc_allocate_port(free, gptr, aptr, vr, al, wf, p, r, o, k0, k1):
                     if al[AL_CHOICE, k] == ov:
                         if pick < 0 or (vr[VR_IV, pick] < g <= vr[VR_IV, k]):
                             pick = k
-                _va_match(gptr, aptr, al, p, r, o, qo, ov, pick, vr[VR_IV, pick], it)
+                _va_match(gptr, aptr, vr, al, p, r, o, qo, ov, pick, it)
                 taken |= 1 << ov
                 matched += 1
         else:
@@ -218,10 +211,9 @@ def vc_allocate_port(free, gptr, aptr, vr, al, wf, p, r, o, k0, k1):
             for k in range(k0, k1):
                 if al[AL_IN, k] >= 0 or al[AL_GRANT, k] == 0:
                     continue
-                iv = vr[VR_IV, k]
-                ov = _first_from(al[AL_GRANT, k],
-                                 _accept_start(aptr[r * p.ports + iv // V, iv % V], o, V))
-                _va_match(gptr, aptr, al, p, r, o, qo, ov, k, iv, it)
+                a = aptr[r * p.ports + vr[VR_IN, k], vr[VR_VC, k]]
+                ov = _first_from(al[AL_GRANT, k], _accept_start(a, o, V))
+                _va_match(gptr, aptr, vr, al, p, r, o, qo, ov, k, it)
                 taken |= 1 << ov
                 matched += 1
         if matched == 0:
@@ -230,11 +222,11 @@ def vc_allocate_port(free, gptr, aptr, vr, al, wf, p, r, o, k0, k1):
 
 
 @kernel(inline=True)
-def _va_match(gptr, aptr, al, p, r, o, qo, ov, k, iv, it):
+def _va_match(gptr, aptr, vr, al, p, r, o, qo, ov, k, it):
     """Input VC request k takes output VC ov; pointers move on a first-iteration match."""
     V = p.vcs
     S = p.ports * V
     al[AL_IN, k] = ov
     if it == 0:
-        gptr[qo, ov] = _wrap(iv + 1, S)
-        aptr[r * p.ports + iv // V, iv % V] = _wrap(o * V + ov + 1, S)
+        gptr[qo, ov] = _wrap(vr[VR_IV, k] + 1, S)
+        aptr[r * p.ports + vr[VR_IN, k], vr[VR_VC, k]] = _wrap(o * V + ov + 1, S)

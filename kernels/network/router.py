@@ -162,6 +162,8 @@ def _vc_request(ns, nt, p, r, i, v, q, nreq):
     o = nt.route[r, dest]
     mask = nt.vc_mask[ns.pkt[PK_CLASS, pkt], nt.route_class[r, dest]]
     vr[VR_IV, nreq] = i * p.vcs + v
+    vr[VR_IN, nreq] = i
+    vr[VR_VC, nreq] = v
     vr[VR_OUT, nreq] = o
     vr[VR_MASK, nreq] = mask
     ns.al[AL_IN, nreq] = -1
@@ -192,8 +194,9 @@ def _vc_single(ns, p, r, k):
     vr = ns.va_req
     o = vr[VR_OUT, k]
     iv = vr[VR_IV, k]
-    i = iv // V
-    a = ns.va_aptr[base + i, iv - i * V]
+    q = base + vr[VR_IN, k]
+    v = vr[VR_VC, k]
+    a = ns.va_aptr[q, v]
     a = a - o * V if o * V <= a < o * V + V else 0
     bits = vr[VR_MASK, k] & ns.ov_free[base + o]
     if bits != 0:
@@ -202,7 +205,7 @@ def _vc_single(ns, p, r, k):
         ns.al[AL_IN, k] = ov
         S = P * V
         ns.va_gptr[base + o, ov] = iv + 1 if iv + 1 < S else 0
-        ns.va_aptr[base + i, iv - i * V] = o * V + ov + 1 if o * V + ov + 1 < S else 0
+        ns.va_aptr[q, v] = o * V + ov + 1 if o * V + ov + 1 < S else 0
 
 
 @kernel(inline=True)
@@ -232,10 +235,8 @@ def _vc_allocation(ns, p, r, t, nreq):
         ov = ns.al[AL_IN, k]
         if ov < 0:
             continue
-        iv = vr[VR_IV, k]
-        i = iv // V
-        q = base + i
-        v = iv - i * V
+        q = base + vr[VR_IN, k]
+        v = vr[VR_VC, k]
         qo = base + vr[VR_OUT, k]
         ns.ovc[qo, ov, OV_OWNER] = q * V + v
         ns.ov_free[qo] &= ~(1 << ov)
@@ -253,9 +254,8 @@ def _switch_allocation(ns, nt, p, r, t, nset):
     base = r * P
     lab = ns.sa_label
     if nset == 1:  # one request: every allocator grants it (and moves its pointers so)
-        k = ns.al[AL_SET, 0]
-        i = k // P
-        o = k - i * P
+        i = ns.al[AL_REQ_IN, 0]
+        o = ns.al[AL_REQ_OUT, 0]
         for j in range(P):
             ns.al[AL_IN, j] = -1
         ns.al[AL_IN, i] = o
@@ -289,7 +289,7 @@ def _switch_allocation(ns, nt, p, r, t, nset):
         if p.trace == 1:
             trace_link(ns, p, qo, t)
     for k in range(nset):
-        lab[ns.al[AL_SET, k]] = -1
+        lab[ns.al[AL_REQ_IN, k] * P + ns.al[AL_REQ_OUT, k]] = -1
 
 
 @kernel(inline=True)
@@ -342,7 +342,8 @@ def router_step(ns, nt, p, r, t):
             cur = lab[i * P + o]
             if cur < 0:
                 lab[i * P + o] = v
-                ns.al[AL_SET, nset] = i * P + o
+                ns.al[AL_REQ_IN, nset] = i
+                ns.al[AL_REQ_OUT, nset] = o
                 nset += 1
             elif rr_distance(v, rr, V) < rr_distance(cur, rr, V):
                 lab[i * P + o] = v
