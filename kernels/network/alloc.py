@@ -45,6 +45,25 @@ def _nearer(x, cur, start, n):
 
 
 @kernel(inline=True)
+def _arbiter_pass(al, nset, ptr, base, P, inputs_pick, answer):
+    """One round-robin arbiter per port of one side (the inputs' choices in ``AL_CHOICE``
+    or the outputs' grants in ``AL_GRANT``) over the switch requests: each port keeps the
+    port on the other side nearest its pointer among the requests that qualify, those
+    whose two ports are both unmatched, or (``answer``) those whose other port picked it."""
+    for k in range(nset):
+        i = al[AL_REQ_IN, k]
+        o = al[AL_REQ_OUT, k]
+        me, other = (i, o) if inputs_pick else (o, i)
+        mine, theirs = (AL_CHOICE, AL_GRANT) if inputs_pick else (AL_GRANT, AL_CHOICE)
+        if answer:
+            ok = al[theirs, other] == me
+        else:
+            ok = al[AL_IN, i] < 0 and al[AL_OUT, o] < 0
+        if ok and _nearer(other, al[mine, me], ptr[base + me], P):
+            al[mine, me] = other
+
+
+@kernel(inline=True)
 def switch_allocate(lab, al, nset, gptr, aptr, wf, p, r):
     """Match input ports to output ports of router r on its ``nset`` requests (request k:
     input ``al[AL_REQ_IN, k]`` asks for output ``al[AL_REQ_OUT, k]``; ``sa_label[i * P + o]``
@@ -78,30 +97,12 @@ def switch_allocate(lab, al, nset, gptr, aptr, wf, p, r):
             o = al[AL_REQ_OUT, k]
             al[AL_GRANT, o] = -1
             al[AL_CHOICE, i] = -1
-        if input_first:
-            for k in range(nset):  # each free input picks a free output it asks for
-                i = al[AL_REQ_IN, k]
-                o = al[AL_REQ_OUT, k]
-                if (al[AL_IN, i] < 0 and al[AL_OUT, o] < 0
-                        and _nearer(o, al[AL_CHOICE, i], aptr[base + i], P)):
-                    al[AL_CHOICE, i] = o
-            for k in range(nset):  # each output takes one of the inputs that picked it
-                i = al[AL_REQ_IN, k]
-                o = al[AL_REQ_OUT, k]
-                if al[AL_CHOICE, i] == o and _nearer(i, al[AL_GRANT, o], gptr[base + o], P):
-                    al[AL_GRANT, o] = i
-        else:  # iSLIP / separable output-first: grant, then accept
-            for k in range(nset):  # each free output grants a free input asking for it
-                i = al[AL_REQ_IN, k]
-                o = al[AL_REQ_OUT, k]
-                if (al[AL_IN, i] < 0 and al[AL_OUT, o] < 0
-                        and _nearer(i, al[AL_GRANT, o], gptr[base + o], P)):
-                    al[AL_GRANT, o] = i
-            for k in range(nset):  # each input accepts one of the outputs granting it
-                i = al[AL_REQ_IN, k]
-                o = al[AL_REQ_OUT, k]
-                if al[AL_GRANT, o] == i and _nearer(o, al[AL_CHOICE, i], aptr[base + i], P):
-                    al[AL_CHOICE, i] = o
+        if input_first:  # each free input picks an output, each output one of its pickers
+            _arbiter_pass(al, nset, aptr, base, P, True, False)
+            _arbiter_pass(al, nset, gptr, base, P, False, True)
+        else:  # iSLIP / separable output-first: each free output grants, each input accepts
+            _arbiter_pass(al, nset, gptr, base, P, False, False)
+            _arbiter_pass(al, nset, aptr, base, P, True, True)
         matched = 0
         for k in range(nset):
             i = al[AL_REQ_IN, k]
