@@ -46,7 +46,7 @@ from numba.core.registry import CPUDispatcher
 # What a cold compile of the kernels a run needs usually costs (tests/benchmarks/
 # bench_compile.py: CPU seconds of the first `npusim simulate` on the 2-core reference
 # machine); the notice quotes it so that a silent first run does not look hung.
-USUAL_COMPILE_SECONDS = 45  # 30 before the router network joined the loop
+USUAL_COMPILE_SECONDS = 28  # 46 while the loop compiled the router network beside the crossbar
 COMPILE_NOTICE = (f"npusim: compiling the simulation kernels, once per install (usually about "
                   f"{USUAL_COMPILE_SECONDS} s; `npusim compile` does it ahead of time)")
 
@@ -80,15 +80,33 @@ class Kernel(CPUDispatcher):
 IR_INLINE_INSTRUCTIONS = 250
 
 
+def _options(ir_inline=False, llvm_inline=False):
+    return dict(nopython=True, boundscheck=None, _nrt=False, no_cpython_wrapper=True,
+                no_cfunc_wrapper=True, inline="always" if ir_inline else "never",
+                forceinline=llvm_inline)
+
+
 def kernel(fn=None, *, inline=False):
     """Compile ``fn`` as a kernel other kernels call (``inline``: into every caller)."""
     if fn is None:
         return lambda f: kernel(f, inline=inline)
     small = inline and len(list(dis.get_instructions(fn))) <= IR_INLINE_INSTRUCTIONS
-    return Kernel(fn, locals={}, targetoptions=dict(
-        nopython=True, boundscheck=None, _nrt=False, no_cpython_wrapper=True,
-        no_cfunc_wrapper=True, inline="always" if small else "never",
-        forceinline=inline and not small))
+    return Kernel(fn, locals={}, targetoptions=_options(ir_inline=small,
+                                                        llvm_inline=inline and not small))
+
+
+# How the kernel of a unit's model is compiled when a unit has several models, each with its
+# own tables tuple type (the NoC: kernels/noc.py). Its step is a stub with a numba
+# ``overload`` that, while numba types a kernel calling it, looks at the class of the
+# tuple passed and returns a call of that model's kernel alone: the main loop is compiled
+# once per model a process uses, and never compiles a model the run does not use (a
+# run-time test of a model number compiled every model into the loop). The call is
+# compiled as a unit of its own and inlined by LLVM (these options): numba compiles an
+# overload's implementation even when asked to inline it at IR level, and inlining a whole
+# unit's step into the loop at IR level, as its run-time branch was, made numba's typing
+# of the loop 2-3x slower (the loop's own compile with the crossbar inlined at IR level:
+# 14.7 CPU s before, 18-19 through an IR-inlined overload; 6 s this way).
+MODEL_OPTIONS = _options(llvm_inline=True)
 
 
 def entry(fn):

@@ -12,12 +12,6 @@ if the two ever disagree in length). Vector ops, opcodes and units are the ISA's
 MEMORY_TYPES = ("ideal", "simple", "dram")
 MEM_IDEAL, MEM_SIMPLE, MEM_DRAM = range(len(MEMORY_TYPES))
 
-# the NoC models of kernels/noc.py: the crossbar (noc.type = "crossbar") and the router
-# network (every other noc.type; the topologies are one file each in npusim/noc/topologies/,
-# whose file names are the noc.type choices)
-NOC_MODELS = ("crossbar", "routers")
-NOC_CROSSBAR, NOC_ROUTERS = range(len(NOC_MODELS))
-
 # scheduler.policy: one file each in kernels/policies/
 POLICIES = ("fifo", "time-shared", "spatial")
 POLICY_FIFO, POLICY_TIME_SHARED, POLICY_SPATIAL = range(len(POLICIES))

@@ -6,15 +6,16 @@ The chip is a few units joined by rings (DESIGN.md, "Units and their contract"):
           rings,  the rings between units, the only tables two units share (ports.py)
           cores,  cores, DMA engines and the scheduler (cores.py, core.py, dma.py,
                   scheduler.py, policies/)
-          noc,    the network between cores and memory channels (noc.py, crossbar.py,
-                  router_network.py)
+          noc,    the network between cores and memory channels: a Crossbar or a
+                  RouterNetwork (noc.py, crossbar.py, router_network.py)
           mem)    the memory behind it (memory.py, ideal_memory.py, simple_memory.py, dram.py)
 
 A unit's kernels take its own tuple as ``st`` and the rings as ``rg``, and touch nothing
-else; ``loop.py`` alone sees the whole ``State`` (as ``chip``) and composes the units. A
-unit tuple holds the tables of every model of that unit (the NoC's of every NoC model, the
-memory's of ideal, simple and DRAM memory); the models a run does not use get one-element
-placeholders, so one compiled kernel serves every config.
+else; ``loop.py`` alone sees the whole ``State`` (as ``chip``) and composes the units. The
+NoC has a tuple type per model (``Crossbar``, ``RouterNetwork``): the main loop is
+compiled once per NoC model, with that model's kernels only (``noc.py``). The memory's
+tuple holds the tables of ideal, simple and DRAM memory; the models a run does not use
+get one-element placeholders, so one compiled loop serves every memory model.
 
 Each table is int64, laid out field-major (``table[FIELD, unit, ...]``): every field is a
 contiguous array over units, and a kernel call carries a few dozen arrays rather than
@@ -42,8 +43,8 @@ PARAM_FIELDS = (
     "sa_dataflow", "sa_width", "sa_height", "sa_min_cycles", "acc_latency", "vec_width",
     # instruction queues
     "ld_queue", "st_queue", "ex_queue",
-    # DMA, NoC (noc_model: names.NOC_MODELS) and memory (mem_type: names.MEMORY_TYPES)
-    "req_bytes", "max_outstanding", "noc_model", "noc_latency", "flit_bytes", "mem_type",
+    # DMA, NoC (its model is the type of State.noc) and memory (mem_type: names.MEMORY_TYPES)
+    "req_bytes", "max_outstanding", "noc_latency", "flit_bytes", "mem_type",
     "n_channels", "mem_latency", "ch_bytes_per_cycle",
     # cycle-level DRAM
     "d_ranks", "d_bankgroups", "d_banks", "d_cl", "d_cwl", "d_bl", "d_refi", "d_refresh",
@@ -166,20 +167,24 @@ IV_ACTIVE = 4
 
 # ======================================================================== NoC unit
 
-Noc = namedtuple("Noc", (
+# One tuple type per NoC model, so that the model is part of the State's type: numba
+# compiles the main loop once per model, each with only its own model's step (noc.py).
+# Both begin with ``ctl`` and end with ``tr_noc``, which every model keeps.
+Crossbar = namedtuple("Crossbar", (  # crossbar.py; also the (unused) NoC of ideal memory
     "ctl",  # [NC_*]
-    # crossbar (crossbar.py)
     "xb_ch",  # [XC_*, channel]     the request port of each channel
     "xb_core",  # [XP_*, core]      the response port of each core
     "xb_heads",  # [core, word]     bit ch % 64 of word ch // 64: channel ch's output ring
     #                              has a response for the core at its head
-    # router network (router_network.py, network/): its state, tables and parameters
-    # (network/state.py NocState, NocTables, NocParams), and per packet row what the
-    # rings need at the other end
+    "tr_noc",  # [net, slot, core, channel]  flits per link, binned ring (tracing)
+))
+RouterNetwork = namedtuple("RouterNetwork", (  # router_network.py, network/
+    "ctl",  # [NC_*]
+    # the network's state, tables and parameters (network/state.py NocState, NocTables,
+    # NocParams), and per packet row what the rings need at the other end
     "net", "net_tab", "net_p",
     "net_msg",  # [M_*, packet]
-    # tracing
-    "tr_noc",  # [net, slot, core, channel]  flits per link, binned ring
+    "tr_noc",  # [net, slot, core, channel]  flits per link, binned ring (tracing)
 ))
 NC_WAKE = 0
 N_NC_FIELDS = 1

@@ -212,14 +212,16 @@ _compiled: set[tuple] = set()
 
 
 def _ensure_compiled(run, st, pa, mt, p) -> float:
-    """Compile (or load from cache) the kernel for these argument types; returns seconds."""
-    key = (type(st), type(pa), type(mt), type(p))
-    if key in _compiled:
-        return 0.0
+    """Compile (or load from cache) the kernel for these argument types; returns seconds.
+    The key is numba's types, not the tuples' classes: the NoC model is the type of
+    ``st.noc`` (``kernels/noc.py``), so one ``State`` class has a loop per model."""
     from numba import typeof
 
+    key = tuple(typeof(x) for x in (st, pa, mt, p, np.int64(0)))
+    if key in _compiled:
+        return 0.0
     t = time.perf_counter()
-    run.compile(tuple(typeof(x) for x in (st, pa, mt, p, np.int64(0))))
+    run.compile(key)
     _compiled.add(key)
     return time.perf_counter() - t
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from npusim.config import NpuConfig
 from npusim.kernels.isa import DATAFLOWS
-from npusim.kernels.names import MEMORY_TYPES, NOC_CROSSBAR, NOC_ROUTERS
+from npusim.kernels.names import MEMORY_TYPES
 from npusim.kernels.state import PARAM_FIELDS, Params
 
 
@@ -48,7 +48,6 @@ def make_params(cfg: NpuConfig, tb: TimeBase, skip: bool, trace=None) -> Params:
         ld_queue=core.ld_queue, st_queue=core.st_queue, ex_queue=core.ex_queue,
         req_bytes=cfg.dma.request_bytes,
         max_outstanding=2 if cfg.memory.type == "ideal" else cfg.dma.max_outstanding,
-        noc_model=NOC_CROSSBAR if cfg.noc.type == "crossbar" else NOC_ROUTERS,
         noc_latency=cfg.noc.latency,
         flit_bytes=cfg.noc.flit_bytes,
         mem_type=MEMORY_TYPES.index(cfg.memory.type), n_channels=cfg.memory.channels,

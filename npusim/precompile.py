@@ -4,7 +4,8 @@ A run compiles the numba kernels it calls on first use and keeps them in the on-
 (``npusim.kernels``). Container images and CI jobs would pay that compile in every fresh
 container; ``npusim compile`` pays it once, at build time, by calling every kernel entry
 point (the simulation loop, the trace sync, the DRAM request replay) the way a run does,
-on an empty program, so the cache holds exactly the variants runs look up.
+on an empty program, so the cache holds exactly the variants runs look up: the loop once
+per NoC model (``kernels/noc.py``: the model is part of the state's type).
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ def _simulation_loop(cfg) -> None:
     from npusim.program import ProgramBuilder
 
     EngineRun(ProgramBuilder().build(), cfg)
+
+
+def _router_loop(cfg) -> None:
+    from npusim.engine import EngineRun
+    from npusim.program import ProgramBuilder
+
+    EngineRun(ProgramBuilder().build(), load_config("chiplet"))
 
 
 def _trace_sync(cfg) -> None:
@@ -73,7 +81,10 @@ def _noc_packets(cfg) -> None:
 
 # (kernel, module, what it is, how a run first calls it)
 ENTRY_POINTS = (
-    ("run", "loop", "the simulation loop (every core, NoC and memory model)", _simulation_loop),
+    ("run", "loop", "the simulation loop with the crossbar (every memory model)",
+     _simulation_loop),
+    ("run", "loop", "the simulation loop with a router network (every memory model)",
+     _router_loop),
     ("trace_sync", "trace", "the trace recorder's sync of DRAM bank state", _trace_sync),
     ("router_network_trace_sync", "router_network",
      "the trace recorder's sync of a router network's links and buffers", _router_trace_sync),

@@ -3,9 +3,10 @@ config, the program, the placement of requests on cores and what the run records
 command log, a trace), all known up front; only the layer tables grow, when LLM serving
 appends layers to a running program (``extend_state``).
 
-One builder per unit; the tables of models the run does not use (the DRAM's under simple
-memory, the crossbar's under ideal memory, the trace buffers of an untraced run) are
-one-element placeholders the kernels never touch.
+One builder per unit; the NoC's tables are those of the config's NoC model only (a tuple
+type per model); the tables of memory models the run does not use (the DRAM's under simple
+memory) and the trace buffers of an untraced run are one-element placeholders the kernels
+never touch.
 """
 
 from __future__ import annotations
@@ -137,31 +138,27 @@ def _cores(cfg: NpuConfig, prog: Program, p: Params, placement: Placement, trace
     )
 
 
-def _noc(cfg: NpuConfig, p: Params, trace) -> ks.Noc:
-    """The crossbar's ports, or the router network (``npusim.noc.chip``); placeholders for
-    the model not used (both with ideal memory: there is no NoC)."""
-    from npusim.noc.chip import chip_network, placeholder_network
-
+def _noc(cfg: NpuConfig, p: Params, trace) -> ks.Crossbar | ks.RouterNetwork:
+    """The crossbar's ports or the router network (``npusim.noc.chip``), whichever the
+    config names: the tuple's type chooses the model in the kernels (``kernels/noc.py``).
+    Ideal memory has no NoC: it gets a crossbar of one-element placeholders."""
     net = cfg.memory.type != "ideal"
-    routers = net and cfg.noc.type != "crossbar"
-    C, ch = cfg.num_cores, cfg.memory.channels if net and not routers else 1
+    C, ch = cfg.num_cores, cfg.memory.channels if net else 1
     ctl = aligned_table(ks.N_NC_FIELDS)
     ctl[ks.NC_WAKE] = isa.NEVER  # nothing in flight yet
-    if routers:
+    tr_noc = (aligned_table(2, trace.ring, C, ch) if trace is not None
+              else aligned_table(2, 1, 1, 1))
+    if net and cfg.noc.type != "crossbar":
+        from npusim.noc.chip import chip_network
+
         network = chip_network(cfg, skip=bool(p.skip), trace_ring=trace.ring if trace else 0,
                                trace_bin=p.trace_bin, period=p.noc_period)
-    else:
-        network = placeholder_network(cfg)
-    return ks.Noc(
-        ctl=ctl,
-        xb_ch=aligned_table(ks.N_XC_FIELDS, ch),
-        xb_core=aligned_table(ks.N_XP_FIELDS, C),
-        xb_heads=aligned_table(C, (ch + 63) // 64),
-        net=network.state, net_tab=network.tables, net_p=network.params,
-        net_msg=aligned_table(ks.N_MSG_FIELDS, network.state.pkt.shape[1]),
-        tr_noc=(aligned_table(2, trace.ring, C, cfg.memory.channels if net else 1)
-                if trace is not None else aligned_table(2, 1, 1, 1)),
-    )
+        return ks.RouterNetwork(
+            ctl=ctl, net=network.state, net_tab=network.tables, net_p=network.params,
+            net_msg=aligned_table(ks.N_MSG_FIELDS, network.state.pkt.shape[1]), tr_noc=tr_noc)
+    return ks.Crossbar(ctl=ctl, xb_ch=aligned_table(ks.N_XC_FIELDS, ch),
+                       xb_core=aligned_table(ks.N_XP_FIELDS, C),
+                       xb_heads=aligned_table(C, (ch + 63) // 64), tr_noc=tr_noc)
 
 
 def _memory(cfg: NpuConfig, p: Params, mt: MemTables, log_commands: int, trace) -> ks.Memory:

@@ -23,10 +23,3 @@ def chip_network(cfg, *, skip: bool = True, trace_ring: int = 0, trace_bin: int 
     placement = place(topo, noc, cfg.num_cores, cfg.memory.channels)
     return build_network(topo, placement.sites, noc, msg_classes=MESSAGE_CLASSES, skip=skip,
                          trace_ring=trace_ring, trace_bin=trace_bin, period=period)
-
-
-def placeholder_network(cfg) -> Network:
-    """The smallest network (one router, one endpoint): the tables a run without routers
-    carries so that one compiled kernel serves every config."""
-    topo = topology_module("crossbar").build(cfg.noc, 1, 0)
-    return build_network(topo, [0], cfg.noc)
