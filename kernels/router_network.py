@@ -43,6 +43,13 @@ MSG_REQUEST, MSG_RESPONSE = 0, 1
 
 
 @kernel(inline=True)
+def _core_of(n, k):
+    """The core whose interface node n is (k interfaces per core): n // k, without the
+    division (the slowest instruction on this path) in the usual case of one."""
+    return n if k == 1 else n // k
+
+
+@kernel(inline=True)
 def _take_request(st, rg, p, n, c, k, tc, t):
     """Node n, an interface of core c (of k), takes the head of the core's injection ring."""
     h = rg.cport[CP_INJ_HEAD, c]
@@ -69,8 +76,8 @@ def _take_response(st, rg, p, ch, k, tc, t):
     c = rg.ch_out[P_CORE, ch, h]
     d = rg.ch_out[P_DIR, ch, h]
     flits = packet_flits(p, d == 0)
-    pkt = nic_start(st.net, st.net_p, p.n_cores * k + ch, c * k + ch % k, flits, MSG_RESPONSE,
-                    tc)
+    port = 0 if k == 1 else ch % k
+    pkt = nic_start(st.net, st.net_p, p.n_cores * k + ch, c * k + port, flits, MSG_RESPONSE, tc)
     st.net_msg[M_CORE, pkt] = c
     st.net_msg[M_CHAN, pkt] = ch
     st.net_msg[M_DIR, pkt] = d
@@ -100,7 +107,7 @@ def _eject(st, rg, p, n, k, tc, t):
             pkt, flags, arr = eject_flit(ns, st.net_tab, np_, n, v, tc)
             if flags & F_TAIL:
                 if ch < 0:
-                    arr_push(rg, p, n // k, t, st.net_msg[M_DIR, pkt], st.net_msg[M_ENTRY, pkt],
+                    arr_push(rg, p, _core_of(n, k), t, st.net_msg[M_DIR, pkt], st.net_msg[M_ENTRY, pkt],
                              st.net_msg[M_SENT, pkt])
                 else:
                     ch_in_push(rg, p, ch, t, t, st.net_msg[M_CORE, pkt],
@@ -132,8 +139,8 @@ def router_network_step(st, rg, p, t):
                 ns.wake[R + n] = nic_next_arrival(ns, np_, n)
         if ns.nic[n, NI_PKT] < 0:
             if n < C:
-                if rg.cport[CP_INJ_COUNT, n // k] > 0:
-                    _take_request(st, rg, p, n, n // k, k, tc, t)
+                if rg.cport[CP_INJ_COUNT, _core_of(n, k)] > 0:
+                    _take_request(st, rg, p, n, _core_of(n, k), k, tc, t)
             else:
                 ch = n - C
                 if (rg.mport[MP_OUT_COUNT, ch] > 0
@@ -146,11 +153,12 @@ def router_network_step(st, rg, p, t):
         if ns.nic[n, NI_PKT] >= 0:
             nxt = min(nxt, tc + 1)
         elif n < C:
-            if rg.cport[CP_INJ_COUNT, n // k] > 0:
+            if rg.cport[CP_INJ_COUNT, _core_of(n, k)] > 0:
                 nxt = min(nxt, tc + 1)
         elif rg.mport[MP_OUT_COUNT, n - C] > 0:
             ready = rg.ch_out[P_TIME, n - C, rg.mport[MP_OUT_HEAD, n - C]]
-            nxt = min(nxt, max(tc + 1, -(-ready // p.noc_period)))
+            nxt = min(nxt, tc + 1 if ready <= (tc + 1) * p.noc_period
+                      else -(-ready // p.noc_period))
     nxt = min(nxt, ns.glob[NG_WAKE])
     st.ctl[NC_WAKE] = isa.NEVER if nxt >= isa.NEVER else max(nxt, tc + 1) * p.noc_period
     heard(rg, SIDE_NET)

@@ -32,11 +32,47 @@ def _wrap(i, n):
     return i - n if i >= n else i
 
 
-@kernel
-def switch_allocate(lab, al, gptr, aptr, wf, p, r):
-    """Match input ports to output ports of router r on the requests in ``lab``
-    (input i asks for output o if ``sa_label[i * P + o] >= 0``). Leaves the output each
-    input got in ``al[AL_IN]`` (-1 none)."""
+@kernel(inline=True)
+def rr_distance(x, start, n):
+    """Places from ``start`` to x in a round robin over n."""
+    return x - start if x >= start else x - start + n
+
+
+@kernel(inline=True)
+def _nearer(x, cur, start, n):
+    """Whether x comes before ``cur`` (-1: none yet) in a round robin from ``start``."""
+    return cur < 0 or rr_distance(x, start, n) < rr_distance(cur, start, n)
+
+
+@kernel(inline=True)
+def _arbiter_pass(al, nset, ptr, base, P, inputs_pick, answer):
+    """One round-robin arbiter per port of one side (the inputs' choices in ``AL_CHOICE``
+    or the outputs' grants in ``AL_GRANT``) over the switch requests: each port keeps the
+    port on the other side nearest its pointer among the requests that qualify, those
+    whose two ports are both unmatched, or (``answer``) those whose other port picked it."""
+    for k in range(nset):
+        i = al[AL_REQ_IN, k]
+        o = al[AL_REQ_OUT, k]
+        me, other = (i, o) if inputs_pick else (o, i)
+        mine, theirs = (AL_CHOICE, AL_GRANT) if inputs_pick else (AL_GRANT, AL_CHOICE)
+        if answer:
+            ok = al[theirs, other] == me
+        else:
+            ok = al[AL_IN, i] < 0 and al[AL_OUT, o] < 0
+        if ok and _nearer(other, al[mine, me], ptr[base + me], P):
+            al[mine, me] = other
+
+
+@kernel(inline=True)
+def switch_allocate(lab, al, nset, gptr, aptr, wf, p, r):
+    """Match input ports to output ports of router r on its ``nset`` requests (request k:
+    input ``al[AL_REQ_IN, k]`` asks for output ``al[AL_REQ_OUT, k]``; ``sa_label[i * P + o]``
+    is the VC that asks). Leaves the output each input got in ``al[AL_IN]`` (-1 none).
+
+    The arbiters visit only the requests, not the ports x ports square: an output's grant
+    arbiter takes the requester nearest its pointer in round-robin order, which is the
+    first one a scan from the pointer would meet, so the matching and the pointers are
+    those of the definitions above, in time proportional to the requests."""
     P = p.ports
     base = r * P
     for i in range(P):
@@ -53,56 +89,33 @@ def switch_allocate(lab, al, gptr, aptr, wf, p, r):
                     al[AL_OUT, o] = i
         wf[1, r] = _wrap(pri + 1, P)
         return
+    input_first = p.sa_alloc == ALLOC_SEPARABLE_INPUT_FIRST
     for it in range(p.sa_iters):
-        if p.sa_alloc == ALLOC_SEPARABLE_INPUT_FIRST:
-            for i in range(P):  # each free input picks a free output it asks for
-                al[AL_CHOICE, i] = -1
-                if al[AL_IN, i] >= 0:
-                    continue
-                a = aptr[base + i]
-                for k in range(P):
-                    o = _wrap(a + k, P)
-                    if lab[i * P + o] >= 0 and al[AL_OUT, o] < 0:
-                        al[AL_CHOICE, i] = o
-                        break
-            for o in range(P):  # each free output takes one of the inputs that picked it
-                if al[AL_OUT, o] >= 0:
-                    continue
-                g = gptr[base + o]
-                for k in range(P):
-                    i = _wrap(g + k, P)
-                    if al[AL_CHOICE, i] == o:
-                        al[AL_IN, i] = o
-                        al[AL_OUT, o] = i
-                        if it == 0:
-                            gptr[base + o] = _wrap(i + 1, P)
-                            aptr[base + i] = _wrap(o + 1, P)
-                        break
-            continue
-        # iSLIP / separable output-first: grant, then accept
-        for o in range(P):
+        # AL_GRANT[o]: the input output o picks; AL_CHOICE[i]: the output input i picks
+        for k in range(nset):
+            i = al[AL_REQ_IN, k]
+            o = al[AL_REQ_OUT, k]
             al[AL_GRANT, o] = -1
-            if al[AL_OUT, o] >= 0:
-                continue
-            g = gptr[base + o]
-            for k in range(P):
-                i = _wrap(g + k, P)
-                if lab[i * P + o] >= 0 and al[AL_IN, i] < 0:
-                    al[AL_GRANT, o] = i
-                    break
-        for i in range(P):
-            if al[AL_IN, i] >= 0:
-                continue
-            a = aptr[base + i]
-            for k in range(P):
-                o = _wrap(a + k, P)
-                if al[AL_GRANT, o] == i:
-                    al[AL_IN, i] = o
-                    al[AL_OUT, o] = i
-                    if it == 0:
-                        gptr[base + o] = _wrap(i + 1, P)
-                        aptr[base + i] = _wrap(o + 1, P)
-                    break
+            al[AL_CHOICE, i] = -1
+        if input_first:  # each free input picks an output, each output one of its pickers
+            _arbiter_pass(al, nset, aptr, base, P, True, False)
+            _arbiter_pass(al, nset, gptr, base, P, False, True)
+        else:  # iSLIP / separable output-first: each free output grants, each input accepts
+            _arbiter_pass(al, nset, gptr, base, P, False, False)
+            _arbiter_pass(al, nset, aptr, base, P, True, True)
+        matched = 0
+        for k in range(nset):
+            i = al[AL_REQ_IN, k]
+            o = al[AL_REQ_OUT, k]
+            if al[AL_CHOICE, i] == o and al[AL_GRANT, o] == i:
+                al[AL_IN, i] = o
+                al[AL_OUT, o] = i
+                matched += 1
+                if it == 0:
+                    gptr[base + o] = _wrap(i + 1, P)
+                    aptr[base + i] = _wrap(o + 1, P)
+        if matched == 0:  # nothing changed: later iterations would match nothing either
+            break
 
 
 @kernel(inline=True)
@@ -166,9 +179,8 @@ def vc_allocate_port(free, gptr, aptr, vr, al, wf, p, r, o, k0, k1):
             for k in range(k0, k1):  # each free input VC picks a free output VC
                 al[AL_CHOICE, k] = -1
                 if al[AL_IN, k] < 0:
-                    iv = vr[VR_IV, k]
-                    ov = _first_from(vr[VR_MASK, k] & free & ~taken,
-                                     _accept_start(aptr[r * p.ports + iv // V, iv % V], o, V))
+                    a = aptr[r * p.ports + vr[VR_IN, k], vr[VR_VC, k]]
+                    ov = _first_from(vr[VR_MASK, k] & free & ~taken, _accept_start(a, o, V))
                     al[AL_CHOICE, k] = ov
                     if ov >= 0:
                         chosen |= 1 << ov
@@ -181,7 +193,7 @@ def vc_allocate_port(free, gptr, aptr, vr, al, wf, p, r, o, k0, k1):
                     if al[AL_CHOICE, k] == ov:
                         if pick < 0 or (vr[VR_IV, pick] < g <= vr[VR_IV, k]):
                             pick = k
-                _va_match(gptr, aptr, al, p, r, o, qo, ov, pick, vr[VR_IV, pick], it)
+                _va_match(gptr, aptr, vr, al, p, r, o, qo, ov, pick, it)
                 taken |= 1 << ov
                 matched += 1
         else:
@@ -200,10 +212,9 @@ def vc_allocate_port(free, gptr, aptr, vr, al, wf, p, r, o, k0, k1):
             for k in range(k0, k1):
                 if al[AL_IN, k] >= 0 or al[AL_GRANT, k] == 0:
                     continue
-                iv = vr[VR_IV, k]
-                ov = _first_from(al[AL_GRANT, k],
-                                 _accept_start(aptr[r * p.ports + iv // V, iv % V], o, V))
-                _va_match(gptr, aptr, al, p, r, o, qo, ov, k, iv, it)
+                a = aptr[r * p.ports + vr[VR_IN, k], vr[VR_VC, k]]
+                ov = _first_from(al[AL_GRANT, k], _accept_start(a, o, V))
+                _va_match(gptr, aptr, vr, al, p, r, o, qo, ov, k, it)
                 taken |= 1 << ov
                 matched += 1
         if matched == 0:
@@ -212,11 +223,11 @@ def vc_allocate_port(free, gptr, aptr, vr, al, wf, p, r, o, k0, k1):
 
 
 @kernel(inline=True)
-def _va_match(gptr, aptr, al, p, r, o, qo, ov, k, iv, it):
+def _va_match(gptr, aptr, vr, al, p, r, o, qo, ov, k, it):
     """Input VC request k takes output VC ov; pointers move on a first-iteration match."""
     V = p.vcs
     S = p.ports * V
     al[AL_IN, k] = ov
     if it == 0:
-        gptr[qo, ov] = _wrap(iv + 1, S)
-        aptr[r * p.ports + iv // V, iv % V] = _wrap(o * V + ov + 1, S)
+        gptr[qo, ov] = _wrap(vr[VR_IV, k] + 1, S)
+        aptr[r * p.ports + vr[VR_IN, k], vr[VR_VC, k]] = _wrap(o * V + ov + 1, S)

@@ -57,14 +57,17 @@ def nic_send(ns, nt, p, n, t):
         m = ns.pkt[PK_CLASS, pkt]
         lo = nt.vc_lo[m, nt.vc_lo.shape[1] - 1]
         hi = nt.vc_hi[m, nt.vc_lo.shape[1] - 1]
-        count = hi - lo + 1
         last = ns.nic[n, NI_LAST_VC]
         vc = -1
-        for i in range(1, count + 1):
-            c = lo if last < lo or last > hi else lo + (last - lo + i) % count
-            if ns.ovc[q, c, OV_OWNER] < 0 and ns.ovc[q, c, OV_CREDITS] > 0:
-                vc = c
-                break
+        if lo <= last <= hi:
+            c = last
+            for _ in range(hi - lo + 1):
+                c = c + 1 if c < hi else lo
+                if ns.ovc[q, c, OV_OWNER] < 0 and ns.ovc[q, c, OV_CREDITS] > 0:
+                    vc = c
+                    break
+        elif ns.ovc[q, lo, OV_OWNER] < 0 and ns.ovc[q, lo, OV_CREDITS] > 0:
+            vc = lo  # (none taken yet, or one of another message class)
         if vc < 0:
             return 0
         ns.ovc[q, vc, OV_OWNER] = q * p.vcs + vc

@@ -29,7 +29,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 from .. import isa
 from ..jit import kernel
 from ..ring import ring_at, ring_next
-from .alloc import switch_allocate, vc_allocate_port
+from .alloc import rr_distance, switch_allocate, vc_allocate_port
 from .names import ALLOC_WAVEFRONT
 from .state import *  # noqa: F403  (field indices)
 from .trace import trace_link, trace_occupancy
@@ -141,12 +141,6 @@ def flit_sent(ns, p, q, v, flags):
 
 
 @kernel(inline=True)
-def _rr_distance(v, start, V):
-    """Places from ``start`` to v in a round robin over V."""
-    return v - start if v >= start else v - start + V
-
-
-@kernel(inline=True)
 def _credit_wait(ns, qo):
     """Earliest cycle a credit for output row qo can be back; or mark the row so that the
     next credit sent there wakes its router (``cr_wait``)."""
@@ -158,14 +152,22 @@ def _credit_wait(ns, qo):
 
 @kernel(inline=True)
 def _vc_request(ns, nt, p, r, i, v, q, nreq):
-    """Record the head at input row q, VC v asking for a VC of its route's output."""
+    """Record the head at input row q, VC v asking for a VC of its route's output, as
+    request ``nreq``. Returns whether the request counts: a head none of whose output VCs
+    is free cannot win one, and leaves every allocator's state as it is (but the
+    wavefront's, whose priority moves on with every cycle that has a request)."""
     vr = ns.va_req
     pkt = ns.fb[q, v, ns.ivc[q, v, IV_HEAD], FB_PKT]
     dest = ns.pkt[PK_DEST, pkt]
+    o = nt.route[r, dest]
+    mask = nt.vc_mask[ns.pkt[PK_CLASS, pkt], nt.route_class[r, dest]]
     vr[VR_IV, nreq] = i * p.vcs + v
-    vr[VR_OUT, nreq] = nt.route[r, dest]
-    vr[VR_MASK, nreq] = nt.vc_mask[ns.pkt[PK_CLASS, pkt], nt.route_class[r, dest]]
+    vr[VR_IN, nreq] = i
+    vr[VR_VC, nreq] = v
+    vr[VR_OUT, nreq] = o
+    vr[VR_MASK, nreq] = mask
     ns.al[AL_IN, nreq] = -1
+    return mask & ns.ov_free[r * p.ports + o] != 0 or p.va_alloc == ALLOC_WAVEFRONT
 
 
 @kernel(inline=True)
@@ -182,49 +184,59 @@ def _group_by_port(vr, nreq):
 
 
 @kernel(inline=True)
-def _vc_allocation(ns, p, r, t, nreq):
-    """Match the recorded heads to free output VCs, port by port; winners take theirs."""
+def _vc_single(ns, p, r, k):
+    """Request k, the only one for its output port: every free output VC it may take
+    grants it, and it accepts the first from its accept pointer (what iSLIP and the
+    separable allocators all do with one requester)."""
     V = p.vcs
     P = p.ports
     base = r * P
     vr = ns.va_req
-    if nreq == 1 and p.va_alloc != ALLOC_WAVEFRONT:
-        # one head: every free output VC it may take grants it, it accepts the first from
-        # its accept pointer (what iSLIP and the separable allocators all do)
-        o = vr[VR_OUT, 0]
-        iv = vr[VR_IV, 0]
-        i = iv // V
-        a = ns.va_aptr[base + i, iv - i * V]
-        a = a - o * V if o * V <= a < o * V + V else 0
-        bits = vr[VR_MASK, 0] & ns.ov_free[base + o]
-        if bits != 0:
-            high = (bits >> a) << a
-            ov = trailing_zeros(high) if high != 0 else trailing_zeros(bits)
-            ns.al[AL_IN, 0] = ov
-            S = P * V
-            ns.va_gptr[base + o, ov] = iv + 1 if iv + 1 < S else 0
-            ns.va_aptr[base + i, iv - i * V] = o * V + ov + 1 if o * V + ov + 1 < S else 0
-    else:
-        _group_by_port(vr, nreq)
-        k0 = 0
-        while k0 < nreq:
-            o = vr[VR_OUT, k0]
-            k1 = k0 + 1
-            while k1 < nreq and vr[VR_OUT, k1] == o:
-                k1 += 1
+    o = vr[VR_OUT, k]
+    iv = vr[VR_IV, k]
+    q = base + vr[VR_IN, k]
+    v = vr[VR_VC, k]
+    a = ns.va_aptr[q, v]
+    a = a - o * V if o * V <= a < o * V + V else 0
+    bits = vr[VR_MASK, k] & ns.ov_free[base + o]
+    if bits != 0:
+        high = (bits >> a) << a
+        ov = trailing_zeros(high) if high != 0 else trailing_zeros(bits)
+        ns.al[AL_IN, k] = ov
+        S = P * V
+        ns.va_gptr[base + o, ov] = iv + 1 if iv + 1 < S else 0
+        ns.va_aptr[q, v] = o * V + ov + 1 if o * V + ov + 1 < S else 0
+
+
+@kernel(inline=True)
+def _vc_allocation(ns, p, r, t, nreq):
+    """Match the recorded heads to free output VCs, port by port (output VCs of different
+    ports are different resources); winners take theirs."""
+    V = p.vcs
+    P = p.ports
+    base = r * P
+    vr = ns.va_req
+    _group_by_port(vr, nreq)
+    k0 = 0
+    while k0 < nreq:
+        o = vr[VR_OUT, k0]
+        k1 = k0 + 1
+        while k1 < nreq and vr[VR_OUT, k1] == o:
+            k1 += 1
+        if k1 == k0 + 1 and p.va_alloc != ALLOC_WAVEFRONT:
+            _vc_single(ns, p, r, k0)
+        else:
             vc_allocate_port(ns.ov_free[base + o], ns.va_gptr, ns.va_aptr, vr, ns.al, ns.wf,
                              p, r, o, k0, k1)
-            k0 = k1
-        if p.va_alloc == ALLOC_WAVEFRONT:
-            ns.wf[0, r] = (ns.wf[0, r] + 1) % (P * V)
+        k0 = k1
+    if p.va_alloc == ALLOC_WAVEFRONT:
+        ns.wf[0, r] = (ns.wf[0, r] + 1) % (P * V)
     for k in range(nreq):
         ov = ns.al[AL_IN, k]
         if ov < 0:
             continue
-        iv = vr[VR_IV, k]
-        i = iv // V
-        q = base + i
-        v = iv - i * V
+        q = base + vr[VR_IN, k]
+        v = vr[VR_VC, k]
         qo = base + vr[VR_OUT, k]
         ns.ovc[qo, ov, OV_OWNER] = q * V + v
         ns.ov_free[qo] &= ~(1 << ov)
@@ -242,9 +254,8 @@ def _switch_allocation(ns, nt, p, r, t, nset):
     base = r * P
     lab = ns.sa_label
     if nset == 1:  # one request: every allocator grants it (and moves its pointers so)
-        k = ns.al[AL_SET, 0]
-        i = k // P
-        o = k - i * P
+        i = ns.al[AL_REQ_IN, 0]
+        o = ns.al[AL_REQ_OUT, 0]
         for j in range(P):
             ns.al[AL_IN, j] = -1
         ns.al[AL_IN, i] = o
@@ -254,7 +265,7 @@ def _switch_allocation(ns, nt, p, r, t, nset):
             ns.sa_gptr[base + o] = i + 1 if i + 1 < P else 0
             ns.sa_aptr[base + i] = o + 1 if o + 1 < P else 0
     else:
-        switch_allocate(lab, ns.al, ns.sa_gptr, ns.sa_aptr, ns.wf, p, r)
+        switch_allocate(lab, ns.al, nset, ns.sa_gptr, ns.sa_aptr, ns.wf, p, r)
     for i in range(P):
         o = ns.al[AL_IN, i]
         if o < 0:
@@ -278,7 +289,7 @@ def _switch_allocation(ns, nt, p, r, t, nset):
         if p.trace == 1:
             trace_link(ns, p, qo, t)
     for k in range(nset):
-        lab[ns.al[AL_SET, k]] = -1
+        lab[ns.al[AL_REQ_IN, k] * P + ns.al[AL_REQ_OUT, k]] = -1
 
 
 @kernel(inline=True)
@@ -308,11 +319,13 @@ def router_step(ns, nt, p, r, t):
             bits &= bits - 1
             ready = ns.ivc[q, v, IV_READY]
             if ns.ivc[q, v, IV_STATE] == VC_ALLOC:
-                if ready <= t:
-                    _vc_request(ns, nt, p, r, i, v, q, nreq)
-                    nreq += 1
-                else:
+                if ready > t:
                     w = min(w, ready)
+                elif _vc_request(ns, nt, p, r, i, v, q, nreq):
+                    nreq += 1
+                else:  # an output VC comes free when a credit comes back (wait_tail) or
+                    # when this router sends a tail (it is stepping then)
+                    w = min(w, _credit_wait(ns, base + ns.va_req[VR_OUT, nreq]))
                 continue
             at = max(ready, ns.ivc[q, v, IV_FRONT_ARR])
             if at > t:
@@ -329,9 +342,10 @@ def router_step(ns, nt, p, r, t):
             cur = lab[i * P + o]
             if cur < 0:
                 lab[i * P + o] = v
-                ns.al[AL_SET, nset] = i * P + o
+                ns.al[AL_REQ_IN, nset] = i
+                ns.al[AL_REQ_OUT, nset] = o
                 nset += 1
-            elif _rr_distance(v, rr, V) < _rr_distance(cur, rr, V):
+            elif rr_distance(v, rr, V) < rr_distance(cur, rr, V):
                 lab[i * P + o] = v
     if nreq > 0:
         _vc_allocation(ns, p, r, t, nreq)

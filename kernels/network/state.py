@@ -118,10 +118,12 @@ N_PK_FIELDS = 7
 NG_FREE, NG_FLITS, NG_NOW, NG_WAKE = range(4)
 N_NG_FIELDS = 4
 # al (AL_IN: output an input got, AL_OUT: input an output got, -1 none; AL_GRANT: the
-# input an output grants this iteration; AL_CHOICE: the output an input picks)
-AL_IN, AL_OUT, AL_GRANT, AL_CHOICE, AL_SET = range(5)  # AL_SET: switch requests to clear
-N_AL_FIELDS = 5
-# va_req (VR_IV: input port * vcs + vc; VR_OUT: output port; VR_MASK: the output VCs it
-# may take, a bit set)
-VR_IV, VR_OUT, VR_MASK = range(3)
-N_VR_FIELDS = 3
+# input an output grants this iteration; AL_CHOICE: the output an input picks;
+# AL_REQ_IN, AL_REQ_OUT: the switch requests, input and output port: kept apart, as
+# decoding one index would divide, the slowest instruction on this path)
+AL_IN, AL_OUT, AL_GRANT, AL_CHOICE, AL_REQ_IN, AL_REQ_OUT = range(6)
+N_AL_FIELDS = 6
+# va_req (VR_IV: input port * vcs + vc, and apart (no division): VR_IN the input port,
+# VR_VC the VC; VR_OUT: output port; VR_MASK: the output VCs it may take, a bit set)
+VR_IV, VR_OUT, VR_MASK, VR_IN, VR_VC = range(5)
+N_VR_FIELDS = 5

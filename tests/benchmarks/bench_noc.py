@@ -352,6 +352,10 @@ def markdown(data: dict[str, Any]) -> str:
         f"{' (dirty tree)' if (m.get('git') or {}).get('dirty') else ''}. Booksim: "
         f"{data['booksim'] or 'not given (its columns are empty)'}. Load average before / "
         f"after: {data['load_before']} / {data['load_after']}.", "",
+        *([f"The same packets and the speed were run again (`--refresh`) on "
+           f"{data['refreshed']['date']}, npusim at "
+           f"{(data['refreshed']['machine'].get('git') or {}).get('commit', '?')[:12]}; the "
+           "sweeps are the recorded ones.", ""] if data.get("refreshed") else []),
         "Both simulators read the same Booksim config (meshconfig's parameters, written by "
         "the script). Latency: average packet latency in cycles, creation to tail arrival, "
         f"averaged over traffic seeds 0..{data['seeds'] - 1}, or 0..{data['seeds_high'] - 1} "
@@ -500,6 +504,36 @@ def point(args) -> int:
     return 0
 
 
+def refresh(args) -> int:
+    """``--refresh``: the recorded results with their same-packets replays and speed part
+    run again (Booksim is needed for both the packets and the comparison)."""
+    out = args.out or DEFAULT_OUT
+    data = json.loads(out.read_text())
+    if not (args.booksim and Path(args.booksim).is_file()):
+        print("--refresh needs the Booksim binary (--booksim or BOOKSIM)", file=sys.stderr)
+        return 2
+    failed = False
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        for c in data["cases"] + data.get("variants", []):
+            if not c.get("same_packets"):
+                continue
+            case = {k: v for k, v in c.items() if k in ("name", "k", "traffic", "flits",
+                                                       "alloc", "extra")}
+            c["same_packets"] = same_packets(args.booksim, case, c["same_packets"]["rate"], tmp)
+            failed |= c["same_packets"]["identical"] != c["same_packets"]["packets"]
+            print(f"same packets {case}: {c['same_packets']}", flush=True)
+        data["repeat"] = args.repeat
+        data["speed"] = speed(args.booksim, tmp, args.repeat)
+        print(f"speed: {json.dumps(data['speed'])}", flush=True)
+    data["refreshed"] = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                         "machine": _bench_engine().machine_info()}
+    out.write_text(json.dumps(data, indent=1))
+    out.with_suffix(".md").write_text(markdown(data))
+    print(f"wrote {out} and {out.with_suffix('.md')}")
+    return 1 if failed else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--booksim", default=os.environ.get("BOOKSIM"),
@@ -518,10 +552,16 @@ def main(argv=None) -> int:
                     help="only this offered load of the --only cases, --seeds seeds each, "
                          "side by side (a load near saturation needs many: --seeds 100); "
                          "writes results/benchmarks/noc_point.{json,md}")
+    ap.add_argument("--refresh", action="store_true",
+                    help="re-run only the same-packets replays (at the loads recorded in "
+                         "--out) and the speed part, keeping the recorded sweeps: for a "
+                         "change that must leave the network cycle for cycle as it was")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     if args.point is not None:
         return point(args)
+    if args.refresh:
+        return refresh(args)
     booksim = args.booksim if args.booksim and Path(args.booksim).is_file() else None
     if args.booksim and not booksim:
         print(f"Booksim binary {args.booksim} not found: running npusim alone", file=sys.stderr)
