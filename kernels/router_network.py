@@ -118,6 +118,14 @@ def _eject(st, rg, p, n, k, tc, t):
 
 
 @kernel(inline=True)
+def _response_due(rg, p, ch, tc):
+    """The first NoC cycle after tc at which the head of channel ch's (non-empty) output
+    ring is ready to be taken."""
+    ready = rg.ch_out[P_TIME, ch, rg.mport[MP_OUT_HEAD, ch]]
+    return tc + 1 if ready <= (tc + 1) * p.noc_period else -(-ready // p.noc_period)
+
+
+@kernel(inline=True)
 def router_network_step(st, rg, p, t):
     """One NoC-clock edge at tick t: routers, then every node's ejection and injection."""
     ns = st.net
@@ -150,8 +158,7 @@ def router_network_step(st, rg, p, t):
                     continue
                 ready = rg.ch_out[P_TIME, ch, rg.mport[MP_OUT_HEAD, ch]]
                 if ready > t:  # the response is not ready yet
-                    nxt = min(nxt, tc + 1 if ready <= (tc + 1) * p.noc_period
-                              else -(-ready // p.noc_period))
+                    nxt = min(nxt, _response_due(rg, p, ch, tc))
                     continue
                 _take_response(st, rg, p, ch, k, tc, t)
         nic_send(ns, st.net_tab, np_, n, tc)
@@ -161,9 +168,7 @@ def router_network_step(st, rg, p, t):
             if rg.cport[CP_INJ_COUNT, _core_of(n, k)] > 0:
                 nxt = min(nxt, tc + 1)
         elif rg.mport[MP_OUT_COUNT, n - C] > 0:
-            ready = rg.ch_out[P_TIME, n - C, rg.mport[MP_OUT_HEAD, n - C]]
-            nxt = min(nxt, tc + 1 if ready <= (tc + 1) * p.noc_period
-                      else -(-ready // p.noc_period))
+            nxt = min(nxt, _response_due(rg, p, n - C, tc))
     nxt = min(nxt, ns.glob[NG_WAKE])
     st.ctl[NC_WAKE] = isa.NEVER if nxt >= isa.NEVER else max(nxt, tc + 1) * p.noc_period
     heard(rg, SIDE_NET)
