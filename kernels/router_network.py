@@ -118,6 +118,14 @@ def _eject(st, rg, p, n, k, tc, t):
 
 
 @kernel(inline=True)
+def _response_due(rg, p, ch, tc):
+    """The first NoC cycle after tc at which the head of channel ch's (non-empty) output
+    ring is ready to be taken."""
+    ready = rg.ch_out[P_TIME, ch, rg.mport[MP_OUT_HEAD, ch]]
+    return tc + 1 if ready <= (tc + 1) * p.noc_period else -(-ready // p.noc_period)
+
+
+@kernel(inline=True)
 def router_network_step(st, rg, p, t):
     """One NoC-clock edge at tick t: routers, then every node's ejection and injection."""
     ns = st.net
@@ -132,33 +140,35 @@ def router_network_step(st, rg, p, t):
     ns.glob[NG_WAKE] = isa.NEVER  # wakes set from here on (flits, credits) count too
     nxt = routers_step(ns, st.net_tab, np_, tc)
     for n in range(np_.n_nodes):
-        blocked = 0
         if ns.wake[R + n] <= tc or np_.skip == 0:
-            blocked = _eject(st, rg, p, n, k, tc, t)
-            if blocked == 0:
+            if _eject(st, rg, p, n, k, tc, t) == 0:
                 ns.wake[R + n] = nic_next_arrival(ns, np_, n)
-        if ns.nic[n, NI_PKT] < 0:
+                nxt = min(nxt, ns.wake[R + n])
+            # (a blocked channel waits for its ring's pop to ring the bell)
+        else:
+            nxt = min(nxt, ns.wake[R + n])
+        if ns.nic[n, NI_PKT] < 0:  # idle: take the head of its ring, if there is one
             if n < C:
-                if rg.cport[CP_INJ_COUNT, _core_of(n, k)] > 0:
-                    _take_request(st, rg, p, n, _core_of(n, k), k, tc, t)
+                if rg.cport[CP_INJ_COUNT, _core_of(n, k)] == 0:
+                    continue
+                _take_request(st, rg, p, n, _core_of(n, k), k, tc, t)
             else:
                 ch = n - C
-                if (rg.mport[MP_OUT_COUNT, ch] > 0
-                        and rg.ch_out[P_TIME, ch, rg.mport[MP_OUT_HEAD, ch]] <= t):
-                    _take_response(st, rg, p, ch, k, tc, t)
-        if ns.nic[n, NI_PKT] >= 0:
-            nic_send(ns, st.net_tab, np_, n, tc)
-        if blocked == 0:  # a blocked channel waits for its ring's pop to ring the bell
-            nxt = min(nxt, ns.wake[R + n])
+                if rg.mport[MP_OUT_COUNT, ch] == 0:
+                    continue
+                ready = rg.ch_out[P_TIME, ch, rg.mport[MP_OUT_HEAD, ch]]
+                if ready > t:  # the response is not ready yet
+                    nxt = min(nxt, _response_due(rg, p, ch, tc))
+                    continue
+                _take_response(st, rg, p, ch, k, tc, t)
+        nic_send(ns, st.net_tab, np_, n, tc)
         if ns.nic[n, NI_PKT] >= 0:
             nxt = min(nxt, tc + 1)
         elif n < C:
             if rg.cport[CP_INJ_COUNT, _core_of(n, k)] > 0:
                 nxt = min(nxt, tc + 1)
         elif rg.mport[MP_OUT_COUNT, n - C] > 0:
-            ready = rg.ch_out[P_TIME, n - C, rg.mport[MP_OUT_HEAD, n - C]]
-            nxt = min(nxt, tc + 1 if ready <= (tc + 1) * p.noc_period
-                      else -(-ready // p.noc_period))
+            nxt = min(nxt, _response_due(rg, p, n - C, tc))
     nxt = min(nxt, ns.glob[NG_WAKE])
     st.ctl[NC_WAKE] = isa.NEVER if nxt >= isa.NEVER else max(nxt, tc + 1) * p.noc_period
     heard(rg, SIDE_NET)

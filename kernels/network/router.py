@@ -256,8 +256,6 @@ def _switch_allocation(ns, nt, p, r, t, nset):
     if nset == 1:  # one request: every allocator grants it (and moves its pointers so)
         i = ns.al[AL_REQ_IN, 0]
         o = ns.al[AL_REQ_OUT, 0]
-        for j in range(P):
-            ns.al[AL_IN, j] = -1
         ns.al[AL_IN, i] = o
         if p.sa_alloc == ALLOC_WAVEFRONT:
             ns.wf[1, r] = ns.wf[1, r] + 1 if ns.wf[1, r] + 1 < P else 0
@@ -266,9 +264,10 @@ def _switch_allocation(ns, nt, p, r, t, nset):
             ns.sa_aptr[base + i] = o + 1 if o + 1 < P else 0
     else:
         switch_allocate(lab, ns.al, nset, ns.sa_gptr, ns.sa_aptr, ns.wf, p, r)
-    for i in range(P):
-        o = ns.al[AL_IN, i]
-        if o < 0:
+    for k in range(nset):  # the winners, by ascending input (the order of the requests)
+        i = ns.al[AL_REQ_IN, k]
+        o = ns.al[AL_REQ_OUT, k]
+        if ns.al[AL_IN, i] != o:
             continue
         q = base + i
         v = lab[i * P + o]
