@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import importlib.util
 import json
 import os
 import re
@@ -39,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench_engine import machine_info  # run as a script: its folder is on sys.path
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "results" / "benchmarks" / "noc.json"
@@ -81,14 +82,6 @@ SPEED_RATE = 0.1
 SPEED_PERIOD = 10000       # sample period of the speed runs (longer runs time better)
 TARGET_RATE = 3e6          # router-cycles/s
 TARGET_SPEEDUP = 10
-
-
-def _bench_engine():
-    spec = importlib.util.spec_from_file_location("bench_engine", Path(__file__).with_name(
-        "bench_engine.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def write_config(tmp: Path, k: int, traffic: str, flits: int, alloc: str,
@@ -527,7 +520,7 @@ def refresh(args) -> int:
         data["speed"] = speed(args.booksim, tmp, args.repeat)
         print(f"speed: {json.dumps(data['speed'])}", flush=True)
     data["refreshed"] = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                         "machine": _bench_engine().machine_info()}
+                         "machine": machine_info()}
     out.write_text(json.dumps(data, indent=1))
     out.with_suffix(".md").write_text(markdown(data))
     print(f"wrote {out} and {out.with_suffix('.md')}")
@@ -569,7 +562,7 @@ def main(argv=None) -> int:
     repeat = 1 if args.quick else args.repeat
     data: dict[str, Any] = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": _bench_engine().machine_info(), "booksim": booksim, "repeat": repeat,
+        "machine": machine_info(), "booksim": booksim, "repeat": repeat,
         "load_before": round(os.getloadavg()[0], 2), "seeds": args.seeds,
         "seeds_high": args.seeds_high, "cases": [],
     }

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from bench_engine import machine_info  # run as a script: its folder is on sys.path
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "results" / "benchmarks" / "noc_engine.json"
@@ -70,14 +71,6 @@ if cfg.noc.type != "crossbar":
                noc_cycles=-(-int(st.glob[ks.G_END]) // tb.noc_period))
 print(json.dumps(out))
 """
-
-
-def _bench_engine():
-    spec = importlib.util.spec_from_file_location("bench_engine", Path(__file__).with_name(
-        "bench_engine.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def run_case(model: str, preset: str, overrides: list[str]) -> dict:
@@ -149,7 +142,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
     data: dict = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                  "machine": _bench_engine().machine_info(),
+                  "machine": machine_info(),
                   "load_before": round(os.getloadavg()[0], 2)}
     runs: dict = {"crossbar": [], "mesh": []}
     for _ in range(args.repeat):  # alternate, so both see the same machine load
