@@ -1,0 +1,210 @@
+"""Steady streaming inside tiles: the chip-level fixed point over time windows.
+
+A tile of a large layer is a few long instructions: a DMA descriptor that walks hundreds
+of kilobytes (thousands of requests against the shared cycle-level memory), a chain of
+GEMMs. Where a layer has too few tiles for a run of tiles (``TileRun``) to reach a fixed
+point, the repetition is inside those instructions, and this is where it is extrapolated:
+
+1. In fast fidelity the main loop looks at the cores every ``WINDOW_CYCLES`` core cycles
+   (``G_WINDOW_AT``: one compare per event step, never taken in full fidelity). A window
+   is *steady* when no core issued or completed an instruction, took or finished a tile,
+   or started sending another DMA entry in it (``kernels/cores.py: cores_activity``). The
+   loop returns to Python only after a steady window, so a run whose activity changes
+   all the time pays for almost no pauses.
+2. At each such pause the chip's counters are sampled (``COUNTERS``: bytes, DRAM reads,
+   row hits, read latency...). Two consecutive steady windows at a fixed point (the
+   tolerances of ``forward.py``: bytes within 1%, row-hit rate within 2 points, mean read
+   latency within 5%, and every DMA stream's requests within 2% or one request) make
+   the cut.
+3. The cut takes ``k`` whole windows out of the run at the present tick t: each DMA entry
+   being sent skips the requests it sent in ``k`` windows (its walk position moves on:
+   ``kernels/dma.py: dma_skip``), every time the cores keep after t (compute in flight,
+   queued starts) comes ``k`` windows earlier (``cores_cut``), the extrapolated ticks join
+   ``FastForward.offset`` (so every layer, request and trace time after t moves), the
+   requests and bytes skipped are counted exactly (per core and per layer), and every
+   other counter gains ``k`` times its per-window increment (refreshes: the rank's
+   refresh interval into the span). ``k`` leaves at least two windows of every stream,
+   and a window before the first compute event, to simulate after the cut, so no
+   instruction ends inside the span taken out. The memory and the NoC are left as they
+   are: in a steady state their queues and open rows at t + k windows look like those
+   at t, and the requests in flight stay in flight.
+4. Not taken: when layers of another request are ready or running, or a request arrives
+   before the span's end (multi-tenancy), or two windows never agree (within
+   ``MAX_WINDOWS``); the run is then simulated in full.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from npusim.kernels import isa
+from npusim.kernels import state as ks
+from npusim.kernels.names import MEM_DRAM
+
+WINDOW_CYCLES = 512  # core cycles per window
+BYTES_TOLERANCE = 0.02  # relative change of the chip's bytes between two windows
+LATENCY_TOLERANCE = 0.05  # relative change of the mean read latency (as forward.py)
+HIT_RATE_TOLERANCE = 0.10  # absolute change of the row-hit rate
+STREAM_TOLERANCE = 0.10  # relative change of a stream's requests between two windows
+KEEP_WINDOWS = 2  # windows of every stream (and before any compute event) left after a cut
+MAX_WINDOWS = 8  # steady windows sampled for a fixed point before giving up on a stretch
+MIN_CUT_WINDOWS = 2  # a cut shorter than this is not worth its pause
+_QUIET = -(1 << 40)  # G_WINDOW_STEADY: no pause until the cores' activity changes
+
+
+class StreamCuts:
+    """The windows of one run and the cuts made in them (part of a ``FastForward``)."""
+
+    def __init__(self, ff, timebase):
+        self.ff = ff
+        self.tb = timebase
+        self.window = WINDOW_CYCLES * timebase.core_period
+        self.samples: list[tuple[int, dict]] = []
+        self.cuts = 0
+        self.ticks = 0
+        self.requests = 0  # requests not sent
+        self.refused: dict[str, int] = {}  # why a fixed point was not cut, how often
+
+    def start(self, st) -> None:
+        st.glob[ks.G_WINDOW] = self.window
+        st.glob[ks.G_WINDOW_AT] = self.window
+        st.glob[ks.G_WINDOW_STEADY] = 0
+
+    def _quiet(self, st, why: str | None = None) -> None:
+        """No pause until the cores' activity changes."""
+        st.glob[ks.G_WINDOW_STEADY] = _QUIET
+        self.samples = []
+        if why:
+            self.refused[why] = self.refused.get(why, 0) + 1
+
+    def paused(self, run) -> None:
+        st = run.st
+        g = st.glob
+        if not (g[ks.G_WINDOW_STEADY] > 0 and g[ks.G_WINDOW_AT] == g[ks.G_NOW] + self.window):
+            return  # not the end of a steady window
+        if g[ks.G_WINDOW_STEADY] == 1:  # a new steady stretch
+            self.samples = []
+        from npusim.fast.forward import _counters
+
+        self.samples.append((int(g[ks.G_NOW]), _counters(st)))
+        if len(self.samples) < 3:
+            return
+        (t0, c0), (t1, c1), (t2, c2) = self.samples[-3:]
+        d1 = {n: (c1[n] - c0[n]) / (t1 - t0) for n in c0}
+        d2 = {n: (c2[n] - c1[n]) / (t2 - t1) for n in c0}
+        if _steady(d1, d2, self.window):
+            rate = {n: (c2[n] - c0[n]) / (t2 - t0) for n in c0}
+            self._cut(run, rate)
+        elif len(self.samples) > MAX_WINDOWS:
+            self._quiet(st, "no fixed point")
+
+    def _cut(self, run, rate: dict) -> None:
+        from npusim.fast.forward import COUNTERS, _released
+        from npusim.kernels.cores import cores_cut, cores_next_time
+        from npusim.kernels.dma import dma_left
+
+        st, prog, p, ff = run.st, run.prog, run.p, self.ff
+        cs = st.cores
+        t = int(st.glob[ks.G_NOW])
+        W = self.window
+        ls = cs.layer_st
+        ended = ls[ks.L_END] >= 0
+        live = _released(st, prog) & ~ended
+        if len(np.unique(prog.layer[live, isa.L_REQUEST])) > 1:
+            self._quiet(st, "shared with another request")
+            return
+        # how far the cut may reach: before the first compute event, with windows to spare
+        nxt = int(cores_next_time(cs, run.pa, t))
+        span = (nxt - t) - KEEP_WINDOWS * W if nxt < isa.NEVER else isa.NEVER
+        core_fields = next(f for _, name, f in COUNTERS if name == "core")
+        n_cores = cs.core.shape[1]
+        req_rate = np.zeros((n_cores, 2))
+        left = np.zeros((n_cores, 2), np.int64)
+        entry = np.full((n_cores, 2), -1, np.int64)
+        for c in range(n_cores):
+            for d in range(2):
+                req_rate[c, d] = rate["core"][core_fields.index(ks.C_LD_REQUESTS + d), c]
+                left[c, d], entry[c, d] = dma_left(cs, run.pa, p, c, d)
+                if req_rate[c, d] > 0:
+                    span = min(span, int((left[c, d] / req_rate[c, d]) - KEEP_WINDOWS * W))
+        k = span // W if span < isa.NEVER else 0
+        if k < MIN_CUT_WINDOWS or not (req_rate > 0).any():
+            self._quiet(st, "too little left")
+            return
+        span = int(k * W)
+        waiting = prog.release_order[int(cs.ctl[ks.CC_RELEASED]):]
+        if len(waiting):  # program rows keep the arrival the user gave
+            arrival = int(prog.layer[waiting, isa.L_RELEASE].min()) * self.tb.core_period
+            if arrival < t + ff.offset + span:
+                self._quiet(st, "a request arrives")
+                return
+        skips = np.minimum(np.rint(req_rate * span).astype(np.int64), left - 1)
+        skips[req_rate <= 0] = 0
+        # exact counts of what is not sent: per core and per layer
+        R = p.req_bytes
+        for c, d in zip(*np.nonzero(skips)):
+            n = int(skips[c, d])
+            cs.core[ks.C_LD_REQUESTS + d, c] += n
+            cs.core[ks.C_LD_BYTES + d, c] += n * R
+            tile = cs.slot[ks.S_TILE, c, cs.dq[ks.Q_SLOT, c, d, entry[c, d]]]
+            ls[ks.L_LD_BYTES + d, prog.tile[tile, isa.T_LAYER]] += n * R
+        cores_cut(cs, run.pa, p, np.int64(t), np.int64(span), skips)
+        # every other counter: the span times its rate over the two windows
+        exact = [core_fields.index(f) for f in (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS,
+                                                ks.C_LD_BYTES, ks.C_ST_BYTES)]
+        for name, r in rate.items():
+            add = r * span
+            if name == "core":
+                add[exact] = 0
+            ff.ledger[name] += add
+        dch_fields = next(f for _, name, f in COUNTERS if name == "dch")
+        if p.mem_type == MEM_DRAM and p.d_refresh == 1 and p.d_refi > 0:
+            refs = dch_fields.index(ks.DC_REFS)  # by the clock, not the sample
+            ff.ledger["dch"][refs] += (span / self.tb.mem_period / p.d_refi * p.d_ranks
+                                       - rate["dch"][refs] * span)
+        # time: everything from t on moves by the span
+        started = ls[ks.L_START] >= 0
+        n = ls.shape[1]
+        ff.shift[:n][~started & ~ff.cut[:n]] += span
+        ff.end_shift[:n][started & ~ended] += span
+        ff.offset += span
+        ff.skipped.append((t, span))
+        self.cuts += 1
+        self.ticks += span
+        self.requests += int(skips.sum())
+        run.release_offset_changed()
+        self._quiet(st)
+
+    def report(self) -> dict:
+        P = self.tb.core_period
+        return {"stream_cuts": self.cuts,
+                "cycles_extrapolated_in_tiles": self.ticks // P,
+                "requests_extrapolated": self.requests,
+                "window_cycles": self.window // P,
+                "stream_cuts_refused": dict(self.refused)}
+
+
+def _steady(d1: dict, d2: dict, window: int) -> bool:
+    """Two windows' rates (per tick) at a fixed point: the chip's bytes, the mean read
+    latency (queueing delay) and the row-hit rate agree, and so do the requests of every
+    DMA stream. A window is short beside a layer, so its row-hit rate and the share each
+    core wins of the memory scatter more than a whole iteration's do (ResNet-50 on
+    ``server``, 512-cycle windows: bytes within 2%, hit rate +-10 points, a core's requests
+    +-10%): the tolerances are wider than ``forward``'s for those two."""
+    from npusim.fast.forward import COUNTERS, _bytes, _hit_rate, _latency
+
+    w1 = {n: v * window for n, v in d1.items()}
+    w2 = {n: v * window for n, v in d2.items()}
+    b1, b2 = _bytes(w1), _bytes(w2)
+    if abs(b2 - b1) > BYTES_TOLERANCE * max(b1, b2, 1.0):
+        return False
+    h1, h2 = _hit_rate(w1), _hit_rate(w2)
+    if h1 is not None and h2 is not None and abs(h2 - h1) > HIT_RATE_TOLERANCE:
+        return False
+    l1, l2 = _latency(w1), _latency(w2)
+    if l1 is not None and l2 is not None and abs(l2 - l1) > LATENCY_TOLERANCE * max(l1, l2):
+        return False
+    fields = next(f for _, name, f in COUNTERS if name == "core")
+    rows = [fields.index(ks.C_LD_REQUESTS), fields.index(ks.C_ST_REQUESTS)]
+    a, b = w1["core"][rows], w2["core"][rows]
+    return bool(np.all(np.abs(a - b) <= np.maximum(STREAM_TOLERANCE * np.maximum(a, b), 1.0)))
