@@ -47,7 +47,7 @@ LATENCY_TOLERANCE = 0.05  # relative change of the mean read latency (as forward
 HIT_RATE_TOLERANCE = 0.10  # absolute change of the row-hit rate
 STREAM_TOLERANCE = 0.10  # relative change of a stream's requests between two windows
 KEEP_WINDOWS = 2  # windows of every stream (and before any compute event) left after a cut
-MAX_WINDOWS = 8  # steady windows sampled for a fixed point before giving up on a stretch
+HALF_REQUESTS = 256  # requests the chip sends in each half of a measurement, at least
 MIN_CUT_WINDOWS = 2  # a cut shorter than this is not worth its pause
 _QUIET = -(1 << 40)  # G_WINDOW_STEADY: no pause until the cores' activity changes
 
@@ -78,25 +78,33 @@ class StreamCuts:
             self.refused[why] = self.refused.get(why, 0) + 1
 
     def paused(self, run) -> None:
+        from npusim.fast.forward import COUNTERS, _counters
+
         st = run.st
         g = st.glob
         if not (g[ks.G_WINDOW_STEADY] > 0 and g[ks.G_WINDOW_AT] == g[ks.G_NOW] + self.window):
             return  # not the end of a steady window
         if g[ks.G_WINDOW_STEADY] == 1:  # a new steady stretch
             self.samples = []
-        from npusim.fast.forward import _counters
 
-        self.samples.append((int(g[ks.G_NOW]), _counters(st)))
-        if len(self.samples) < 3:
+        counts = _counters(st)
+        counts["outstanding"] = st.cores.core[ks.C_OUTSTANDING].astype(np.float64)
+        self.samples.append((int(g[ks.G_NOW]), counts))
+        m = len(self.samples) - 1  # windows sampled in this steady stretch
+        if m < 2:
             return
-        (t0, c0), (t1, c1), (t2, c2) = self.samples[-3:]
+        # the stretch so far in two halves, each holding enough requests that a row switch
+        # or a write drain more or less in one of them is within the tolerances (a test on
+        # two short windows would keep only those without one: a pace too fast)
+        (t0, c0), (t1, c1), (t2, c2) = self.samples[0], self.samples[m // 2], self.samples[m]
         d1 = {n: (c1[n] - c0[n]) / (t1 - t0) for n in c0}
         d2 = {n: (c2[n] - c1[n]) / (t2 - t1) for n in c0}
+        rq = [_field(COUNTERS, "core", f) for f in (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS)]
+        if min(d1["core"][rq].sum() * (t1 - t0), d2["core"][rq].sum() * (t2 - t1)) < HALF_REQUESTS:
+            return
         if _steady(d1, d2, self.window):
-            rate = {n: (c2[n] - c0[n]) / (t2 - t0) for n in c0}
+            rate = {n: (c2[n] - c0[n]) / (t2 - t0) for n in c0 if n != "outstanding"}
             self._cut(run, rate)
-        elif len(self.samples) > MAX_WINDOWS:
-            self._quiet(st, "no fixed point")
 
     def _cut(self, run, rate: dict) -> None:
         from npusim.fast.forward import COUNTERS, _released
@@ -149,19 +157,24 @@ class StreamCuts:
             tile = cs.slot[ks.S_TILE, c, cs.dq[ks.Q_SLOT, c, d, entry[c, d]]]
             ls[ks.L_LD_BYTES + d, prog.tile[tile, isa.T_LAYER]] += n * R
         cores_cut(cs, run.pa, p, np.int64(t), np.int64(span), skips)
-        # every other counter: the span times its rate over the two windows
+        # the work of the span took ``span`` at the windows' pace; refreshes the windows did
+        # not see in proportion take the time they would have on top (``_refresh_time``)
+        extra = _refresh_time(p, self.tb, rate, span)
+        # every other counter: the span times its rate over the two windows (time-driven
+        # ones over the span with the refreshes; refreshes themselves by the clock)
         exact = [core_fields.index(f) for f in (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS,
                                                 ks.C_LD_BYTES, ks.C_ST_BYTES)]
         for name, r in rate.items():
             add = r * span
             if name == "core":
                 add[exact] = 0
+                add[core_fields.index(ks.C_BUSY)] *= (span + extra) / span
             ff.ledger[name] += add
-        dch_fields = next(f for _, name, f in COUNTERS if name == "dch")
-        if p.mem_type == MEM_DRAM and p.d_refresh == 1 and p.d_refi > 0:
-            refs = dch_fields.index(ks.DC_REFS)  # by the clock, not the sample
-            ff.ledger["dch"][refs] += (span / self.tb.mem_period / p.d_refi * p.d_ranks
+        if p.mem_type == MEM_DRAM and p.d_refresh == 1:
+            refs = _field(COUNTERS, "dch", ks.DC_REFS)
+            ff.ledger["dch"][refs] += ((span + extra) / self.tb.mem_period / p.d_refi * p.d_ranks
                                        - rate["dch"][refs] * span)
+        span += extra
         # time: everything from t on moves by the span
         started = ls[ks.L_START] >= 0
         n = ls.shape[1]
@@ -182,6 +195,31 @@ class StreamCuts:
                 "requests_extrapolated": self.requests,
                 "window_cycles": self.window // P,
                 "stream_cuts_refused": dict(self.refused)}
+
+
+def _field(counters, table: str, field: int) -> int:
+    return next(f for _, name, f in counters if name == table).index(field)
+
+
+def _refresh_time(p, tb, rate: dict, span: int) -> int:
+    """Ticks the refreshes due in ``span`` add beyond those the windows saw.
+
+    Refresh is periodic (every tREFI a rank is busy for tRFC), and a window is short beside
+    tREFI, so the windows' pace holds more or fewer refreshes than their share. A channel
+    whose bus was busy a fraction ``u`` of the windows loses about ``u`` x tRFC of service
+    to each refresh of a rank (its requests wait that long, and a busy channel has no idle
+    time to catch up in): the span takes ``sum over channels of u x (expected - seen)
+    blocked time / channels`` longer, stretched by the share the refreshes leave."""
+    from npusim.fast.forward import COUNTERS
+
+    if p.mem_type != MEM_DRAM or p.d_refresh != 1 or p.d_refi <= 0:
+        return 0
+    M = tb.mem_period
+    u = np.clip(rate["dch"][_field(COUNTERS, "dch", ks.DC_BUS_BUSY)] * M, 0.0, 1.0)
+    seen = rate["dch"][_field(COUNTERS, "dch", ks.DC_REFS)] * M * p.d_rfc / p.d_ranks
+    expected = p.d_rfc / p.d_refi  # share of a rank's time spent refreshing
+    lost = float(np.mean(u * (expected - seen)))
+    return int(round(span * lost / (1.0 - expected)))
 
 
 def _steady(d1: dict, d2: dict, window: int) -> bool:
@@ -207,4 +245,10 @@ def _steady(d1: dict, d2: dict, window: int) -> bool:
     fields = next(f for _, name, f in COUNTERS if name == "core")
     rows = [fields.index(ks.C_LD_REQUESTS), fields.index(ks.C_ST_REQUESTS)]
     a, b = w1["core"][rows], w2["core"][rows]
-    return bool(np.all(np.abs(a - b) <= np.maximum(STREAM_TOLERANCE * np.maximum(a, b), 1.0)))
+    if np.any(np.abs(a - b) > np.maximum(STREAM_TOLERANCE * np.maximum(a, b), 1.0)):
+        return False
+    # as many requests answered as sent: the queues are not still filling (a stream's
+    # first windows send faster than the memory serves, until its tags run out)
+    sent = a.sum() + b.sum()
+    grew = abs(w1["outstanding"].sum() + w2["outstanding"].sum())
+    return bool(grew <= max(STREAM_TOLERANCE * sent, 2.0))
