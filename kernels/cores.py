@@ -11,7 +11,7 @@ from .jit import kernel
 
 from . import isa
 from .core import core_issue, load_tile, slot_finish_time
-from .dma import dma_has_request, dma_next_request, dma_response, dma_skip
+from .dma import dma_has_request, dma_left, dma_next_request, dma_response, dma_skip
 from .memory import channel_of
 from .ports import arr_pop, bell, core_bell, core_heard, heard, inj_push, inj_room
 from .scheduler import (next_tile_for_core, release_due, scheduler_start, tile_finished,
@@ -183,7 +183,7 @@ def cores_cut(st, prog, p, t, span, skips):
     sending (fewer than it has left), and every time the cores keep that lies after t
     (compute in flight, queued starts) comes ``span`` earlier, so the work that spans the
     cut keeps its place relative to the streams; every core looks again at t. The caller
-    makes sure none of those times falls to t or before (``cores_next_time``)."""
+    makes sure none of those times falls to t or before (``cores_streams``)."""
     for c in range(st.slot.shape[1]):
         st.core[C_WAKE, c] = min(st.core[C_WAKE, c], t)
         for d in range(2):
@@ -207,11 +207,15 @@ def cores_cut(st, prog, p, t, span, skips):
 
 
 @kernel
-def cores_next_time(st, prog, t):
-    """The first time after t that the cores keep (compute finishing, a queued start),
-    isa.NEVER if none: a cut may take out less than that."""
+def cores_streams(st, prog, p, t, left, entry):
+    """Fast fidelity: per core c and DMA d, the requests the entry being sent has left and
+    that entry (``left[c, d]``, ``entry[c, d]``; 0 and -1 if none); returns the first time
+    after t that the cores keep (compute finishing, a queued start; isa.NEVER if none),
+    which a cut must stay short of."""
     nxt = isa.NEVER
     for c in range(st.slot.shape[1]):
+        for d in range(2):
+            left[c, d], entry[c, d] = dma_left(st, prog, p, c, d)
         for f in _CORE_TIMES:
             if t < st.core[f, c] < nxt:
                 nxt = st.core[f, c]

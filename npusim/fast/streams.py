@@ -64,6 +64,7 @@ class StreamCuts:
         self.ticks = 0
         self.requests = 0  # requests not sent
         self.refused: dict[str, int] = {}  # why a fixed point was not cut, how often
+        self.first: dict = {}  # every counter at the steady stretch's first sample
 
     def start(self, st) -> None:
         st.glob[ks.G_WINDOW] = self.window
@@ -78,7 +79,7 @@ class StreamCuts:
             self.refused[why] = self.refused.get(why, 0) + 1
 
     def paused(self, run) -> None:
-        from npusim.fast.forward import COUNTERS, _counters
+        from npusim.fast.forward import _counters
 
         st = run.st
         g = st.glob
@@ -87,9 +88,10 @@ class StreamCuts:
         if g[ks.G_WINDOW_STEADY] == 1:  # a new steady stretch
             self.samples = []
 
-        counts = _counters(st)
-        counts["outstanding"] = st.cores.core[ks.C_OUTSTANDING].astype(np.float64)
-        self.samples.append((int(g[ks.G_NOW]), counts))
+        t = int(g[ks.G_NOW])
+        if not self.samples:  # the stretch's first sample: every counter, for the rates
+            self.first = _counters(st)
+        self.samples.append((t, _probe(st)))
         m = len(self.samples) - 1  # windows sampled in this steady stretch
         if m < 2:
             return
@@ -97,19 +99,17 @@ class StreamCuts:
         # or a write drain more or less in one of them is within the tolerances (a test on
         # two short windows would keep only those without one: a pace too fast)
         (t0, c0), (t1, c1), (t2, c2) = self.samples[0], self.samples[m // 2], self.samples[m]
-        d1 = {n: (c1[n] - c0[n]) / (t1 - t0) for n in c0}
-        d2 = {n: (c2[n] - c1[n]) / (t2 - t1) for n in c0}
-        rq = [_field(COUNTERS, "core", f) for f in (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS)]
-        if min(d1["core"][rq].sum() * (t1 - t0), d2["core"][rq].sum() * (t2 - t1)) < HALF_REQUESTS:
+        n = st.cores.core.shape[1]  # (the probe begins with the cores' requests)
+        if min((c1 - c0)[:2 * n].sum(), (c2 - c1)[:2 * n].sum()) < HALF_REQUESTS:
             return
-        if _steady(d1, d2, self.window):
-            rate = {n: (c2[n] - c0[n]) / (t2 - t0) for n in c0 if n != "outstanding"}
-            self._cut(run, rate)
+        w1, w2 = (c1 - c0) * (self.window / (t1 - t0)), (c2 - c1) * (self.window / (t2 - t1))
+        if _steady(w1, w2, n):
+            now = _counters(st)
+            self._cut(run, {k: (now[k] - self.first[k]) / (t2 - t0) for k in now})
 
     def _cut(self, run, rate: dict) -> None:
         from npusim.fast.forward import COUNTERS, _released
-        from npusim.kernels.cores import cores_cut, cores_next_time
-        from npusim.kernels.dma import dma_left
+        from npusim.kernels.cores import cores_cut, cores_streams
 
         st, prog, p, ff = run.st, run.prog, run.p, self.ff
         cs = st.cores
@@ -121,20 +121,18 @@ class StreamCuts:
         if len(np.unique(prog.layer[live, isa.L_REQUEST])) > 1:
             self._quiet(st, "shared with another request")
             return
-        # how far the cut may reach: before the first compute event, with windows to spare
-        nxt = int(cores_next_time(cs, run.pa, t))
-        span = (nxt - t) - KEEP_WINDOWS * W if nxt < isa.NEVER else isa.NEVER
-        core_fields = next(f for _, name, f in COUNTERS if name == "core")
+        # how far the cut may reach: windows to spare before the first compute event and
+        # before the end of every stream
         n_cores = cs.core.shape[1]
-        req_rate = np.zeros((n_cores, 2))
         left = np.zeros((n_cores, 2), np.int64)
         entry = np.full((n_cores, 2), -1, np.int64)
-        for c in range(n_cores):
-            for d in range(2):
-                req_rate[c, d] = rate["core"][core_fields.index(ks.C_LD_REQUESTS + d), c]
-                left[c, d], entry[c, d] = dma_left(cs, run.pa, p, c, d)
-                if req_rate[c, d] > 0:
-                    span = min(span, int((left[c, d] / req_rate[c, d]) - KEEP_WINDOWS * W))
+        nxt = int(cores_streams(cs, run.pa, p, np.int64(t), left, entry))
+        span = (nxt - t) - KEEP_WINDOWS * W if nxt < isa.NEVER else isa.NEVER
+        core_fields = next(f for _, name, f in COUNTERS if name == "core")
+        req_rate = np.stack([rate["core"][core_fields.index(ks.C_LD_REQUESTS + d)]
+                             for d in range(2)], axis=1)
+        for c, d in zip(*np.nonzero(req_rate > 0)):
+            span = min(span, int(left[c, d] / req_rate[c, d]) - KEEP_WINDOWS * W)
         k = span // W if span < isa.NEVER else 0
         if k < MIN_CUT_WINDOWS or not (req_rate > 0).any():
             self._quiet(st, "too little left")
@@ -222,33 +220,46 @@ def _refresh_time(p, tb, rate: dict, span: int) -> int:
     return int(round(span * lost / (1.0 - expected)))
 
 
-def _steady(d1: dict, d2: dict, window: int) -> bool:
-    """Two windows' rates (per tick) at a fixed point: the chip's bytes, the mean read
-    latency (queueing delay) and the row-hit rate agree, and so do the requests of every
-    DMA stream. A window is short beside a layer, so its row-hit rate and the share each
-    core wins of the memory scatter more than a whole iteration's do (ResNet-50 on
-    ``server``, 512-cycle windows: bytes within 2%, hit rate +-10 points, a core's requests
-    +-10%): the tolerances are wider than ``forward``'s for those two."""
-    from npusim.fast.forward import COUNTERS, _bytes, _hit_rate, _latency
+_PROBE = (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS, ks.C_LD_BYTES, ks.C_ST_BYTES,
+          ks.C_READ_LAT_SUM, ks.C_READ_LAT_N, ks.C_OUTSTANDING)
 
-    w1 = {n: v * window for n, v in d1.items()}
-    w2 = {n: v * window for n, v in d2.items()}
-    b1, b2 = _bytes(w1), _bytes(w2)
+
+def _probe(st) -> np.ndarray:
+    """What the fixed-point test looks at, per core (``_PROBE``), then the chip's row hits
+    and row-buffer outcomes: a few numbers, taken at every steady window."""
+    b = st.mem.dbank
+    return np.concatenate([st.cores.core[list(_PROBE)].ravel().astype(np.float64),
+                           [float(b[ks.B_HITS].sum()),
+                            float(b[[ks.B_HITS, ks.B_MISSES, ks.B_CONFLICTS]].sum())]])
+
+
+def _steady(w1: np.ndarray, w2: np.ndarray, n: int) -> bool:
+    """Two halves' increments of ``_probe`` (``n`` cores; each scaled to one window) at a
+    fixed point: the chip's bytes, the mean read latency (queueing delay) and the row-hit
+    rate agree, and so do the requests of every DMA stream, and the requests in flight did
+    not grow. A window is short beside a layer, so its row-hit rate and the share each core
+    wins of the memory scatter more than a whole iteration's do (ResNet-50 on ``server``,
+    512-cycle windows: bytes within 2%, hit rate +-10 points, a core's requests +-10%):
+    the tolerances are wider than ``forward``'s for those two."""
+    field = {f: slice(i * n, (i + 1) * n) for i, f in enumerate(_PROBE)}
+    by = [field[ks.C_LD_BYTES], field[ks.C_ST_BYTES]]
+    b1, b2 = sum(w1[x].sum() for x in by), sum(w2[x].sum() for x in by)
     if abs(b2 - b1) > BYTES_TOLERANCE * max(b1, b2, 1.0):
         return False
-    h1, h2 = _hit_rate(w1), _hit_rate(w2)
-    if h1 is not None and h2 is not None and abs(h2 - h1) > HIT_RATE_TOLERANCE:
+    if w1[-1] > 0 and w2[-1] > 0 and abs(w2[-2] / w2[-1] - w1[-2] / w1[-1]) > HIT_RATE_TOLERANCE:
         return False
-    l1, l2 = _latency(w1), _latency(w2)
-    if l1 is not None and l2 is not None and abs(l2 - l1) > LATENCY_TOLERANCE * max(l1, l2):
-        return False
-    fields = next(f for _, name, f in COUNTERS if name == "core")
-    rows = [fields.index(ks.C_LD_REQUESTS), fields.index(ks.C_ST_REQUESTS)]
-    a, b = w1["core"][rows], w2["core"][rows]
-    if np.any(np.abs(a - b) > np.maximum(STREAM_TOLERANCE * np.maximum(a, b), 1.0)):
-        return False
+    ls, ln = field[ks.C_READ_LAT_SUM], field[ks.C_READ_LAT_N]
+    n1, n2 = w1[ln].sum(), w2[ln].sum()
+    if n1 > 0 and n2 > 0:
+        l1, l2 = w1[ls].sum() / n1, w2[ls].sum() / n2
+        if abs(l2 - l1) > LATENCY_TOLERANCE * max(l1, l2):
+            return False
+    for f in (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS):
+        a, b = w1[field[f]], w2[field[f]]
+        if np.any(np.abs(a - b) > np.maximum(STREAM_TOLERANCE * np.maximum(a, b), 1.0)):
+            return False
     # as many requests answered as sent: the queues are not still filling (a stream's
     # first windows send faster than the memory serves, until its tags run out)
-    sent = a.sum() + b.sum()
-    grew = abs(w1["outstanding"].sum() + w2["outstanding"].sum())
-    return bool(grew <= max(STREAM_TOLERANCE * sent, 2.0))
+    sent = w1[:2 * n].sum() + w2[:2 * n].sum()
+    o = field[ks.C_OUTSTANDING]
+    return bool(abs(w1[o].sum() + w2[o].sum()) <= max(STREAM_TOLERANCE * sent, 2.0))
