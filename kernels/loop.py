@@ -39,6 +39,8 @@ def _next_tick(chip, prog, p, t):
     nxt = min(cores_wake(chip.cores, chip.rings, prog, p), memory_wake(chip.mem, chip.rings, p))
     if p.mem_type != MEM_IDEAL:
         nxt = min(nxt, noc_wake(chip.noc, chip.rings))
+    if nxt < isa.NEVER:  # fast fidelity: a window ends where it would without skipping
+        nxt = min(nxt, chip.glob[G_WINDOW_AT])
     return max(nxt, t + 1)
 
 
