@@ -63,7 +63,8 @@ def _window_steady(chip, t):
 def run(chip, prog, mt, p, max_iterations):
     """Advance by at most ``max_iterations`` event steps.
 
-    Returns 0 (chunk done, or finished: ``G_FINISHED``), 1 on deadlock, or 2 when a layer
+    Returns 0 (chunk done, a steady window for fast fidelity to look at, or finished:
+    ``G_FINISHED``), 1 on deadlock, or 2 when a layer
     marked ``L_NOTIFY`` has ended: the caller may then add layers (e.g. the next step of an
     LLM) and call again, which resumes after the tick it stopped at. Stopping between two
     steps never changes results, so the caller may update a progress bar between calls.

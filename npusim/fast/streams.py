@@ -121,31 +121,45 @@ class StreamCuts:
         if len(np.unique(prog.layer[live, isa.L_REQUEST])) > 1:
             self._quiet(st, "shared with another request")
             return
-        # how far the cut may reach: windows to spare before the first compute event and
-        # before the end of every stream
+        # how far the cut may reach: windows to spare before the first compute event (in
+        # time) and before the end of every stream (in work, done at the stretch's pace)
         n_cores = cs.core.shape[1]
         left = np.zeros((n_cores, 2), np.int64)
         entry = np.full((n_cores, 2), -1, np.int64)
         nxt = int(cores_streams(cs, run.pa, p, np.int64(t), left, entry))
-        span = (nxt - t) - KEEP_WINDOWS * W if nxt < isa.NEVER else isa.NEVER
+        time_room = (nxt - t) - KEEP_WINDOWS * W if nxt < isa.NEVER else isa.NEVER
         core_fields = next(f for _, name, f in COUNTERS if name == "core")
         req_rate = np.stack([rate["core"][core_fields.index(ks.C_LD_REQUESTS + d)]
                              for d in range(2)], axis=1)
-        for c, d in zip(*np.nonzero(req_rate > 0)):
-            span = min(span, int(left[c, d] / req_rate[c, d]) - KEEP_WINDOWS * W)
-        k = span // W if span < isa.NEVER else 0
-        if k < MIN_CUT_WINDOWS or not (req_rate > 0).any():
+        if not (req_rate > 0).any():
             self._quiet(st, "too little left")
             return
-        span = int(k * W)
+        busy = req_rate > 0
+        work_room = int((left[busy] / req_rate[busy]).min()) - KEEP_WINDOWS * W
+        # the work of a span of ``span`` ticks takes ``span / stretch`` at the stretch's
+        # pace: refreshes the stretch did not see in proportion add their time
+        stretch = _refresh_stretch(p, self.tb, rate)
+        room = min(time_room, work_room * stretch)
+        # whole refresh intervals (the refreshes fall where they would have: the DRAM's
+        # schedule, kept in simulated time, stays in step), else whole windows
+        if p.mem_type == MEM_DRAM and p.d_refresh == 1 and p.d_refi > 0:
+            unit, least = p.d_refi * self.tb.mem_period, 1
+        else:
+            unit, least = W, MIN_CUT_WINDOWS
+        k = int(room // unit) if room > 0 else 0
+        if k < least:
+            self._quiet(st, "too little left")
+            return
+        span = k * unit  # ticks taken out of the run
+        work = span / stretch  # ticks of the stretch's pace
         waiting = prog.release_order[int(cs.ctl[ks.CC_RELEASED]):]
         if len(waiting):  # program rows keep the arrival the user gave
             arrival = int(prog.layer[waiting, isa.L_RELEASE].min()) * self.tb.core_period
             if arrival < t + ff.offset + span:
                 self._quiet(st, "a request arrives")
                 return
-        skips = np.minimum(np.rint(req_rate * span).astype(np.int64), left - 1)
-        skips[req_rate <= 0] = 0
+        skips = np.minimum(np.rint(_even(req_rate, busy) * work).astype(np.int64), left - 1)
+        skips[~busy] = 0
         # exact counts of what is not sent: per core and per layer
         R = p.req_bytes
         for c, d in zip(*np.nonzero(skips)):
@@ -155,24 +169,19 @@ class StreamCuts:
             tile = cs.slot[ks.S_TILE, c, cs.dq[ks.Q_SLOT, c, d, entry[c, d]]]
             ls[ks.L_LD_BYTES + d, prog.tile[tile, isa.T_LAYER]] += n * R
         cores_cut(cs, run.pa, p, np.int64(t), np.int64(span), skips)
-        # the work of the span took ``span`` at the windows' pace; refreshes the windows did
-        # not see in proportion take the time they would have on top (``_refresh_time``)
-        extra = _refresh_time(p, self.tb, rate, span)
-        # every other counter: the span times its rate over the two windows (time-driven
-        # ones over the span with the refreshes; refreshes themselves by the clock)
+        # every other counter: its rate over the stretch times the work, busy time over the
+        # span, refreshes by the clock (each rank once an interval)
         exact = [core_fields.index(f) for f in (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS,
                                                 ks.C_LD_BYTES, ks.C_ST_BYTES)]
         for name, r in rate.items():
-            add = r * span
+            add = r * work
             if name == "core":
                 add[exact] = 0
-                add[core_fields.index(ks.C_BUSY)] *= (span + extra) / span
+                add[core_fields.index(ks.C_BUSY)] *= stretch
             ff.ledger[name] += add
-        if p.mem_type == MEM_DRAM and p.d_refresh == 1:
+        if unit != W:
             refs = _field(COUNTERS, "dch", ks.DC_REFS)
-            ff.ledger["dch"][refs] += ((span + extra) / self.tb.mem_period / p.d_refi * p.d_ranks
-                                       - rate["dch"][refs] * span)
-        span += extra
+            ff.ledger["dch"][refs] += k * p.d_ranks - rate["dch"][refs] * work
         # time: everything from t on moves by the span
         started = ls[ks.L_START] >= 0
         n = ls.shape[1]
@@ -199,25 +208,41 @@ def _field(counters, table: str, field: int) -> int:
     return next(f for _, name, f in counters if name == table).index(field)
 
 
-def _refresh_time(p, tb, rate: dict, span: int) -> int:
-    """Ticks the refreshes due in ``span`` add beyond those the windows saw.
+def _even(rate: np.ndarray, busy: np.ndarray) -> np.ndarray:
+    """Per DMA direction, the streams' rates, made one where they agree within
+    ``STREAM_TOLERANCE``. Streams that share the memory evenly keep the places they hold
+    relative to each other in a steady state: rates measured over a stretch differ by
+    noise, and skipping by them would move the cores apart by a hundred requests over a
+    long span, which reorders the tiles they finish and take next (a Llama decoder layer
+    on ``server``: one core idle for 12,000 cycles at a layer's end in the full run, none
+    after such a cut)."""
+    out = rate.copy()
+    for d in range(rate.shape[1]):
+        r = rate[busy[:, d], d]
+        if len(r) and np.all(np.abs(r - r.mean()) <= STREAM_TOLERANCE * r.mean()):
+            out[busy[:, d], d] = r.mean()
+    return out
 
-    Refresh is periodic (every tREFI a rank is busy for tRFC), and a window is short beside
-    tREFI, so the windows' pace holds more or fewer refreshes than their share. A channel
-    whose bus was busy a fraction ``u`` of the windows loses about ``u`` x tRFC of service
-    to each refresh of a rank (its requests wait that long, and a busy channel has no idle
-    time to catch up in): the span takes ``sum over channels of u x (expected - seen)
-    blocked time / channels`` longer, stretched by the share the refreshes leave."""
+
+def _refresh_stretch(p, tb, rate: dict) -> float:
+    """How much longer than at the stretch's pace a span takes with its share of refreshes.
+
+    Refresh is periodic (every tREFI a rank is busy for tRFC), and a stretch is short
+    beside tREFI, so it holds more or fewer refreshes than its share. A channel whose bus
+    was busy a fraction ``u`` of the stretch loses about ``u`` x tRFC of service to each
+    refresh of a rank (its requests wait that long, and a busy channel has no idle time to
+    catch up in), so the work of a span takes ``1 + lost / (1 - tRFC/tREFI)`` times as
+    long, ``lost`` being the channels' mean ``u`` x (expected - seen) refresh share."""
     from npusim.fast.forward import COUNTERS
 
     if p.mem_type != MEM_DRAM or p.d_refresh != 1 or p.d_refi <= 0:
-        return 0
+        return 1.0
     M = tb.mem_period
     u = np.clip(rate["dch"][_field(COUNTERS, "dch", ks.DC_BUS_BUSY)] * M, 0.0, 1.0)
     seen = rate["dch"][_field(COUNTERS, "dch", ks.DC_REFS)] * M * p.d_rfc / p.d_ranks
     expected = p.d_rfc / p.d_refi  # share of a rank's time spent refreshing
     lost = float(np.mean(u * (expected - seen)))
-    return int(round(span * lost / (1.0 - expected)))
+    return max(0.5, 1.0 + lost / (1.0 - expected))
 
 
 _PROBE = (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS, ks.C_LD_BYTES, ks.C_ST_BYTES,
