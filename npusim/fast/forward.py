@@ -267,7 +267,7 @@ class FastForward:
             [self.stat_extra, np.zeros((len(LAYER_STATS), grow))], 1)
         if not self.ledger:
             self.ledger = {k: np.zeros_like(v) for k, v in _counters(st).items()}
-            self.streams.start(st)
+            self.streams.start(st, run.p)
         work = _static_work(prog)
         src = np.repeat(np.arange(prog.layer.shape[0]), prog.layer[:, isa.L_SUCC_LEN])
         content = tile_contents(prog)

@@ -58,7 +58,8 @@ class StreamCuts:
     def __init__(self, ff, timebase):
         self.ff = ff
         self.tb = timebase
-        self.window = WINDOW_CYCLES * timebase.core_period
+        self.window = WINDOW_CYCLES * timebase.core_period  # ticks (``start`` sets it)
+        self.per_refresh = 1  # windows per refresh interval, or 1
         self.samples: list[tuple[int, dict]] = []
         self.cuts = 0
         self.ticks = 0
@@ -66,7 +67,8 @@ class StreamCuts:
         self.refused: dict[str, int] = {}  # why a fixed point was not cut, how often
         self.first: dict = {}  # every counter at the steady stretch's first sample
 
-    def start(self, st) -> None:
+    def start(self, st, p) -> None:
+        self.window, self.per_refresh = _windows(p, self.tb)
         st.glob[ks.G_WINDOW] = self.window
         st.glob[ks.G_WINDOW_AT] = self.window
         st.glob[ks.G_WINDOW_STEADY] = 0
@@ -93,7 +95,7 @@ class StreamCuts:
             self.first = _counters(st)
         self.samples.append((t, _probe(st)))
         m = len(self.samples) - 1  # windows sampled in this steady stretch
-        if m < 2:
+        if m < 2 or m % (2 * self.per_refresh):  # halves of whole refresh intervals
             return
         # the stretch so far in two halves, each holding enough requests that a row switch
         # or a write drain more or less in one of them is within the tolerances (a test on
@@ -121,44 +123,43 @@ class StreamCuts:
         if len(np.unique(prog.layer[live, isa.L_REQUEST])) > 1:
             self._quiet(st, "shared with another request")
             return
-        # how far the cut may reach: windows to spare before the first compute event (in
-        # time) and before the end of every stream (in work, done at the stretch's pace)
+        # how far the cut may reach: windows to spare before the first compute event and
+        # before the end of every stream
         n_cores = cs.core.shape[1]
         left = np.zeros((n_cores, 2), np.int64)
         entry = np.full((n_cores, 2), -1, np.int64)
         nxt = int(cores_streams(cs, run.pa, p, np.int64(t), left, entry))
-        time_room = (nxt - t) - KEEP_WINDOWS * W if nxt < isa.NEVER else isa.NEVER
+        room = (nxt - t) - KEEP_WINDOWS * W if nxt < isa.NEVER else isa.NEVER
         core_fields = next(f for _, name, f in COUNTERS if name == "core")
         req_rate = np.stack([rate["core"][core_fields.index(ks.C_LD_REQUESTS + d)]
                              for d in range(2)], axis=1)
-        if not (req_rate > 0).any():
+        busy = req_rate > 0
+        if not busy.any():
             self._quiet(st, "too little left")
             return
-        busy = req_rate > 0
-        work_room = int((left[busy] / req_rate[busy]).min()) - KEEP_WINDOWS * W
-        # the work of a span of ``span`` ticks takes ``span / stretch`` at the stretch's
-        # pace: refreshes the stretch did not see in proportion add their time
-        stretch = _refresh_stretch(p, self.tb, rate)
-        room = min(time_room, work_room * stretch)
-        # whole refresh intervals (the refreshes fall where they would have: the DRAM's
-        # schedule, kept in simulated time, stays in step), else whole windows
-        if p.mem_type == MEM_DRAM and p.d_refresh == 1 and p.d_refi > 0:
-            unit, least = p.d_refi * self.tb.mem_period, 1
-        else:
-            unit, least = W, MIN_CUT_WINDOWS
+        if (~busy & (left > 0)).any():
+            # a DMA with requests to send and none sent (its core's tags taken by the other
+            # direction): when it gets one is a race of single cycles, which a span taken
+            # out would decide one way for all of it (a Llama layer's store waited 98,000
+            # cycles more after such a cut)
+            self._quiet(st, "a stream waits")
+            return
+        room = min(room, int((left[busy] / req_rate[busy]).min()) - KEEP_WINDOWS * W)
+        # whole refresh intervals, as measured (the refreshes fall where they would have:
+        # the DRAM's schedule, kept in simulated time, stays in step), else whole windows
+        unit = self.per_refresh * W
         k = int(room // unit) if room > 0 else 0
-        if k < least:
+        if k < (1 if self.per_refresh > 1 else MIN_CUT_WINDOWS):
             self._quiet(st, "too little left")
             return
         span = k * unit  # ticks taken out of the run
-        work = span / stretch  # ticks of the stretch's pace
         waiting = prog.release_order[int(cs.ctl[ks.CC_RELEASED]):]
         if len(waiting):  # program rows keep the arrival the user gave
             arrival = int(prog.layer[waiting, isa.L_RELEASE].min()) * self.tb.core_period
             if arrival < t + ff.offset + span:
                 self._quiet(st, "a request arrives")
                 return
-        skips = np.minimum(np.rint(_even(req_rate, busy) * work).astype(np.int64), left - 1)
+        skips = np.minimum(np.rint(_even(req_rate, busy) * span).astype(np.int64), left - 1)
         skips[~busy] = 0
         # exact counts of what is not sent: per core and per layer
         R = p.req_bytes
@@ -169,19 +170,18 @@ class StreamCuts:
             tile = cs.slot[ks.S_TILE, c, cs.dq[ks.Q_SLOT, c, d, entry[c, d]]]
             ls[ks.L_LD_BYTES + d, prog.tile[tile, isa.T_LAYER]] += n * R
         cores_cut(cs, run.pa, p, np.int64(t), np.int64(span), skips)
-        # every other counter: its rate over the stretch times the work, busy time over the
-        # span, refreshes by the clock (each rank once an interval)
+        # every other counter: its rate over the stretch times the span; refreshes by the
+        # clock (each rank once an interval)
         exact = [core_fields.index(f) for f in (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS,
                                                 ks.C_LD_BYTES, ks.C_ST_BYTES)]
         for name, r in rate.items():
-            add = r * work
+            add = r * span
             if name == "core":
                 add[exact] = 0
-                add[core_fields.index(ks.C_BUSY)] *= stretch
             ff.ledger[name] += add
-        if unit != W:
+        if self.per_refresh > 1:
             refs = _field(COUNTERS, "dch", ks.DC_REFS)
-            ff.ledger["dch"][refs] += k * p.d_ranks - rate["dch"][refs] * work
+            ff.ledger["dch"][refs] += k * p.d_ranks - rate["dch"][refs] * span
         # time: everything from t on moves by the span
         started = ls[ks.L_START] >= 0
         n = ls.shape[1]
@@ -224,25 +224,22 @@ def _even(rate: np.ndarray, busy: np.ndarray) -> np.ndarray:
     return out
 
 
-def _refresh_stretch(p, tb, rate: dict) -> float:
-    """How much longer than at the stretch's pace a span takes with its share of refreshes.
+def _windows(p, tb) -> tuple[int, int]:
+    """The window (ticks) and how many make a refresh interval (tREFI).
 
-    Refresh is periodic (every tREFI a rank is busy for tRFC), and a stretch is short
-    beside tREFI, so it holds more or fewer refreshes than its share. A channel whose bus
-    was busy a fraction ``u`` of the stretch loses about ``u`` x tRFC of service to each
-    refresh of a rank (its requests wait that long, and a busy channel has no idle time to
-    catch up in), so the work of a span takes ``1 + lost / (1 - tRFC/tREFI)`` times as
-    long, ``lost`` being the channels' mean ``u`` x (expected - seen) refresh share."""
-    from npusim.fast.forward import COUNTERS
-
-    if p.mem_type != MEM_DRAM or p.d_refresh != 1 or p.d_refi <= 0:
-        return 1.0
-    M = tb.mem_period
-    u = np.clip(rate["dch"][_field(COUNTERS, "dch", ks.DC_BUS_BUSY)] * M, 0.0, 1.0)
-    seen = rate["dch"][_field(COUNTERS, "dch", ks.DC_REFS)] * M * p.d_rfc / p.d_ranks
-    expected = p.d_rfc / p.d_refi  # share of a rank's time spent refreshing
-    lost = float(np.mean(u * (expected - seen)))
-    return max(0.5, 1.0 + lost / (1.0 - expected))
+    Refresh is periodic: every tREFI each rank is busy for tRFC, and on a busy channel that
+    costs up to tRFC of service, how much depends on the queues. A window is short beside
+    tREFI, so it holds one or none, and a pace measured over windows that do not make up
+    whole intervals would be off by up to tRFC / tREFI (9% on HBM2). On a refreshing DRAM
+    the window therefore divides tREFI (the divisor nearest ``WINDOW_CYCLES``), the two
+    halves of a measurement are whole intervals, and a cut takes out whole intervals."""
+    W = WINDOW_CYCLES * tb.core_period
+    if p.mem_type != MEM_DRAM or p.d_refresh != 1 or p.d_refi <= 1:
+        return W, 1
+    n = int(p.d_refi)
+    parts = [j for j in range(1, n + 1) if n % j == 0]
+    j = min(parts, key=lambda j: abs(n // j * tb.mem_period - W))
+    return n // j * tb.mem_period, j
 
 
 _PROBE = (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS, ks.C_LD_BYTES, ks.C_ST_BYTES,
