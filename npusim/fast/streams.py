@@ -5,32 +5,34 @@ of kilobytes (thousands of requests against the shared cycle-level memory), a ch
 GEMMs. Where a layer has too few tiles for a run of tiles (``TileRun``) to reach a fixed
 point, the repetition is inside those instructions, and this is where it is extrapolated:
 
-1. In fast fidelity the main loop looks at the cores every ``WINDOW_CYCLES`` core cycles
-   (``G_WINDOW_AT``: one compare per event step, never taken in full fidelity). A window
-   is *steady* when no core issued or completed an instruction, took or finished a tile,
-   or started sending another DMA entry in it (``kernels/cores.py: cores_activity``). The
+1. In fast fidelity the main loop looks at the cores at the end of every window
+   (``G_WINDOW_AT``: one compare per event step, never taken in full fidelity; the end is
+   an event of its own, so skipping ahead or not gives the same windows). A window is
+   *steady* when no core issued or completed an instruction, took or finished a tile, or
+   started sending another DMA entry in it (``kernels/cores.py: cores_activity``). The
    loop returns to Python only after a steady window, so a run whose activity changes
    all the time pays for almost no pauses.
-2. At each such pause the chip's counters are sampled (``COUNTERS``: bytes, DRAM reads,
-   row hits, read latency...). Two consecutive steady windows at a fixed point (the
-   tolerances of ``forward.py``: bytes within 1%, row-hit rate within 2 points, mean read
-   latency within 5%, and every DMA stream's requests within 2% or one request) make
-   the cut.
-3. The cut takes ``k`` whole windows out of the run at the present tick t: each DMA entry
-   being sent skips the requests it sent in ``k`` windows (its walk position moves on:
-   ``kernels/dma.py: dma_skip``), every time the cores keep after t (compute in flight,
-   queued starts) comes ``k`` windows earlier (``cores_cut``), the extrapolated ticks join
-   ``FastForward.offset`` (so every layer, request and trace time after t moves), the
-   requests and bytes skipped are counted exactly (per core and per layer), and every
-   other counter gains ``k`` times its per-window increment (refreshes: the rank's
-   refresh interval into the span). ``k`` leaves at least two windows of every stream,
-   and a window before the first compute event, to simulate after the cut, so no
-   instruction ends inside the span taken out. The memory and the NoC are left as they
-   are: in a steady state their queues and open rows at t + k windows look like those
-   at t, and the requests in flight stay in flight.
-4. Not taken: when layers of another request are ready or running, or a request arrives
-   before the span's end (multi-tenancy), or two windows never agree (within
-   ``MAX_WINDOWS``); the run is then simulated in full.
+2. At each such pause a few numbers are probed (``_probe``: requests, bytes, read latency
+   and requests in flight per core, the row hits); every counter (``COUNTERS``) only at a
+   steady stretch's first sample and at a cut. The fixed point: the stretch so far, in two
+   halves of at least ``HALF_REQUESTS`` requests (on a refreshing DRAM, of whole refresh
+   intervals), agrees with itself (``_steady``).
+3. The cut takes whole windows (refresh intervals) out of the run at the present tick t:
+   each DMA entry being sent skips the requests it sends in that span at the stretch's
+   pace (its walk position moves on: ``kernels/dma.py: dma_skip``), every time the cores
+   keep after t (compute in flight, queued starts) comes the span earlier
+   (``cores_cut``), the span joins ``FastForward.offset`` (so every layer, request and
+   trace time after t moves), the requests and bytes skipped are counted exactly (per
+   core and per layer), and every other counter gains the span times its rate over the
+   stretch (refreshes: each rank once an interval). It leaves ``KEEP_WINDOWS`` windows of
+   every stream, and as many before the first compute event, to simulate after the cut,
+   so nothing ends inside the span. The memory and the NoC are left as they are: in a
+   steady state their queues and open rows at t + span look like those at t, and the
+   requests in flight stay in flight.
+4. Not taken (the run goes on in full): when layers of another request are ready or
+   running, or a request arrives before the span's end (multi-tenancy), when a DMA with
+   requests to send sends none (starved of tags: when it gets one is a race), when too
+   little of a stream is left, or while the halves disagree.
 """
 
 from __future__ import annotations
