@@ -107,15 +107,22 @@ def test_no_stream_cut_while_another_request_shares_the_chip():
         r["latency_cycles"] for r in full.requests]
 
 
-def test_on_a_refreshing_dram_whole_refresh_intervals_are_cut():
+def test_on_a_refreshing_dram_whole_refresh_intervals_are_cut(tmp_path):
     """A ResNet-18 block on one DDR4 channel, one core: the windows divide tREFI (7.8 us,
     7,800 cycles at 1 GHz), every cut is whole refresh intervals, so the refreshes are
     counted by the clock and stay in step with the run: the same refreshes as the full
-    run, the same reads and writes (to a request), and cycles within 0.2%."""
+    run, the same reads and writes (to a request), and cycles within 0.2%. Its trace lists
+    the cuts."""
     ddr4 = ["memory.standard=DDR4-1600K_8Gb_x8", "memory.channels=1", "num_cores=1"]
-    full, fast = [npusim.simulate("conv_resnet18_layer1", "server",
-                                  overrides=[*ddr4, f"fidelity={f}"]) for f in ("full", "fast")]
+    from npusim.trace import TraceOptions
+
+    full = npusim.simulate("conv_resnet18_layer1", "server", overrides=[*ddr4, "fidelity=full"])
+    fast = npusim.simulate("conv_resnet18_layer1", "server", overrides=[*ddr4, "fidelity=fast"],
+                           trace=TraceOptions(str(tmp_path / "t.h5"), window=(0, 2000)))
     info = fast.extra["fidelity"]
+    # the trace says where the cuts took time out instead of making up data for it
+    assert int(fast.trace.extrapolated_cycles.sum()) == info["extrapolated_cycles"]
+    assert len(fast.trace.extrapolated_at_cycle) == info["stream_cuts"]
     assert 7800 % info["window_cycles"] == 0
     assert info["stream_cuts"] >= 1
     assert info["cycles_extrapolated_in_tiles"] % 7800 == 0
