@@ -47,7 +47,8 @@ def _next_tick(chip, prog, p, t):
 @kernel
 def _window_steady(chip, t):
     """Fast fidelity: a window of G_WINDOW ticks ended before tick t. True (return to Python,
-    ``npusim.fast.streams``) if no core's activity changed in it."""
+    ``npusim.fast.streams``) if no core's activity changed in it and it is the first or
+    every G_WINDOW_EVERY-th such window in a row."""
     glob = chip.glob
     glob[G_WINDOW_AT] = t + glob[G_WINDOW]
     sig = cores_activity(chip.cores)
@@ -56,7 +57,7 @@ def _window_steady(chip, t):
         glob[G_WINDOW_STEADY] = 0
         return False
     glob[G_WINDOW_STEADY] += 1
-    return glob[G_WINDOW_STEADY] > 0
+    return glob[G_WINDOW_STEADY] > 0 and (glob[G_WINDOW_STEADY] - 1) % glob[G_WINDOW_EVERY] == 0
 
 
 @entry

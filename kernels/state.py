@@ -76,10 +76,11 @@ State = namedtuple("State", ("glob", "rings", "cores", "noc", "mem"))
 # loop returns so that Python can drain the trace buffers (npusim.trace); G_WINDOW_AT: in
 # fast fidelity, the tick from which the loop looks whether the last G_WINDOW ticks were
 # steady (G_WINDOW_SIG: the cores' activity then, G_WINDOW_STEADY: steady windows in a
-# row) and returns for npusim.fast.streams if so; isa.NEVER otherwise
+# row) and returns for npusim.fast.streams after the first and every G_WINDOW_EVERY-th
+# steady window; isa.NEVER otherwise
 (G_NOW, G_STARTED, G_FINISHED, G_END, G_STEPS, G_TRACE_STOP, G_WINDOW, G_WINDOW_AT,
- G_WINDOW_SIG, G_WINDOW_STEADY) = range(10)
-N_GLOB = 10
+ G_WINDOW_SIG, G_WINDOW_STEADY, G_WINDOW_EVERY) = range(11)
+N_GLOB = 11
 
 # ======================================================================== rings (ports.py)
 

@@ -72,6 +72,7 @@ class StreamCuts:
     def start(self, st, p) -> None:
         self.window, self.per_refresh = _windows(p, self.tb)
         st.glob[ks.G_WINDOW] = self.window
+        st.glob[ks.G_WINDOW_EVERY] = self.per_refresh  # samples a refresh interval apart
         st.glob[ks.G_WINDOW_AT] = self.window
         st.glob[ks.G_WINDOW_STEADY] = 0
 
@@ -88,7 +89,7 @@ class StreamCuts:
         st = run.st
         g = st.glob
         if not (g[ks.G_WINDOW_STEADY] > 0 and g[ks.G_WINDOW_AT] == g[ks.G_NOW] + self.window):
-            return  # not the end of a steady window
+            return  # not the end of a steady window the kernel stopped for
         if g[ks.G_WINDOW_STEADY] == 1:  # a new steady stretch
             self.samples = []
 
@@ -96,8 +97,8 @@ class StreamCuts:
         if not self.samples:  # the stretch's first sample: every counter, for the rates
             self.first = _counters(st)
         self.samples.append((t, _probe(st)))
-        m = len(self.samples) - 1  # windows sampled in this steady stretch
-        if m < 2 or m % (2 * self.per_refresh):  # halves of whole refresh intervals
+        m = len(self.samples) - 1  # samples since the stretch's first
+        if m < 2 or m % 2:  # two equal halves (of whole refresh intervals)
             return
         # the stretch so far in two halves, each holding enough requests that a row switch
         # or a write drain more or less in one of them is within the tolerances (a test on
