@@ -329,6 +329,15 @@ class FastForward:
         self.active = [w for w in self.active
                        if w.outcome == "watching" or (w.outcome == "cut" and not w.settled)]
 
+    def measuring(self, st) -> bool:
+        """Whether a region or run of tiles in progress is being measured: a cut inside
+        tiles would change the periods it compares (``streams.StreamCuts``)."""
+        ls = st.cores.layer_st
+        return (any(w.outcome == "watching" and ls[ks.L_START, w.region.first] >= 0
+                    for w in self.active)
+                or any(w.outcome == "watching" and ls[ks.L_START, layer] >= 0
+                       for layer, w in self.tiles_pending.items()))
+
     def _sample(self, run, w: _Watch, tick: int, progress: float) -> None:
         w.times.append(tick)
         w.progress.append(progress)

@@ -126,6 +126,9 @@ class StreamCuts:
         if len(np.unique(prog.layer[live, isa.L_REQUEST])) > 1:
             self._quiet(st, "shared with another request")
             return
+        if ff.measuring(st):  # its periods must be the run's own
+            self._quiet(st, "a region is being measured")
+            return
         # how far the cut may reach: windows to spare before the first compute event and
         # before the end of every stream
         n_cores = cs.core.shape[1]
