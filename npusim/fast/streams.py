@@ -88,12 +88,14 @@ class StreamCuts:
 
         st = run.st
         g = st.glob
-        if not (g[ks.G_WINDOW_STEADY] > 0 and g[ks.G_WINDOW_AT] == g[ks.G_NOW] + self.window):
-            return  # not the end of a steady window the kernel stopped for
-        if g[ks.G_WINDOW_STEADY] == 1:  # a new steady stretch
+        steady, t = int(g[ks.G_WINDOW_STEADY]), int(g[ks.G_NOW])
+        if not (steady > 0 and (steady - 1) % self.per_refresh == 0
+                and g[ks.G_WINDOW_AT] == t + self.window):
+            return  # not the end of a steady window the kernel stops for
+        if self.samples and self.samples[-1][0] == t:
+            return  # stopped again at the same tick (a layer ended there)
+        if steady == 1:  # a new steady stretch
             self.samples = []
-
-        t = int(g[ks.G_NOW])
         if not self.samples:  # the stretch's first sample: every counter, for the rates
             self.first = _counters(st)
         self.samples.append((t, _probe(st)))
