@@ -91,8 +91,10 @@ NocState = namedtuple("NocState", NOC_STATE_TABLES)
 
 # ivc
 # (IV_FRONT_ARR: arrival cycle of the front flit, kept here so that a visit to a VC
-#  touches one cache line; 8 fields = 64 bytes)
-IV_HEAD, IV_COUNT, IV_STATE, IV_OUT, IV_OVC, IV_READY, IV_FRONT_ARR = range(7)
+#  touches one cache line; 8 fields = 64 bytes. IV_OUT and IV_MASK: the output port of
+#  the front packet's route and the output VCs it may take there (a bit set), noted when
+#  its head comes to the front; IV_OVC: the output VC it holds once allocated)
+IV_HEAD, IV_COUNT, IV_STATE, IV_OUT, IV_OVC, IV_READY, IV_FRONT_ARR, IV_MASK = range(8)
 N_IV_FIELDS = 8
 VC_IDLE, VC_ALLOC, VC_ACTIVE = range(3)  # IV_STATE: empty; head waits for a VC; has one
 # fb
@@ -102,8 +104,10 @@ F_HEAD, F_TAIL = 1, 2  # FB_FLAGS bits
 # ovc (OV_OWNER: -1 free, else the input VC that holds it)
 OV_OWNER, OV_CREDITS, OV_TAIL_SENT = range(3)
 N_OV_FIELDS = 3
-# cr_ctl
-CR_HEAD, CR_COUNT = range(2)
+# cr_ctl (CR_NEXT: the cycle the first credit in the ring is due, isa.NEVER if none; read
+# first, so that a router's credit intake does not touch the rings of rows with none due)
+CR_HEAD, CR_COUNT, CR_NEXT = range(3)
+N_CR_FIELDS = 3
 # nic (NI_PKT: -1 none; NI_SENT: its flits sent so far; NI_VC: the VC it holds)
 NI_PKT, NI_SENT, NI_VC, NI_LAST_VC = range(4)
 N_NI_FIELDS = 4

@@ -200,6 +200,8 @@ def make_state(p: ks.NocParams, rows: int, trace_ring: int = 0) -> ks.NocState:
     nic = np.zeros((p.n_nodes, ks.N_NI_FIELDS), dtype=np.int64)
     nic[:, ks.NI_PKT] = -1
     nic[:, ks.NI_LAST_VC] = -1
+    cr_ctl = np.zeros((ks.N_CR_FIELDS, rows), dtype=np.int64)
+    cr_ctl[ks.CR_NEXT] = NEVER
     glob = np.zeros(ks.N_NG_FIELDS, dtype=np.int64)
     glob[ks.NG_FREE] = n_packets
     return ks.NocState(
@@ -210,7 +212,7 @@ def make_state(p: ks.NocParams, rows: int, trace_ring: int = 0) -> ks.NocState:
         out_free=np.zeros(rows, dtype=np.int64),
         cr_time=np.zeros((rows, V * B), dtype=np.int64),
         cr_vc=np.zeros((rows, V * B), dtype=np.int64),
-        cr_ctl=np.zeros((2, rows), dtype=np.int64),
+        cr_ctl=cr_ctl,
         cr_wait=np.zeros(rows, dtype=np.int64),
         occ=np.zeros(rows, dtype=np.int64),
         busy=np.zeros(p.n_routers + p.n_nodes, dtype=np.int64),
