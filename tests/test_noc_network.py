@@ -226,7 +226,7 @@ def _credit_invariant(net):
     """For every output VC: its credits + flits in (or on their way to) the downstream VC
     + credits on their way back = the VC's buffer depth."""
     ns, nt, p = net.state, net.tables, net.params
-    K = ns.cr_time.shape[1]
+    K = ns.cr.shape[1]
     for q in range(ns.ovc.shape[0]):
         d = nt.link[ks.LK_DST, q]
         if d < 0:
@@ -234,7 +234,7 @@ def _credit_invariant(net):
         back = np.zeros(p.vcs, dtype=np.int64)
         h, n = ns.cr_ctl[ks.CR_HEAD, q], ns.cr_ctl[ks.CR_COUNT, q]
         for i in range(n):
-            back[ns.cr_vc[q, (h + i) % K]] += 1
+            back[ns.cr[q, (h + i) % K] & ks.CR_VC_MASK] += 1
         total = ns.ovc[q, :, ks.OV_CREDITS] + ns.ivc[d, :, ks.IV_COUNT] + back
         assert (total == p.depth).all(), (q, total)
 

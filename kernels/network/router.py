@@ -52,8 +52,7 @@ def push_flit(ns, nt, p, q, v, pkt, flags, arr, t):
     is taken now)."""
     n = ns.ivc[q, v, IV_COUNT]
     k = ring_at(ns.ivc[q, v, IV_HEAD], n, p.depth)
-    ns.fb[q, v, k, FB_PKT] = pkt
-    ns.fb[q, v, k, FB_FLAGS] = flags
+    ns.fb[q, v, k, FB_FLIT] = (pkt << F_BITS) | flags
     ns.fb[q, v, k, FB_ARR] = arr
     w = nt.row_owner[q]
     if n == 0:  # it is the VC's front flit
@@ -78,8 +77,9 @@ def pop_flit(ns, nt, p, q, v, t):
     """Remove the front flit of input row q, VC v, which leaves at cycle t; set up the
     next flit's stage. Returns the flit's (packet, flags)."""
     h = ns.ivc[q, v, IV_HEAD]
-    pkt = ns.fb[q, v, h, FB_PKT]
-    flags = ns.fb[q, v, h, FB_FLAGS]
+    flit = ns.fb[q, v, h, FB_FLIT]
+    pkt = flit >> F_BITS
+    flags = flit & F_MASK
     h = ring_next(h, p.depth)
     n = ns.ivc[q, v, IV_COUNT] - 1
     ns.ivc[q, v, IV_HEAD] = h
@@ -100,7 +100,7 @@ def pop_flit(ns, nt, p, q, v, t):
         ns.ivc[q, v, IV_STATE] = VC_ALLOC
         ns.ivc[q, v, IV_READY] = max(arr, t + 1) + p.routing_delay
         if w < p.n_routers:
-            route_head(ns, nt, q, v, w, ns.fb[q, v, h, FB_PKT])
+            route_head(ns, nt, q, v, w, ns.fb[q, v, h, FB_FLIT] >> F_BITS)
     return pkt, flags
 
 
@@ -108,12 +108,11 @@ def pop_flit(ns, nt, p, q, v, t):
 def send_credit(ns, nt, p, q, v, t):
     """A flit left input row q, VC v, at cycle t: its credit goes back to the sender."""
     u = nt.in_src[q]
-    K = ns.cr_time.shape[1]
+    K = ns.cr.shape[1]
     n = ns.cr_ctl[CR_COUNT, u]
     k = ring_at(ns.cr_ctl[CR_HEAD, u], n, K)
     due = t + nt.link[LK_LAT, u] + 1 + nt.link[LK_CREDIT_DELAY, u]
-    ns.cr_time[u, k] = due
-    ns.cr_vc[u, k] = v
+    ns.cr[u, k] = (due << CR_VC_BITS) | v
     ns.cr_ctl[CR_COUNT, u] = n + 1
     if n == 0:  # (credits to a row are due in the order they are sent)
         ns.cr_ctl[CR_NEXT, u] = due
@@ -130,10 +129,10 @@ def receive_credits(ns, p, q, t):
     if ns.cr_ctl[CR_NEXT, q] > t:  # none due (or none at all): the ring is not read
         return
     n = ns.cr_ctl[CR_COUNT, q]
-    K = ns.cr_time.shape[1]
+    K = ns.cr.shape[1]
     h = ns.cr_ctl[CR_HEAD, q]
-    while n > 0 and ns.cr_time[q, h] <= t:
-        v = ns.cr_vc[q, h]
+    while n > 0 and ns.cr[q, h] >> CR_VC_BITS <= t:
+        v = ns.cr[q, h] & CR_VC_MASK
         c = ns.ovc[q, v, OV_CREDITS] + 1
         ns.ovc[q, v, OV_CREDITS] = c
         if c == p.depth and ns.ovc[q, v, OV_TAIL_SENT] == 1:
@@ -144,7 +143,7 @@ def receive_credits(ns, p, q, t):
         n -= 1
     ns.cr_ctl[CR_HEAD, q] = h
     ns.cr_ctl[CR_COUNT, q] = n
-    ns.cr_ctl[CR_NEXT, q] = ns.cr_time[q, h] if n > 0 else isa.NEVER
+    ns.cr_ctl[CR_NEXT, q] = ns.cr[q, h] >> CR_VC_BITS if n > 0 else isa.NEVER
 
 
 @kernel(inline=True)

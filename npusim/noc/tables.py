@@ -206,12 +206,11 @@ def make_state(p: ks.NocParams, rows: int, trace_ring: int = 0) -> ks.NocState:
     glob[ks.NG_FREE] = n_packets
     return ks.NocState(
         ivc=ivc,
-        fb=np.zeros((rows, V, B, ks.N_FB_FIELDS), dtype=np.int64),
+        fb=aligned_table(rows, V, B, ks.N_FB_FIELDS),
         ovc=ovc,
         ov_free=np.full(rows, (1 << V) - 1, dtype=np.int64),
         out_free=np.zeros(rows, dtype=np.int64),
-        cr_time=np.zeros((rows, V * B), dtype=np.int64),
-        cr_vc=np.zeros((rows, V * B), dtype=np.int64),
+        cr=np.zeros((rows, V * B), dtype=np.int64),
         cr_ctl=cr_ctl,
         cr_wait=np.zeros(rows, dtype=np.int64),
         occ=np.zeros(rows, dtype=np.int64),
