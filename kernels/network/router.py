@@ -135,9 +135,8 @@ def receive_credits(ns, p, q, t):
         v = ns.cr[q, h] & CR_VC_MASK
         c = ns.ovc[q, v, OV_CREDITS] + 1
         ns.ovc[q, v, OV_CREDITS] = c
-        if c == p.depth and ns.ovc[q, v, OV_TAIL_SENT] == 1:
+        if c == p.depth and ns.ovc[q, v, OV_OWNER] >= OV_TAIL_SENT:
             ns.ovc[q, v, OV_OWNER] = -1  # wait_tail: the VC is empty, hand it out again
-            ns.ovc[q, v, OV_TAIL_SENT] = 0
             ns.ov_free[q] |= 1 << v
         h = ring_next(h, K)
         n -= 1
@@ -153,7 +152,7 @@ def flit_sent(ns, p, q, v, flags):
     ns.ovc[q, v, OV_CREDITS] -= 1
     if flags & F_TAIL:
         if p.wait_tail:
-            ns.ovc[q, v, OV_TAIL_SENT] = 1
+            ns.ovc[q, v, OV_OWNER] += OV_TAIL_SENT
         else:
             ns.ovc[q, v, OV_OWNER] = -1
             ns.ov_free[q] |= 1 << v

@@ -103,9 +103,11 @@ FB_FLIT, FB_ARR = range(2)
 N_FB_FIELDS = 2
 F_HEAD, F_TAIL = 1, 2  # flags
 F_BITS, F_MASK = 2, 3
-# ovc (OV_OWNER: -1 free, else the input VC that holds it)
-OV_OWNER, OV_CREDITS, OV_TAIL_SENT = range(3)
-N_OV_FIELDS = 3
+# ovc (OV_OWNER: -1 free, else the input VC that holds it, plus OV_TAIL_SENT once its
+#  tail is sent and the VC waits for its last credit (wait_tail); 16 bytes a VC)
+OV_OWNER, OV_CREDITS = range(2)
+N_OV_FIELDS = 2
+OV_TAIL_SENT = 1 << 40
 # cr_ctl (CR_NEXT: the cycle the first credit in the ring is due, isa.NEVER if none; read
 # first, so that a router's credit intake does not touch the rings of rows with none due)
 CR_HEAD, CR_COUNT, CR_NEXT = range(3)
