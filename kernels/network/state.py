@@ -112,7 +112,9 @@ OV_TAIL_SENT = 1 << 40
 # first, so that a router's credit intake does not touch the rings of rows with none due)
 CR_HEAD, CR_COUNT, CR_NEXT = range(3)
 N_CR_FIELDS = 3
-CR_VC_BITS, CR_VC_MASK = 6, 63  # a credit's VC in its ring entry (noc.router.vcs <= 32)
+# a credit's VC in the low bits of its ring entry (noc.router.vcs <= 32), its due cycle in
+# the 58 above: NoC cycles below 2**58 (9 years at 1 GHz), far past any run
+CR_VC_BITS, CR_VC_MASK = 5, 31
 # nic (NI_PKT: -1 none; NI_SENT: its flits sent so far; NI_VC: the VC it holds)
 NI_PKT, NI_SENT, NI_VC, NI_LAST_VC = range(4)
 N_NI_FIELDS = 4
