@@ -37,6 +37,11 @@ from pathlib import Path
 
 from npusim.errors import NpusimError
 
+# The latest arrival a request may have (core cycles; 2**40 is 12.7 days at 1 GHz): the
+# engine keeps times in int64 ticks of a fraction of a cycle, and the NoC packs a due
+# cycle into 58 bits of a word, so later arrivals would overflow silently.
+MAX_ARRIVAL_CYCLES = 1 << 40
+
 ONNXIM_RESERVED = ("name", "request_time", "batch_size", "partition_id")
 REQUEST_KEYS = ("model", "batch", "dims", "arrival_us", "arrival_cycles", "partition", "name",
                 "count", "interval_us", "interval_cycles", "prompt", "generate", "context", "llm")
@@ -117,7 +122,8 @@ def read_models_list(path: str | Path, core_freq_mhz: int) -> list[Request]:
         ms = entry.get("request_time", 0)
         if not isinstance(ms, (int, float)) or ms < 0:
             raise NpusimError(f"{where}: request_time = {ms!r} must be a number of ms >= 0")
-        cycle = round(ms * 1e-3 * core_freq_mhz * 1e6)
+        cycle = _arrival_in_range(round(ms * 1e-3 * core_freq_mhz * 1e6),
+                                  f"{where}: request_time = {ms!r} ms")
         part = entry.get("partition_id")
         if part is not None and (type(part) is not int or part < 0):
             raise NpusimError(f"{where}: partition_id = {part!r} must be an integer >= 0")
@@ -178,6 +184,13 @@ def _cycles(entry: dict, key: str, where: str, core_freq_mhz: int) -> int:
     return round(us * core_freq_mhz)
 
 
+def _arrival_in_range(cycle: int, what: str) -> int:
+    if cycle > MAX_ARRIVAL_CYCLES:
+        raise NpusimError(f"{what} is {cycle} core cycles: must be at most "
+                          f"{MAX_ARRIVAL_CYCLES} (2**40)")
+    return cycle
+
+
 def _positive(entry: dict, key: str, where: str, default: int, lo: int = 1) -> int:
     value = entry.get(key, default)
     if type(value) is not int or value < lo:
@@ -203,6 +216,9 @@ def _parse_request(entry, where: str, folder: Path, core_freq_mhz: int) -> list[
     arrival = _cycles(entry, "arrival", where, core_freq_mhz)
     interval = _cycles(entry, "interval", where, core_freq_mhz)
     count = _positive(entry, "count", where, 1)
+    _arrival_in_range(arrival + (count - 1) * interval,
+                      f"{where}: the arrival of its last request (arrival + (count - 1) x "
+                      f"interval)")
     part = entry.get("partition")
     if part is not None and (type(part) is not int or part < 0):
         raise NpusimError(f"{where}: partition = {part!r} must be an integer >= 0")

@@ -54,7 +54,7 @@ def check_network_empty(st):
     rows = st.noc.net_tab.link_class != kn.LC_NONE
     credits = ns.ovc[:, :, kn.OV_CREDITS]
     # every output row's downstream VCs hold all their credits once the returns are applied
-    back = credits[rows] + np.array([[np.sum((ns.cr_vc[q, :] == v) & _pending(ns, q))
+    back = credits[rows] + np.array([[np.sum((ns.cr[q, :] & kn.CR_VC_MASK == v) & _pending(ns, q))
                                       for v in range(np_.vcs)] for q in np.flatnonzero(rows)])
     assert (back == np_.depth).all()
     assert (ns.nic[:, kn.NI_PKT] == -1).all()
@@ -62,7 +62,7 @@ def check_network_empty(st):
 
 def _pending(ns, q):
     """Mask of the credit ring slots of output row q still on their way back."""
-    K = ns.cr_time.shape[1]
+    K = ns.cr.shape[1]
     mask = np.zeros(K, dtype=bool)
     h, n = ns.cr_ctl[kn.CR_HEAD, q], ns.cr_ctl[kn.CR_COUNT, q]
     mask[(h + np.arange(n)) % K] = True

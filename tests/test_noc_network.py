@@ -226,7 +226,7 @@ def _credit_invariant(net):
     """For every output VC: its credits + flits in (or on their way to) the downstream VC
     + credits on their way back = the VC's buffer depth."""
     ns, nt, p = net.state, net.tables, net.params
-    K = ns.cr_time.shape[1]
+    K = ns.cr.shape[1]
     for q in range(ns.ovc.shape[0]):
         d = nt.link[ks.LK_DST, q]
         if d < 0:
@@ -234,7 +234,7 @@ def _credit_invariant(net):
         back = np.zeros(p.vcs, dtype=np.int64)
         h, n = ns.cr_ctl[ks.CR_HEAD, q], ns.cr_ctl[ks.CR_COUNT, q]
         for i in range(n):
-            back[ns.cr_vc[q, (h + i) % K]] += 1
+            back[ns.cr[q, (h + i) % K] & ks.CR_VC_MASK] += 1
         total = ns.ovc[q, :, ks.OV_CREDITS] + ns.ivc[d, :, ks.IV_COUNT] + back
         assert (total == p.depth).all(), (q, total)
 
@@ -249,22 +249,8 @@ def test_saturated_network_loses_and_duplicates_nothing_and_keeps_its_credits():
     rng = np.random.default_rng(5)
     n = net.n_nodes
     pk = [(s, int(rng.integers(n)), 4, 0) for s in range(n) for _ in range(60)]
-    from npusim.kernels.network import replay as kr
-
     arr = np.array(pk, dtype=np.int64)
-    full = np.zeros((len(pk), kr.N_PL_FIELDS), dtype=np.int64)
-    full[:, :4] = arr
-    order = np.lexsort((np.arange(len(pk)), full[:, 0])).astype(np.int64)
-    counts = np.bincount(full[:, 0], minlength=n)
-    first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    last = first + counts
-    out = np.full((len(pk), 2), -1, dtype=np.int64)
-    t = 0
-    while (out[:, 1] < 0).any():
-        t = kr.run_packets(net.state, net.tables, net.params, full, order, first, last, out,
-                           t + 97)
-        _credit_invariant(net)
-        assert t < 100_000
+    _, t = replay_with_stops(net, pk, _credit_invariant)
     ns = net.state
     assert ns.glob[ks.NG_FLITS] == 0
     assert ns.glob[ks.NG_FREE] == ns.pkt_free.shape[0]
@@ -280,6 +266,69 @@ def test_saturated_network_loses_and_duplicates_nothing_and_keeps_its_credits():
     assert (ns.ovc[:, :, ks.OV_CREDITS] == net.params.depth).all()
     assert (ns.ovc[:, :, ks.OV_OWNER] == -1).all()
     assert (ns.ov_free == (1 << net.params.vcs) - 1).all()
+
+
+def replay_with_stops(net, pk, check, every=97):
+    """``replay_packets``, stopping every ``every`` cycles to run ``check(net)``; returns
+    what it returns and the cycle reached."""
+    from npusim.kernels.network import replay as kr
+
+    full = np.zeros((len(pk), kr.N_PL_FIELDS), dtype=np.int64)
+    full[:, :4] = np.array(pk, dtype=np.int64)
+    order = np.lexsort((np.arange(len(pk)), full[:, 0])).astype(np.int64)
+    counts = np.bincount(full[:, 0], minlength=net.n_nodes)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    last = first + counts
+    out = np.full((len(pk), kr.N_PO_FIELDS), -1, dtype=np.int64)
+    t = 0
+    while (out[:, 1] < 0).any():
+        t = kr.run_packets(net.state, net.tables, net.params, full, order, first, last, out,
+                           t + every)
+        check(net)
+        assert t < 100_000
+    return out, t
+
+
+def _noted_routes_and_credit_dues(net):
+    """What the routers note to save loads matches what it summarizes: every occupied
+    router input VC's output port and output VC set (``route_head``) are its front
+    packet's route, and every credit ring's ``CR_NEXT`` is the due cycle of its first
+    credit (``isa.NEVER`` when empty)."""
+    from npusim.kernels.isa import NEVER
+
+    ns, nt, p = net.state, net.tables, net.params
+    for q in range(p.n_routers * p.ports):
+        r = q // p.ports
+        for v in range(p.vcs):
+            if (ns.occ[q] >> v) & 1:
+                pkt = ns.fb[q, v, ns.ivc[q, v, ks.IV_HEAD], ks.FB_FLIT] >> ks.F_BITS
+                dest, m = ns.pkt[ks.PK_DEST, pkt], ns.pkt[ks.PK_CLASS, pkt]
+                assert ns.ivc[q, v, ks.IV_OUT] == nt.route[r, dest], (q, v)
+                assert ns.ivc[q, v, ks.IV_MASK] == nt.vc_mask[m, nt.route_class[r, dest]]
+    for q in range(ns.cr.shape[0]):
+        h, n = ns.cr_ctl[ks.CR_HEAD, q], ns.cr_ctl[ks.CR_COUNT, q]
+        due = ns.cr[q, h] >> ks.CR_VC_BITS if n else NEVER
+        assert ns.cr_ctl[ks.CR_NEXT, q] == due, q
+
+
+@pytest.mark.parametrize("wait_tail", ["true", "false"])
+def test_noted_routes_and_credit_dues_stay_true_and_change_no_packet(wait_tail):
+    """Packets of 1 to 5 flits from every node to random nodes, far beyond saturation,
+    through routers of 4 VCs of 4 flits (without ``wait_tail`` a head also comes to the
+    front behind a tail, not only into an empty VC): at every stop each VC's noted route
+    and each credit ring's noted due cycle are the true ones, and stepping every router
+    every cycle gives every packet the same departure and arrival cycle."""
+    cfg = cfg_of(*MESH, "noc.router.vcs=4", "noc.router.vc_buffer_flits=4",
+                 f"noc.router.wait_for_tail_credit={wait_tail}")
+    rng = np.random.default_rng(11)
+    pk = [(s, int(rng.integers(16)), int(rng.integers(1, 6)), int(c))
+          for c in range(0, 400, 4) for s in range(16)]
+    a, _ = replay_with_stops(network_for(cfg, skip=True), pk, _noted_routes_and_credit_dues,
+                             every=13)
+    b = replay_packets(network_for(cfg, skip=False), pk)
+    assert (a[:, 1] >= 0).all() and np.array_equal(a, b)
+    latency = a[:, 1] - np.array([p[3] for p in pk])
+    assert latency.mean() > 4 * latency.min()  # congested: VCs queue heads behind tails
 
 
 def receive_all(net, t):

@@ -132,6 +132,10 @@ def test_gqa_moves_less_kv_data_than_mha_and_is_faster_when_memory_bound():
      "generate 100 exceeds the 1024 positions of gpt2"),
     ('model = "mlp"\nprompt = 4\n', "prompt is only for LLM requests"),
     ('modell = "mlp"\n', r"unknown key\(s\) \['modell'\]"),
+    # 2**40 + 1 cycles would overflow the NoC's packed due cycles; 2**40 itself is allowed
+    ('model = "mlp"\narrival_cycles = 1099511627777\n', r"must be at most 1099511627776"),
+    ('model = "mlp"\ncount = 3\ninterval_cycles = 549755813889\n',
+     r"arrival of its last request .* is 1099511627778 core cycles"),
 ])
 def test_request_files_name_their_problems(tmp_path, text, message):
     f = tmp_path / "r.toml"

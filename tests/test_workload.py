@@ -70,6 +70,7 @@ def test_onnxim_models_list(tmp_path):
     ({"name": "bert_ffn", "seqq": 4}, "seqq"),
     ({"name": "bert_ffn", "seq": 0}, "seq = 0"),
     ({"name": "tiny_cnn", "request_time": -1}, "request_time"),
+    ({"name": "tiny_cnn", "request_time": 1.2e6}, "at most 1099511627776"),  # 2**40 < 1.2e15
 ])
 def test_models_list_errors_name_the_entry(tmp_path, entry, message):
     f = tmp_path / "list.json"

@@ -36,22 +36,34 @@ from .trace import trace_link, trace_occupancy
 
 
 @kernel(inline=True)
+def route_head(ns, nt, q, v, w, pkt):
+    """The head of packet ``pkt`` came to the front of input row q, VC v of router w: note
+    in the VC's record its output port and the output VCs it may take there, so that its
+    VC requests read that one record instead of a chain of loads (flit, packet,
+    destination, route, VC set). The route is static: noting it early changes no cycle."""
+    dest = ns.pkt[PK_DEST, pkt]
+    ns.ivc[q, v, IV_OUT] = nt.route[w, dest]
+    ns.ivc[q, v, IV_MASK] = nt.vc_mask[ns.pkt[PK_CLASS, pkt], nt.route_class[w, dest]]
+
+
+@kernel(inline=True)
 def push_flit(ns, nt, p, q, v, pkt, flags, arr, t):
     """Write a flit into input row q, VC v, at cycle t, arriving at cycle arr (its slot
     is taken now)."""
     n = ns.ivc[q, v, IV_COUNT]
     k = ring_at(ns.ivc[q, v, IV_HEAD], n, p.depth)
-    ns.fb[q, v, k, FB_PKT] = pkt
-    ns.fb[q, v, k, FB_FLAGS] = flags
+    ns.fb[q, v, k, FB_FLIT] = (pkt << F_BITS) | flags
     ns.fb[q, v, k, FB_ARR] = arr
+    w = nt.row_owner[q]
     if n == 0:  # it is the VC's front flit
         ns.ivc[q, v, IV_FRONT_ARR] = arr
         if flags & F_HEAD:
             ns.ivc[q, v, IV_STATE] = VC_ALLOC
             ns.ivc[q, v, IV_READY] = arr + p.routing_delay
+            if w < p.n_routers:
+                route_head(ns, nt, q, v, w, pkt)
         ns.occ[q] |= 1 << v
     ns.ivc[q, v, IV_COUNT] = n + 1
-    w = nt.row_owner[q]
     if p.trace == 1 and w < p.n_routers:
         trace_occupancy(ns, p, w, t)
     ns.busy[w] += 1
@@ -65,8 +77,9 @@ def pop_flit(ns, nt, p, q, v, t):
     """Remove the front flit of input row q, VC v, which leaves at cycle t; set up the
     next flit's stage. Returns the flit's (packet, flags)."""
     h = ns.ivc[q, v, IV_HEAD]
-    pkt = ns.fb[q, v, h, FB_PKT]
-    flags = ns.fb[q, v, h, FB_FLAGS]
+    flit = ns.fb[q, v, h, FB_FLIT]
+    pkt = flit >> F_BITS
+    flags = flit & F_MASK
     h = ring_next(h, p.depth)
     n = ns.ivc[q, v, IV_COUNT] - 1
     ns.ivc[q, v, IV_HEAD] = h
@@ -86,6 +99,8 @@ def pop_flit(ns, nt, p, q, v, t):
     if flags & F_TAIL:  # the next packet's head comes to the front
         ns.ivc[q, v, IV_STATE] = VC_ALLOC
         ns.ivc[q, v, IV_READY] = max(arr, t + 1) + p.routing_delay
+        if w < p.n_routers:
+            route_head(ns, nt, q, v, w, ns.fb[q, v, h, FB_FLIT] >> F_BITS)
     return pkt, flags
 
 
@@ -93,38 +108,41 @@ def pop_flit(ns, nt, p, q, v, t):
 def send_credit(ns, nt, p, q, v, t):
     """A flit left input row q, VC v, at cycle t: its credit goes back to the sender."""
     u = nt.in_src[q]
-    K = ns.cr_time.shape[1]
-    k = ring_at(ns.cr_ctl[CR_HEAD, u], ns.cr_ctl[CR_COUNT, u], K)
-    ns.cr_time[u, k] = t + nt.link[LK_LAT, u] + 1 + nt.link[LK_CREDIT_DELAY, u]
-    ns.cr_vc[u, k] = v
-    ns.cr_ctl[CR_COUNT, u] += 1
+    K = ns.cr.shape[1]
+    n = ns.cr_ctl[CR_COUNT, u]
+    k = ring_at(ns.cr_ctl[CR_HEAD, u], n, K)
+    due = t + nt.link[LK_LAT, u] + 1 + nt.link[LK_CREDIT_DELAY, u]
+    ns.cr[u, k] = (due << CR_VC_BITS) | v
+    ns.cr_ctl[CR_COUNT, u] = n + 1
+    if n == 0:  # (credits to a row are due in the order they are sent)
+        ns.cr_ctl[CR_NEXT, u] = due
     if ns.cr_wait[u] == 1:  # a flit waits for this credit: wake its router when it is due
         ns.cr_wait[u] = 0
         w = nt.row_owner[u]
-        ns.wake[w] = min(ns.wake[w], ns.cr_time[u, k])
-        ns.glob[NG_WAKE] = min(ns.glob[NG_WAKE], ns.cr_time[u, k])
+        ns.wake[w] = min(ns.wake[w], due)
+        ns.glob[NG_WAKE] = min(ns.glob[NG_WAKE], due)
 
 
 @kernel(inline=True)
 def receive_credits(ns, p, q, t):
     """Apply the credits due by cycle t to output row q."""
-    n = ns.cr_ctl[CR_COUNT, q]
-    if n == 0:
+    if ns.cr_ctl[CR_NEXT, q] > t:  # none due (or none at all): the ring is not read
         return
-    K = ns.cr_time.shape[1]
+    n = ns.cr_ctl[CR_COUNT, q]
+    K = ns.cr.shape[1]
     h = ns.cr_ctl[CR_HEAD, q]
-    while n > 0 and ns.cr_time[q, h] <= t:
-        v = ns.cr_vc[q, h]
+    while n > 0 and ns.cr[q, h] >> CR_VC_BITS <= t:
+        v = ns.cr[q, h] & CR_VC_MASK
         c = ns.ovc[q, v, OV_CREDITS] + 1
         ns.ovc[q, v, OV_CREDITS] = c
-        if c == p.depth and ns.ovc[q, v, OV_TAIL_SENT] == 1:
+        if c == p.depth and ns.ovc[q, v, OV_OWNER] >= OV_TAIL_SENT:
             ns.ovc[q, v, OV_OWNER] = -1  # wait_tail: the VC is empty, hand it out again
-            ns.ovc[q, v, OV_TAIL_SENT] = 0
             ns.ov_free[q] |= 1 << v
         h = ring_next(h, K)
         n -= 1
     ns.cr_ctl[CR_HEAD, q] = h
     ns.cr_ctl[CR_COUNT, q] = n
+    ns.cr_ctl[CR_NEXT, q] = ns.cr[q, h] >> CR_VC_BITS if n > 0 else isa.NEVER
 
 
 @kernel(inline=True)
@@ -134,7 +152,7 @@ def flit_sent(ns, p, q, v, flags):
     ns.ovc[q, v, OV_CREDITS] -= 1
     if flags & F_TAIL:
         if p.wait_tail:
-            ns.ovc[q, v, OV_TAIL_SENT] = 1
+            ns.ovc[q, v, OV_OWNER] += OV_TAIL_SENT
         else:
             ns.ovc[q, v, OV_OWNER] = -1
             ns.ov_free[q] |= 1 << v
@@ -144,23 +162,21 @@ def flit_sent(ns, p, q, v, flags):
 def _credit_wait(ns, qo):
     """Earliest cycle a credit for output row qo can be back; or mark the row so that the
     next credit sent there wakes its router (``cr_wait``)."""
-    if ns.cr_ctl[CR_COUNT, qo] > 0:
-        return ns.cr_time[qo, ns.cr_ctl[CR_HEAD, qo]]
-    ns.cr_wait[qo] = 1
-    return isa.NEVER
+    nxt = ns.cr_ctl[CR_NEXT, qo]
+    if nxt == isa.NEVER:
+        ns.cr_wait[qo] = 1
+    return nxt
 
 
 @kernel(inline=True)
-def _vc_request(ns, nt, p, r, i, v, q, nreq):
-    """Record the head at input row q, VC v asking for a VC of its route's output, as
-    request ``nreq``. Returns whether the request counts: a head none of whose output VCs
+def _vc_request(ns, p, r, i, v, q, nreq):
+    """Record the head at input row q, VC v asking for a VC of its route's output (noted
+    in its record by ``route_head``), as request ``nreq``. Returns whether the request counts: a head none of whose output VCs
     is free cannot win one, and leaves every allocator's state as it is (but the
     wavefront's, whose priority moves on with every cycle that has a request)."""
     vr = ns.va_req
-    pkt = ns.fb[q, v, ns.ivc[q, v, IV_HEAD], FB_PKT]
-    dest = ns.pkt[PK_DEST, pkt]
-    o = nt.route[r, dest]
-    mask = nt.vc_mask[ns.pkt[PK_CLASS, pkt], nt.route_class[r, dest]]
+    o = ns.ivc[q, v, IV_OUT]
+    mask = ns.ivc[q, v, IV_MASK]
     vr[VR_IV, nreq] = i * p.vcs + v
     vr[VR_IN, nreq] = i
     vr[VR_VC, nreq] = v
@@ -241,7 +257,6 @@ def _vc_allocation(ns, p, r, t, nreq):
         ns.ovc[qo, ov, OV_OWNER] = q * V + v
         ns.ov_free[qo] &= ~(1 << ov)
         ns.ivc[q, v, IV_STATE] = VC_ACTIVE
-        ns.ivc[q, v, IV_OUT] = vr[VR_OUT, k]
         ns.ivc[q, v, IV_OVC] = ov
         ns.ivc[q, v, IV_READY] = t + p.va_delay
 
@@ -320,11 +335,11 @@ def router_step(ns, nt, p, r, t):
             if ns.ivc[q, v, IV_STATE] == VC_ALLOC:
                 if ready > t:
                     w = min(w, ready)
-                elif _vc_request(ns, nt, p, r, i, v, q, nreq):
+                elif _vc_request(ns, p, r, i, v, q, nreq):
                     nreq += 1
                 else:  # an output VC comes free when a credit comes back (wait_tail) or
                     # when this router sends a tail (it is stepping then)
-                    w = min(w, _credit_wait(ns, base + ns.va_req[VR_OUT, nreq]))
+                    w = min(w, _credit_wait(ns, base + ns.ivc[q, v, IV_OUT]))
                 continue
             at = max(ready, ns.ivc[q, v, IV_FRONT_ARR])
             if at > t:

@@ -59,8 +59,8 @@ NOC_STATE_TABLES = (
     "ovc",      # [row, vc, OV_*]            downstream VCs seen from an output
     "ov_free",  # [row]                      bit v set: downstream VC v has no owner
     "out_free",  # [row]                     cycle an output link takes its next flit
-    "cr_time",  # [row, k]                   credits on their way back: due cycle,
-    "cr_vc",    # [row, k]                   and VC (a ring per output row)
+    "cr",       # [row, k]                   credits on their way back, a ring per output
+                #                            row: due cycle << CR_VC_BITS | VC
     "cr_ctl",   # [CR_*, row]
     "cr_wait",  # [row]                      1: a flit waits for the next credit sent here
     "occ",      # [row]                      bit v set: input VC v holds flits
@@ -91,19 +91,30 @@ NocState = namedtuple("NocState", NOC_STATE_TABLES)
 
 # ivc
 # (IV_FRONT_ARR: arrival cycle of the front flit, kept here so that a visit to a VC
-#  touches one cache line; 8 fields = 64 bytes)
-IV_HEAD, IV_COUNT, IV_STATE, IV_OUT, IV_OVC, IV_READY, IV_FRONT_ARR = range(7)
+#  touches one cache line; 8 fields = 64 bytes. IV_OUT and IV_MASK: the output port of
+#  the front packet's route and the output VCs it may take there (a bit set), noted when
+#  its head comes to the front; IV_OVC: the output VC it holds once allocated)
+IV_HEAD, IV_COUNT, IV_STATE, IV_OUT, IV_OVC, IV_READY, IV_FRONT_ARR, IV_MASK = range(8)
 N_IV_FIELDS = 8
 VC_IDLE, VC_ALLOC, VC_ACTIVE = range(3)  # IV_STATE: empty; head waits for a VC; has one
-# fb
-FB_PKT, FB_FLAGS, FB_ARR = range(3)
-N_FB_FIELDS = 3
-F_HEAD, F_TAIL = 1, 2  # FB_FLAGS bits
-# ovc (OV_OWNER: -1 free, else the input VC that holds it)
-OV_OWNER, OV_CREDITS, OV_TAIL_SENT = range(3)
-N_OV_FIELDS = 3
-# cr_ctl
-CR_HEAD, CR_COUNT = range(2)
+# fb (FB_FLIT: the flit's packet row, shifted left by F_BITS, and its F_* flags: 16 bytes
+#  a flit, so a VC's buffer of 8 flits is two cache lines)
+FB_FLIT, FB_ARR = range(2)
+N_FB_FIELDS = 2
+F_HEAD, F_TAIL = 1, 2  # flags
+F_BITS, F_MASK = 2, 3
+# ovc (OV_OWNER: -1 free, else the input VC that holds it, plus OV_TAIL_SENT once its
+#  tail is sent and the VC waits for its last credit (wait_tail); 16 bytes a VC)
+OV_OWNER, OV_CREDITS = range(2)
+N_OV_FIELDS = 2
+OV_TAIL_SENT = 1 << 40
+# cr_ctl (CR_NEXT: the cycle the first credit in the ring is due, isa.NEVER if none; read
+# first, so that a router's credit intake does not touch the rings of rows with none due)
+CR_HEAD, CR_COUNT, CR_NEXT = range(3)
+N_CR_FIELDS = 3
+# a credit's VC in the low bits of its ring entry (noc.router.vcs <= 32), its due cycle in
+# the 58 above: NoC cycles below 2**58 (9 years at 1 GHz), far past any run
+CR_VC_BITS, CR_VC_MASK = 5, 31
 # nic (NI_PKT: -1 none; NI_SENT: its flits sent so far; NI_VC: the VC it holds)
 NI_PKT, NI_SENT, NI_VC, NI_LAST_VC = range(4)
 N_NI_FIELDS = 4

@@ -89,6 +89,9 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
     ``trace_ring`` > 0 turns the trace counters on: that many bins of ``trace_bin`` ticks,
     a NoC cycle being ``period`` ticks (``kernels/network/trace.py``)."""
     rc = noc.router
+    if rc.vcs > ks.CR_VC_MASK + 1:  # (the config's range; a credit keeps its VC in 5 bits)
+        raise NpusimError(f"config field noc.router.vcs = {rc.vcs} is out of range: at most "
+                          f"{ks.CR_VC_MASK + 1}")
     sites = np.asarray(sites, dtype=np.int64)
     R, N = topo.n_routers, len(sites)
     inject_at = topo.site_in[sites]
@@ -200,17 +203,18 @@ def make_state(p: ks.NocParams, rows: int, trace_ring: int = 0) -> ks.NocState:
     nic = np.zeros((p.n_nodes, ks.N_NI_FIELDS), dtype=np.int64)
     nic[:, ks.NI_PKT] = -1
     nic[:, ks.NI_LAST_VC] = -1
+    cr_ctl = np.zeros((ks.N_CR_FIELDS, rows), dtype=np.int64)
+    cr_ctl[ks.CR_NEXT] = NEVER
     glob = np.zeros(ks.N_NG_FIELDS, dtype=np.int64)
     glob[ks.NG_FREE] = n_packets
     return ks.NocState(
         ivc=ivc,
-        fb=np.zeros((rows, V, B, ks.N_FB_FIELDS), dtype=np.int64),
+        fb=aligned_table(rows, V, B, ks.N_FB_FIELDS),
         ovc=ovc,
         ov_free=np.full(rows, (1 << V) - 1, dtype=np.int64),
         out_free=np.zeros(rows, dtype=np.int64),
-        cr_time=np.zeros((rows, V * B), dtype=np.int64),
-        cr_vc=np.zeros((rows, V * B), dtype=np.int64),
-        cr_ctl=np.zeros((2, rows), dtype=np.int64),
+        cr=np.zeros((rows, V * B), dtype=np.int64),
+        cr_ctl=cr_ctl,
         cr_wait=np.zeros(rows, dtype=np.int64),
         occ=np.zeros(rows, dtype=np.int64),
         busy=np.zeros(p.n_routers + p.n_nodes, dtype=np.int64),
