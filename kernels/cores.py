@@ -11,7 +11,7 @@ from .jit import kernel
 
 from . import isa
 from .core import core_issue, load_tile, slot_finish_time
-from .dma import dma_has_request, dma_next_request, dma_response
+from .dma import dma_has_request, dma_left, dma_next_request, dma_response, dma_skip
 from .memory import channel_of
 from .ports import arr_pop, bell, core_bell, core_heard, heard, inj_push, inj_room
 from .scheduler import (next_tile_for_core, release_due, scheduler_start, tile_finished,
@@ -152,3 +152,83 @@ def paused(st):
 @kernel(inline=True)
 def resume(st):
     st.ctl[CC_PAUSE] = 0
+
+
+# Times a core keeps that may lie ahead of the present (fast fidelity's cut pulls them in).
+_CORE_TIMES = (C_SA_PRELOAD_READY, C_SA_STREAM_FREE, C_SA_LAST_CHUNK, C_VU_FREE,
+               C_SA_DONE)
+
+
+@kernel(inline=True)
+def cores_activity(st):
+    """A number that changes whenever any core issues or completes an instruction, takes
+    or finishes a tile, or starts sending another DMA entry (fast fidelity's test that a
+    window was steady: ``npusim.fast.streams``)."""
+    h = 0
+    for c in range(st.slot.shape[1]):
+        for s in range(2):
+            h = h * 1000003 + st.slot[S_TILE, c, s]
+            h = h * 1000003 + st.slot[S_NEXT, c, s]
+            h = h * 1000003 + st.slot[S_PENDING_DMA, c, s]
+        for d in range(2):
+            h = h * 1000003 + st.dq_ctl[D_HEAD, c, d]
+            h = h * 1000003 + st.dq_ctl[D_SEND, c, d]
+    return h
+
+
+@kernel
+def cores_cut(st, prog, p, t, span, skips):
+    """Fast fidelity (``npusim.fast.streams``): take ``span`` ticks of steady streaming out
+    of the run at tick t. DMA d of core c skips ``skips[c, d]`` requests of the entry it is
+    sending (fewer than it has left), and every time the cores keep that lies after t
+    (compute in flight, queued starts) comes ``span`` earlier, so the work that spans the
+    cut keeps its place relative to the streams; every core looks again at t. The caller
+    makes sure none of those times falls to t or before (``cores_streams``)."""
+    for c in range(st.slot.shape[1]):
+        st.core[C_WAKE, c] = min(st.core[C_WAKE, c], t)
+        for d in range(2):
+            if skips[c, d] > 0:
+                dma_skip(st, prog, p, c, d, skips[c, d])
+        for f in _CORE_TIMES:
+            if t < st.core[f, c] < isa.NEVER:
+                st.core[f, c] -= span
+        for k in range(st.ex_ring.shape[1]):
+            if t < st.ex_ring[c, k] < isa.NEVER:
+                st.ex_ring[c, k] -= span
+        for s in range(2):
+            tile = st.slot[S_TILE, c, s]
+            if tile < 0:
+                continue
+            if t < st.slot[S_LAST_DONE, c, s] < isa.NEVER:
+                st.slot[S_LAST_DONE, c, s] -= span
+            for j in range(prog.tile[tile, isa.T_INST_LEN]):
+                if t < st.done[c, s, j] < isa.NEVER:
+                    st.done[c, s, j] -= span
+
+
+@kernel
+def cores_streams(st, prog, p, t, left, entry):
+    """Fast fidelity: per core c and DMA d, the requests the entry being sent has left and
+    that entry (``left[c, d]``, ``entry[c, d]``; 0 and -1 if none); returns the first time
+    after t that the cores keep (compute finishing, a queued start; isa.NEVER if none),
+    which a cut must stay short of."""
+    nxt = isa.NEVER
+    for c in range(st.slot.shape[1]):
+        for d in range(2):
+            left[c, d], entry[c, d] = dma_left(st, prog, p, c, d)
+        for f in _CORE_TIMES:
+            if t < st.core[f, c] < nxt:
+                nxt = st.core[f, c]
+        for k in range(st.ex_ring.shape[1]):
+            if t < st.ex_ring[c, k] < nxt:
+                nxt = st.ex_ring[c, k]
+        for s in range(2):
+            tile = st.slot[S_TILE, c, s]
+            if tile < 0:
+                continue
+            if t < st.slot[S_LAST_DONE, c, s] < nxt:
+                nxt = st.slot[S_LAST_DONE, c, s]
+            for j in range(prog.tile[tile, isa.T_INST_LEN]):
+                if t < st.done[c, s, j] < nxt:
+                    nxt = st.done[c, s, j]
+    return nxt

@@ -73,9 +73,14 @@ N_REQ_FIELDS = 2
 State = namedtuple("State", ("glob", "rings", "cores", "noc", "mem"))
 
 # glob [G_*]: the main loop's (loop.py) scalars; G_TRACE_STOP: the tick before which the
-# loop returns so that Python can drain the trace buffers (npusim.trace)
-G_NOW, G_STARTED, G_FINISHED, G_END, G_STEPS, G_TRACE_STOP = range(6)
-N_GLOB = 6
+# loop returns so that Python can drain the trace buffers (npusim.trace); G_WINDOW_AT: in
+# fast fidelity, the tick from which the loop looks whether the last G_WINDOW ticks were
+# steady (G_WINDOW_SIG: the cores' activity then, G_WINDOW_STEADY: steady windows in a
+# row) and returns for npusim.fast.streams after the first and every G_WINDOW_EVERY-th
+# steady window; isa.NEVER otherwise
+(G_NOW, G_STARTED, G_FINISHED, G_END, G_STEPS, G_TRACE_STOP, G_WINDOW, G_WINDOW_AT,
+ G_WINDOW_SIG, G_WINDOW_STEADY, G_WINDOW_EVERY) = range(11)
+N_GLOB = 11
 
 # ======================================================================== rings (ports.py)
 

@@ -49,6 +49,8 @@ def make_state(cfg: NpuConfig, prog: Program, p: Params, mt: MemTables, placemen
     """
     glob = aligned_table(ks.N_GLOB)
     glob[ks.G_TRACE_STOP] = isa.NEVER
+    glob[ks.G_WINDOW_AT] = isa.NEVER
+    glob[ks.G_WINDOW_EVERY] = 1
     return ks.State(glob=glob, rings=_rings(cfg, p), cores=_cores(cfg, prog, p, placement, trace),
                     noc=_noc(cfg, p, trace), mem=_memory(cfg, p, mt, log_commands, trace))
 

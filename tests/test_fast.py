@@ -99,7 +99,13 @@ def test_bert_fast_is_within_one_percent_and_says_what_it_extrapolated():
         assert 0.97 * lo - slack <= b["cycles"] <= 1.03 * hi + slack, (i, b["cycles"], lo, hi)
 
 
-def test_fast_equals_full_exactly_when_nothing_repeats():
+def test_fast_equals_full_exactly_when_nothing_repeats(monkeypatch):
+    """No region, no run of tiles, and (no stream cut: none ever has requests enough to
+    measure) nothing inside the tiles: the kernel still pauses at every steady window, and
+    that changes nothing."""
+    from npusim.fast import streams
+
+    monkeypatch.setattr(streams, "HALF_REQUESTS", 1 << 40)
     full, fast = _pair("tiny_cnn", "mobile")
     assert fast.total_cycles == full.total_cycles
     assert [(l["start_cycle"], l["end_cycle"]) for l in fast.layers] == [
@@ -107,6 +113,7 @@ def test_fast_equals_full_exactly_when_nothing_repeats():
     assert fast.memory == full.memory and fast.cores == full.cores
     info = fast.to_dict()["fidelity"]
     assert info["regions"] == [] and info["layers_extrapolated"] == 0
+    assert info["stream_cuts"] == 0
 
 
 def test_another_stream_on_the_chip_means_full_simulation():
@@ -225,9 +232,10 @@ def test_a_layer_of_identical_tile_groups_is_cut_at_its_fixed_point():
 def test_tile_runs_without_a_fixed_point_are_simulated_in_full_identically(monkeypatch):
     """No period ever agrees with the last (tolerance 0): every run is watched to its limit
     and simulated in full, and pausing the kernel for the measurements changes nothing."""
-    from npusim.fast import forward
+    from npusim.fast import forward, streams
 
     monkeypatch.setattr(forward, "PERIOD_TOLERANCE", 0.0)
+    monkeypatch.setattr(streams, "HALF_REQUESTS", 1 << 40)  # nor a stream cut
     full, fast = _pair(MATMUL["model"], MATMUL["config"])
     info = fast.to_dict()["fidelity"]
     (run,) = info["tile_runs"]

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from npusim.fast.regions import Region, TileRun, find_regions, find_tile_runs, tile_contents
+from npusim.fast.streams import StreamCuts
 from npusim.kernels import isa
 from npusim.kernels import state as ks
 
@@ -233,6 +234,7 @@ class FastForward:
         self.ledger: dict[str, np.ndarray] = {}
         self._claims: dict[int, int] = {}  # layers we asked the kernel to pause after
         self.skipped: list[tuple[int, int]] = []  # (simulated tick, ticks extrapolated there)
+        self.streams = StreamCuts(self, timebase)  # steady streaming inside tiles
 
     # -- notifications, shared with whoever else set them ------------------------------
     def _claim(self, st, layers) -> None:
@@ -265,6 +267,7 @@ class FastForward:
             [self.stat_extra, np.zeros((len(LAYER_STATS), grow))], 1)
         if not self.ledger:
             self.ledger = {k: np.zeros_like(v) for k, v in _counters(st).items()}
+            self.streams.start(st, run.p)
         work = _static_work(prog)
         src = np.repeat(np.arange(prog.layer.shape[0]), prog.layer[:, isa.L_SUCC_LEN])
         content = tile_contents(prog)
@@ -301,6 +304,7 @@ class FastForward:
         """Take the measurements due at this pause, cut what has converged, and settle the
         time shift of regions whose shortened run has ended."""
         st = run.st
+        self.streams.paused(run)
         if self.tiles_pending:
             if self._pending_layers is None:
                 self._pending_layers = np.fromiter(self.tiles_pending, np.int64)
@@ -324,6 +328,15 @@ class FastForward:
                 self._unclaim(st, w.anchors)
         self.active = [w for w in self.active
                        if w.outcome == "watching" or (w.outcome == "cut" and not w.settled)]
+
+    def measuring(self, st) -> bool:
+        """Whether a region or run of tiles in progress is being measured: a cut inside
+        tiles would change the periods it compares (``streams.StreamCuts``)."""
+        ls = st.cores.layer_st
+        return (any(w.outcome == "watching" and ls[ks.L_START, w.region.first] >= 0
+                    for w in self.active)
+                or any(w.outcome == "watching" and ls[ks.L_START, layer] >= 0
+                       for layer, w in self.tiles_pending.items()))
 
     def _sample(self, run, w: _Watch, tick: int, progress: float) -> None:
         w.times.append(tick)
@@ -665,6 +678,7 @@ class FastForward:
         runs = [w for w in self.tile_watches if not self.cut[w.run.layer]]
         dropped = sum(w.tiles_skipped for w in runs if w.outcome == "cut")
         ticks = sum(w.extrapolated_ticks for w in self.watches + self.tile_watches)
+        ticks += self.streams.ticks
         return {
             "fidelity": "fast",
             "layers_simulated": int((~cut).sum()), "layers_extrapolated": int(cut.sum()),
@@ -672,6 +686,7 @@ class FastForward:
             "tiles_extrapolated": int(tiles[cut].sum()) + dropped,
             "tiles_dropped_in_layers": dropped,
             "extrapolated_cycles": int(ticks) // P,
+            **self.streams.report(),
             "tile_runs": [{
                 "layer": prog.layers[w.run.layer].name,
                 "groups": w.run.end_group - w.run.first_group,

@@ -107,7 +107,9 @@ def run_bundled() -> list[dict]:
                          / a.total_cycles,
                          "layer_end_error_max_percent_of_total": 100 * ends / a.total_cycles,
                          "layers_extrapolated": info["layers_extrapolated"],
-                         "layers": len(b.layers), "full_cpu_seconds": ta,
+                         "layers": len(b.layers), "stream_cuts": info["stream_cuts"],
+                         "cycles_extrapolated_in_tiles": info["cycles_extrapolated_in_tiles"],
+                         "full_cpu_seconds": ta,
                          "fast_cpu_seconds": tb,
                          "regions": [r["outcome"] for r in info["regions"]]})
             print(json.dumps(rows[-1]), flush=True)
@@ -122,13 +124,15 @@ def write_bundled(rows: list[dict], out: Path) -> None:
              "dims: batch 1, every other 128. A model without a repeated region runs in full "
              "(identical cycles).", "",
              "| model | config | full cycles | fast cycles | error | worst layer end "
-             "(% of run) | layers extrapolated | full CPU s | fast CPU s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "(% of run) | layers extrapolated | stream cuts / cycles in tiles | full CPU s | "
+             "fast CPU s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['config']} | {r['full_cycles']:,} | "
                      f"{r['fast_cycles']:,} | {r['error_percent']:+.3f}% | "
                      f"{r['layer_end_error_max_percent_of_total']:.3f}% | "
                      f"{r['layers_extrapolated']} of {r['layers']} | "
+                     f"{r.get('stream_cuts', '-')} / {r.get('cycles_extrapolated_in_tiles', 0):,} | "
                      f"{r['full_cpu_seconds']:.1f} | {r['fast_cpu_seconds']:.1f} |")
     worst = max(abs(r["error_percent"]) for r in rows)
     lines += ["", f"Worst total-cycle error: {worst:.3f}% (target: within 1%)."]
@@ -196,8 +200,9 @@ def write(rows: list[dict], out: Path) -> None:
              "own; speed-ups are taken on them). Wall and CPU cover loading, lowering, "
              "simulating and collecting.", "",
              "| case | full cycles | fast cycles | error | full CPU s | fast CPU s | "
-             "speed-up | target | layers / tiles extrapolated |",
-             "|---|---:|---:|---:|---:|---:|---:|---|---|"]
+             "speed-up | target | layers / tiles extrapolated | stream cuts / cycles "
+             "extrapolated in tiles |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['description']} | error: {r['error'][-200:]} ||||||||")
@@ -207,12 +212,14 @@ def write(rows: list[dict], out: Path) -> None:
         ext = (f"{fi.get('layers_extrapolated', '-')} of "
                f"{fi.get('layers_extrapolated', 0) + fi.get('layers_simulated', 0)} / "
                f"{fi.get('tiles_extrapolated', '-')}" if "layers_simulated" in fi else "-")
+        streams = (f"{fi['stream_cuts']} / {fi['cycles_extrapolated_in_tiles']:,}"
+                   if "stream_cuts" in fi else "-")
         met = c["speedup_cpu"] >= r["target_speedup"] and abs(c["cycle_error_percent"]) < 1
         lines.append(
             f"| {r['description']} | {f['cycles']:,} | {q['cycles']:,} | "
             f"{c['cycle_error_percent']:+.2f}% | {f['cpu_seconds']:.1f} | "
             f"{q['cpu_seconds']:.1f} | {c['speedup_cpu']:.1f}x | >= {r['target_speedup']}x "
-            f"{'met' if met else 'MISSED'} | {ext} |")
+            f"{'met' if met else 'MISSED'} | {ext} | {streams} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
