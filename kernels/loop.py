@@ -39,7 +39,7 @@ def _next_tick(chip, prog, p, t):
     nxt = min(cores_wake(chip.cores, chip.rings, prog, p), memory_wake(chip.mem, chip.rings, p))
     if p.mem_type != MEM_IDEAL:
         nxt = min(nxt, noc_wake(chip.noc, chip.rings))
-    if nxt < isa.NEVER:  # fast fidelity: a window ends where it would without skipping
+    if p.fast == 1 and nxt < isa.NEVER:  # a window ends where it would without skipping
         nxt = min(nxt, chip.glob[G_WINDOW_AT])
     return max(nxt, t + 1)
 
@@ -93,7 +93,7 @@ def run(chip, prog, mt, p, max_iterations):
         if p.trace == 1 and trace_must_stop(chip, p, t):  # Python drains the trace buffers
             glob[G_NOW] = t
             return 0
-        if t >= glob[G_WINDOW_AT] and _window_steady(chip, t):  # fast fidelity
+        if p.fast == 1 and t >= glob[G_WINDOW_AT] and _window_steady(chip, t):
             glob[G_NOW] = t
             return 0
         iterations += 1

@@ -39,6 +39,8 @@ from collections import namedtuple
 # Scalar parameters (all int64), fixed for a run (npusim.params.make_params).
 PARAM_FIELDS = (
     "n_cores", "core_period", "noc_period", "mem_period", "skip",
+    # fast fidelity: the loop ends windows for npusim.fast.streams (0 in full fidelity)
+    "fast",
     # systolic array and vector unit
     "sa_dataflow", "sa_width", "sa_height", "sa_min_cycles", "acc_latency", "vec_width",
     # instruction queues

@@ -41,7 +41,7 @@ def make_params(cfg: NpuConfig, tb: TimeBase, skip: bool, trace=None) -> Params:
     core = cfg.core
     values = dict(
         n_cores=cfg.num_cores, core_period=tb.core_period, noc_period=tb.noc_period,
-        mem_period=tb.mem_period, skip=int(skip),
+        mem_period=tb.mem_period, skip=int(skip), fast=int(cfg.fidelity == "fast"),
         sa_dataflow=DATAFLOWS.index(core.systolic.dataflow), sa_width=core.systolic.width, sa_height=core.systolic.height,
         sa_min_cycles=core.systolic.min_gemm_cycles, acc_latency=1,
         vec_width=core.vector.lanes * core.vector.alus,
