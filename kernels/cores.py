@@ -176,6 +176,34 @@ def cores_activity(st):
     return h
 
 
+@kernel(inline=True)
+def _core_times_after(st, prog, c, t, span):
+    """Every time core c keeps that lies after t (compute in flight, queued starts, its
+    tiles' instructions and slots done) comes ``span`` earlier; returns the first of them
+    as it was (isa.NEVER if none)."""
+    nxt = isa.NEVER
+    for f in _CORE_TIMES:
+        if t < st.core[f, c] < isa.NEVER:
+            nxt = min(nxt, st.core[f, c])
+            st.core[f, c] -= span
+    for k in range(st.ex_ring.shape[1]):
+        if t < st.ex_ring[c, k] < isa.NEVER:
+            nxt = min(nxt, st.ex_ring[c, k])
+            st.ex_ring[c, k] -= span
+    for s in range(2):
+        tile = st.slot[S_TILE, c, s]
+        if tile < 0:
+            continue
+        if t < st.slot[S_LAST_DONE, c, s] < isa.NEVER:
+            nxt = min(nxt, st.slot[S_LAST_DONE, c, s])
+            st.slot[S_LAST_DONE, c, s] -= span
+        for j in range(prog.tile[tile, isa.T_INST_LEN]):
+            if t < st.done[c, s, j] < isa.NEVER:
+                nxt = min(nxt, st.done[c, s, j])
+                st.done[c, s, j] -= span
+    return nxt
+
+
 @kernel
 def cores_cut(st, prog, p, t, span, skips):
     """Fast fidelity (``npusim.fast.streams``): take ``span`` ticks of steady streaming out
@@ -189,21 +217,7 @@ def cores_cut(st, prog, p, t, span, skips):
         for d in range(2):
             if skips[c, d] > 0:
                 dma_skip(st, prog, p, c, d, skips[c, d])
-        for f in _CORE_TIMES:
-            if t < st.core[f, c] < isa.NEVER:
-                st.core[f, c] -= span
-        for k in range(st.ex_ring.shape[1]):
-            if t < st.ex_ring[c, k] < isa.NEVER:
-                st.ex_ring[c, k] -= span
-        for s in range(2):
-            tile = st.slot[S_TILE, c, s]
-            if tile < 0:
-                continue
-            if t < st.slot[S_LAST_DONE, c, s] < isa.NEVER:
-                st.slot[S_LAST_DONE, c, s] -= span
-            for j in range(prog.tile[tile, isa.T_INST_LEN]):
-                if t < st.done[c, s, j] < isa.NEVER:
-                    st.done[c, s, j] -= span
+        _core_times_after(st, prog, c, t, span)
 
 
 @kernel
@@ -216,19 +230,5 @@ def cores_streams(st, prog, p, t, left, entry):
     for c in range(st.slot.shape[1]):
         for d in range(2):
             left[c, d], entry[c, d] = dma_left(st, prog, p, c, d)
-        for f in _CORE_TIMES:
-            if t < st.core[f, c] < nxt:
-                nxt = st.core[f, c]
-        for k in range(st.ex_ring.shape[1]):
-            if t < st.ex_ring[c, k] < nxt:
-                nxt = st.ex_ring[c, k]
-        for s in range(2):
-            tile = st.slot[S_TILE, c, s]
-            if tile < 0:
-                continue
-            if t < st.slot[S_LAST_DONE, c, s] < nxt:
-                nxt = st.slot[S_LAST_DONE, c, s]
-            for j in range(prog.tile[tile, isa.T_INST_LEN]):
-                if t < st.done[c, s, j] < nxt:
-                    nxt = st.done[c, s, j]
+        nxt = min(nxt, _core_times_after(st, prog, c, t, 0))
     return nxt

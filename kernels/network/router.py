@@ -171,8 +171,8 @@ def _credit_wait(ns, qo):
 @kernel(inline=True)
 def _vc_request(ns, p, r, i, v, q, nreq):
     """Record the head at input row q, VC v asking for a VC of its route's output (noted
-    in its record by ``route_head``), as request ``nreq``. Returns whether the request counts: a head none of whose output VCs
-    is free cannot win one, and leaves every allocator's state as it is (but the
+    in its record by ``route_head``), as request ``nreq``. Returns whether the request
+    counts: a head none of whose output VCs is free cannot win one, and leaves every allocator's state as it is (but the
     wavefront's, whose priority moves on with every cycle that has a request)."""
     vr = ns.va_req
     o = ns.ivc[q, v, IV_OUT]

@@ -25,6 +25,8 @@ cycle but holds its slot, which its sender's credit already paid for. Times are 
 
 from collections import namedtuple
 
+from .names import MAX_VCS
+
 # Scalar parameters of a network, fixed for a run.
 NOC_PARAM_FIELDS = (
     "n_routers", "ports", "vcs", "depth", "n_nodes",
@@ -112,9 +114,11 @@ OV_TAIL_SENT = 1 << 40
 # first, so that a router's credit intake does not touch the rings of rows with none due)
 CR_HEAD, CR_COUNT, CR_NEXT = range(3)
 N_CR_FIELDS = 3
-# a credit's VC in the low bits of its ring entry (noc.router.vcs <= 32), its due cycle in
-# the 58 above: NoC cycles below 2**58 (9 years at 1 GHz), far past any run
-CR_VC_BITS, CR_VC_MASK = 5, 31
+# a credit's VC in the low bits of its ring entry (noc.router.vcs <= MAX_VCS), its due
+# cycle in the bits above (58 of them: NoC cycles below 2**58, 9 years at 1 GHz, and
+# arrivals are bounded far below: npusim.workload.MAX_ARRIVAL_CYCLES)
+CR_VC_BITS = (MAX_VCS - 1).bit_length()
+CR_VC_MASK = (1 << CR_VC_BITS) - 1
 # nic (NI_PKT: -1 none; NI_SENT: its flits sent so far; NI_VC: the VC it holds)
 NI_PKT, NI_SENT, NI_VC, NI_LAST_VC = range(4)
 N_NI_FIELDS = 4

@@ -19,7 +19,7 @@ from typing import Any
 from npusim.errors import NpusimError
 from npusim.kernels.isa import DATAFLOWS, VECTOR_OPS
 from npusim.kernels.names import MEMORY_TYPES, POLICIES
-from npusim.kernels.network.names import ALLOCATORS  # plain names, no numba
+from npusim.kernels.network.names import ALLOCATORS, MAX_VCS  # plain names, no numba
 from npusim.noc.topologies import NOC_TYPES  # one file per topology
 
 # ---------------------------------------------------------------------------------------
@@ -217,7 +217,7 @@ class RouterConfig:
     """Input-queued virtual-channel routers (every noc.type but the crossbar's own model).
     Defaults are what Booksim runs for its ``runfiles/meshconfig``; delays in NoC cycles."""
 
-    vcs: int = _int(1, 32, default=16)              # virtual channels per port
+    vcs: int = _int(1, MAX_VCS, default=16)         # virtual channels per port
     vc_buffer_flits: int = _int(1, 1024, default=8)  # flits each VC buffers
     vc_allocator: str = _choice(ALLOCATORS, default="islip")
     sw_allocator: str = _choice(ALLOCATORS, default="islip")

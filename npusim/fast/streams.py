@@ -138,8 +138,7 @@ class StreamCuts:
         entry = np.full((n_cores, 2), -1, np.int64)
         nxt = int(cores_streams(cs, run.pa, p, np.int64(t), left, entry))
         room = (nxt - t) - KEEP_WINDOWS * W if nxt < isa.NEVER else isa.NEVER
-        core_fields = next(f for _, name, f in COUNTERS if name == "core")
-        req_rate = np.stack([rate["core"][core_fields.index(ks.C_LD_REQUESTS + d)]
+        req_rate = np.stack([rate["core"][_field(COUNTERS, "core", ks.C_LD_REQUESTS + d)]
                              for d in range(2)], axis=1)
         busy = req_rate > 0
         if not busy.any():
@@ -180,8 +179,8 @@ class StreamCuts:
         cores_cut(cs, run.pa, p, np.int64(t), np.int64(span), skips)
         # every other counter: its rate over the stretch times the span; refreshes by the
         # clock (each rank once an interval)
-        exact = [core_fields.index(f) for f in (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS,
-                                                ks.C_LD_BYTES, ks.C_ST_BYTES)]
+        exact = [_field(COUNTERS, "core", f)
+                 for f in (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS, ks.C_LD_BYTES, ks.C_ST_BYTES)]
         for name, r in rate.items():
             add = r * span
             if name == "core":

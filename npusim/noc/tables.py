@@ -89,9 +89,6 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
     ``trace_ring`` > 0 turns the trace counters on: that many bins of ``trace_bin`` ticks,
     a NoC cycle being ``period`` ticks (``kernels/network/trace.py``)."""
     rc = noc.router
-    if rc.vcs > ks.CR_VC_MASK + 1:  # (the config's range; a credit keeps its VC in 5 bits)
-        raise NpusimError(f"config field noc.router.vcs = {rc.vcs} is out of range: at most "
-                          f"{ks.CR_VC_MASK + 1}")
     sites = np.asarray(sites, dtype=np.int64)
     R, N = topo.n_routers, len(sites)
     inject_at = topo.site_in[sites]
