@@ -7,7 +7,7 @@ arrival ring. Each core keeps its own wake tick (``C_WAKE``); the bells the netw
 rings (a response on its way, room in the injection ring) lower it when the unit runs.
 """
 
-from .jit import kernel
+from .jit import entry, kernel
 
 from . import isa
 from .core import core_issue, load_tile, slot_finish_time
@@ -204,7 +204,7 @@ def _core_times_after(st, prog, c, t, span):
     return nxt
 
 
-@kernel
+@entry
 def cores_cut(st, prog, p, t, span, skips):
     """Fast fidelity (``npusim.fast.streams``): take ``span`` ticks of steady streaming out
     of the run at tick t. DMA d of core c skips ``skips[c, d]`` requests of the entry it is
@@ -220,15 +220,15 @@ def cores_cut(st, prog, p, t, span, skips):
         _core_times_after(st, prog, c, t, span)
 
 
-@kernel
-def cores_streams(st, prog, p, t, left, entry):
+@entry
+def cores_streams(st, prog, p, t, left, sending):
     """Fast fidelity: per core c and DMA d, the requests the entry being sent has left and
-    that entry (``left[c, d]``, ``entry[c, d]``; 0 and -1 if none); returns the first time
+    that entry (``left[c, d]``, ``sending[c, d]``; 0 and -1 if none); returns the first time
     after t that the cores keep (compute finishing, a queued start; isa.NEVER if none),
     which a cut must stay short of."""
     nxt = isa.NEVER
     for c in range(st.slot.shape[1]):
         for d in range(2):
-            left[c, d], entry[c, d] = dma_left(st, prog, p, c, d)
+            left[c, d], sending[c, d] = dma_left(st, prog, p, c, d)
         nxt = min(nxt, _core_times_after(st, prog, c, t, 0))
     return nxt

@@ -1,7 +1,7 @@
 """The two decorators every kernel uses, and the notice shown while kernels compile.
 
 ``entry`` marks the few kernels Python calls (the main loop, the trace sync, the DRAM
-replay); ``kernel`` every other one, which only kernels call. Both compile without numba's
+replay, fast fidelity's cuts); ``kernel`` every other one, which only kernels call. Both compile without numba's
 reference-counting runtime (``_nrt=False``): kernels only read and write preallocated
 arrays (they never allocate or return arrays), so there is nothing to count, and counting
 cost more than the simulation itself (every call between kernels incremented and

@@ -8,7 +8,7 @@ all are served before cores that would only fill their second (prefetch) slot, s
 idles while a ready tile exists that it may run.
 """
 
-from .jit import kernel
+from .jit import entry, kernel
 
 from . import isa
 from .policies import layer_priority, layer_started
@@ -154,7 +154,7 @@ def next_tile_for_core(st, prog, p, c):
     return t0
 
 
-@kernel
+@entry
 def skip_layers(st, prog, layers, t):
     """Fast fidelity (``npusim.fast``): end each of ``layers``, none of whose tiles has been
     handed out, as if it had no tiles: a ready one leaves its partition's ready list and
@@ -179,7 +179,7 @@ def _leave_ready(st, prog, layer):
     return False
 
 
-@kernel
+@entry
 def skip_groups(st, prog, layer, end, t):
     """Fast fidelity (``npusim.fast``): the groups of ``layer`` not yet handed out, up to
     group ``end`` (exclusive), are dropped unrun: the layer hands out group ``end`` next (or

@@ -5,11 +5,13 @@ A run compiles the numba kernels it calls on first use and keeps them in the on-
 container; ``npusim compile`` pays it once, at build time, by calling every kernel entry
 point (the simulation loop, the trace sync, the DRAM request replay) the way a run does,
 on an empty program, so the cache holds exactly the variants runs look up: the loop once
-per NoC model (``kernels/noc.py``: the model is part of the state's type).
+per NoC model (``kernels/noc.py``: the model is part of the state's type) and again for
+fast fidelity (``kernels/loop.py``: a fast run's Params are a type of their own).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 
@@ -29,18 +31,43 @@ class Built:
     cpu_seconds: float
 
 
-def _simulation_loop(cfg) -> None:
+def _loop(preset: str | None, fidelity: str):
+    """The simulation loop a run on ``preset`` in ``fidelity`` uses."""
+    def build(cfg) -> None:
+        from npusim.engine import EngineRun
+        from npusim.program import ProgramBuilder
+
+        EngineRun(ProgramBuilder().build(), load_config(preset, [f"fidelity={fidelity}"]))
+    return build
+
+
+@functools.cache
+def _fast_run():
+    """A fast-fidelity run (crossbar) of one layer of one tile, not started: the state its
+    cuts are typed with."""
     from npusim.engine import EngineRun
-    from npusim.program import ProgramBuilder
+    from npusim.program import Instr, LayerInfo, ProgramBuilder
 
-    EngineRun(ProgramBuilder().build(), cfg)
+    b = ProgramBuilder()
+    b.begin_layer(LayerInfo("one", "Test", [], (), 0, "", "precompile"), [])
+    b.begin_group()
+    b.add_tile(b.template("t", lambda: [Instr.dma(True, 0, 0, 1, 64, 1, 0, 64)]), (0, 0, 0, 0))
+    return EngineRun(b.build(), load_config(None, ["fidelity=fast"]))
 
 
-def _router_loop(cfg) -> None:
-    from npusim.engine import EngineRun
-    from npusim.program import ProgramBuilder
+def _fast_cuts(cfg) -> None:
+    """Fast fidelity's cuts, each called so that it changes nothing (no layer, group,
+    span or request to skip)."""
+    from npusim.kernels.cores import cores_cut, cores_streams
+    from npusim.kernels.scheduler import skip_groups, skip_layers
 
-    EngineRun(ProgramBuilder().build(), load_config("chiplet"))
+    run = _fast_run()
+    cs, pa, p, t = run.st.cores, run.pa, run.p, np.int64(0)
+    skip_layers(cs, pa, np.zeros(0, np.int64), t)
+    skip_groups(cs, pa, np.int64(0), np.int64(0), t)
+    none = np.zeros((cs.core.shape[1], 2), np.int64)
+    cores_cut(cs, pa, p, t, np.int64(0), none)
+    cores_streams(cs, pa, p, t, none.copy(), none.copy())
 
 
 def _trace_sync(cfg) -> None:
@@ -82,9 +109,14 @@ def _noc_packets(cfg) -> None:
 # (kernel, module, what it is, how a run first calls it)
 ENTRY_POINTS = (
     ("run", "loop", "the simulation loop with the crossbar (every memory model)",
-     _simulation_loop),
+     _loop(None, "full")),
     ("run", "loop", "the simulation loop with a router network (every memory model)",
-     _router_loop),
+     _loop("chiplet", "full")),
+    ("run", "loop", "the simulation loop of fast fidelity, crossbar", _loop(None, "fast")),
+    ("run", "loop", "the simulation loop of fast fidelity, router network",
+     _loop("chiplet", "fast")),
+    ("cores_cut", "cores", "fast fidelity's cuts (regions, runs of tiles, streams)",
+     _fast_cuts),
     ("trace_sync", "trace", "the trace recorder's sync of DRAM bank state", _trace_sync),
     ("router_network_trace_sync", "router_network",
      "the trace recorder's sync of a router network's links and buffers", _router_trace_sync),

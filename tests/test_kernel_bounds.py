@@ -5,8 +5,9 @@ out-of-range index would silently corrupt memory. This test compiles them with
 ``NUMBA_BOUNDSCHECK=1`` in a separate process and cache, and runs every memory model,
 the trace replay, multi-request workloads under every scheduling policy, LLM serving
 (pauses that grow the program), traced runs (tiny trace rings, so they wrap and drain
-often) and router networks (the chiplet preset, a torus under back-pressure, synthetic
-traffic past saturation) through them: any stray index raises.
+often), fast fidelity's cuts (regions, runs of tiles, streams) and router networks (the
+chiplet preset, a torus under back-pressure, synthetic traffic past saturation) through
+them: any stray index raises.
 
 The bounds-checked kernels are built by ``npusim compile`` into a cache of their own, kept
 per version of the kernel sources (``npusim.kernels.kernel_cache_dir``) like the normal
@@ -62,6 +63,22 @@ SCRIPT = textwrap.dedent("""
             traffic={"rate": 0.9, "packet_flits": 4}, measurement={"cycles": 3000})
     npusim.simulate("bert_base_layer", "server", dims={"batch": 1, "seq": 32})
     npusim.simulate("mobilenetv2", "server", dims={"batch": 1})  # depthwise on the vector unit
+    # fast fidelity's cuts: a run of tiles (the 1024 MatMul), a region (BERT's blocks), a
+    # stream inside tiles (one long load per core on the cycle-level DRAM)
+    npusim.simulate("matmul_1024", "mobile", overrides=["fidelity=fast"])
+    npusim.simulate("bert_base", "server", dims={"batch": 1, "seq": 32},
+                    overrides=["fidelity=fast"])
+    from npusim.engine import run_program
+    from npusim.program import Instr, LayerInfo, ProgramBuilder
+    b = ProgramBuilder()
+    b.begin_layer(LayerInfo("stream", "Test", [], (), 0, "", "hand"), [])
+    tpl = b.template("t", lambda: [Instr.dma(True, 0, 0, 40000, 64, 1, 0, 64)])
+    for _ in range(2):
+        b.begin_group()
+        b.add_tile(tpl, (0, 0, 0, 0))
+    prog = b.build()
+    fast = run_program(prog, load_config("mobile", ["fidelity=fast"])).fast.report(prog)
+    assert fast["stream_cuts"] and fast["tiles_extrapolated"] == 0, fast
     mlp = str(resolve_model_path("mlp"))
     for policy in ("fifo", "time-shared", "spatial"):
         simulate_requests([Request(mlp, name="a"), Request(mlp, arrival_cycle=5000, name="b"),

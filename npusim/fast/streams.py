@@ -6,7 +6,8 @@ GEMMs. Where a layer has too few tiles for a run of tiles (``TileRun``) to reach
 point, the repetition is inside those instructions, and this is where it is extrapolated:
 
 1. In fast fidelity the main loop looks at the cores at the end of every window
-   (``G_WINDOW_AT``: one compare per event step, never taken in full fidelity; the end is
+   (``G_WINDOW_AT``: one compare per event step in the loop fast runs compile for
+   themselves, ``kernels/loop.py: fast_fidelity``; a full-fidelity loop has none; the end is
    an event of its own, so skipping ahead or not gives the same windows). A window is
    *steady* when no core issued or completed an instruction, took or finished a tile, or
    started sending another DMA entry in it (``kernels/cores.py: cores_activity``). The
