@@ -46,13 +46,10 @@ def program_digest(prog) -> str:
 
 def _cases() -> list[tuple[str, str, object, dict | None]]:
     """(name, model, config name or NpuConfig, dims)."""
-    import onnx
+    from bench_fast import bundled_models  # beside this file
 
     out = []
-    for path in sorted((REPO / "models").glob("*.onnx")):
-        graph = onnx.load(str(path), load_external_data=False).graph
-        dims = {d.dim_param: 1 if d.dim_param == "batch" else 128
-                for i in graph.input for d in i.type.tensor_type.shape.dim if d.dim_param}
+    for path, dims in bundled_models():
         for config in ("mobile", "server"):
             out.append((f"{path.stem}@{config}", path.stem, config, dims or None))
     out.append(("resnet50_b8@server", "resnet50", "server", {"batch": 8}))
