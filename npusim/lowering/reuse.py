@@ -90,11 +90,12 @@ class ProgramCache:
 
 
 def _digest(graph, mapping, unsupported: str) -> str:
-    """Everything but the config that lowering reads: the graph's nodes and tensors (with
-    constant values), the mapping lines, the mode."""
-    parts = (graph.name, graph.nodes, graph.tensors, graph.inputs, graph.outputs,
-             graph.source_path, graph.unshaped,
-             None if mapping is None else (str(mapping.path), mapping.mappings), unsupported)
+    """Everything but the config that lowering reads: every field of the graph (nodes,
+    tensors with their constant values, ...; not its producer/consumer index), the mapping
+    lines, the mode."""
+    fields = [getattr(graph, f.name) for f in dataclasses.fields(graph) if f.compare]
+    table = None if mapping is None else (str(mapping.path), mapping.mappings)
+    parts = (fields, table, unsupported)
     return hashlib.sha256(pickle.dumps(parts, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
 
 
