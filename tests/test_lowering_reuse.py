@@ -145,3 +145,19 @@ def test_choosers_remember_answers_and_pick_the_same_tile_each_time():
     g = choose_gemm_tile(b, 512, 768, 768)
     assert choose_gemm_tile.__wrapped__(b, 512, 768, 768) == g
     assert choose_conv_tile.cache_info().misses == 1 and choose_gemm_tile.cache_info().misses == 1
+
+
+def test_another_mapping_file_is_lowered_afresh(cache, tmp_path):
+    from npusim.lowering.mapping import parse_mapping_file
+
+    cfg = load_config("server")
+    digests = []
+    for inner in ("N128 C768 M128", "N256 C768 M256", "N128 C768 M128"):
+        path = tmp_path / f"{inner.replace(' ', '_')}.map"
+        n, m = int(inner.split()[0][1:]), int(inner.split()[2][1:])
+        path.write_text(f"[T] N512 C768 M768 - [O] N{512 // n} C1 M{768 // m} - [I] {inner}\n")
+        prog = lower_graph(graph_of("matmul_512x768x768"), cfg, parse_mapping_file(path))
+        assert prog.layers[0].mapping_source.endswith(":1")
+        digests.append(program_digest(prog))
+    assert digests[0] != digests[1] and digests[2] == digests[0]
+    assert (cache.hits, cache.misses) == (1, 2)  # the first file again: reused
