@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from npusim.fast.chip import COUNTERS, counter_index, counters, released
 from npusim.fast.regions import Region, TileRun, find_regions, find_tile_runs, tile_contents
 from npusim.fast.streams import StreamCuts
 from npusim.kernels import isa
@@ -65,22 +66,6 @@ WINDOWS = 16  # side by side: the region's work is measured in windows of 1/16 o
 MIN_RUN_WAVES = 16
 
 
-# Running totals of the chip: (table, field indices or None for the whole table). A cut
-# adds the skipped iterations' share of their increments; everything else in the state
-# is either a time (moved with the run) or current occupancy (left as it is).
-COUNTERS = (
-    ("cores", "core", (ks.C_SA_STREAM, ks.C_SA_MACS, ks.C_VU_BUSY, ks.C_VU_OPS, ks.C_BUSY,
-              ks.C_LD_REQUESTS, ks.C_ST_REQUESTS, ks.C_LD_BYTES, ks.C_ST_BYTES, ks.C_TILES,
-              ks.C_READ_LAT_SUM, ks.C_READ_LAT_N)),
-    ("mem", "chan", (ks.H_READS, ks.H_WRITES, ks.H_READ_BYTES, ks.H_WRITE_BYTES)),
-    ("mem", "dch", (ks.DC_READS, ks.DC_WRITES, ks.DC_READ_BYTES, ks.DC_WRITE_BYTES, ks.DC_ACTS,
-             ks.DC_PRES, ks.DC_REFS, ks.DC_CMDS, ks.DC_BUS_BUSY, ks.DC_LAT_SUM, ks.DC_LAT_N,
-             ks.DC_RD_CMDS, ks.DC_WR_CMDS, ks.DC_RDA_CMDS, ks.DC_WRA_CMDS,
-             ks.DC_BANK_CLOSES)),
-    ("mem", "dbank", (ks.B_HITS, ks.B_MISSES, ks.B_CONFLICTS, ks.B_READS, ks.B_WRITES)),
-    ("mem", "drank", (ks.RK_ACTIVE_CYCLES,)),
-    ("mem", "lat_hist", None),
-)
 # How far side-by-side work has got: bytes moved, else array and vector cycles issued.
 PROGRESS = ((ks.L_LD_BYTES, ks.L_ST_BYTES), (ks.L_SA_CYCLES, ks.L_VU_CYCLES))
 # Per-layer statistics a skipped layer copies from its counterpart.
@@ -89,19 +74,6 @@ LAYER_STATS = (ks.L_SA_CYCLES, ks.L_VU_CYCLES, ks.L_LD_BYTES, ks.L_ST_BYTES)
 # moved by the total extrapolated time so that "after the end" stays after it.
 END_TIMES = (("mem", "drank", (ks.RK_ACTIVE_UNTIL, ks.RK_ACTIVE_MARK)),
              ("mem", "dbank", (ks.B_AUTO_CLOSE, ks.B_ACT_CYCLE)))
-
-
-def _counters(st) -> dict[str, np.ndarray]:
-    out = {}
-    for unit, name, fields in COUNTERS:
-        table = getattr(getattr(st, unit), name)
-        out[name] = (table if fields is None else table[list(fields)]).astype(np.float64)
-    # a core adds its busy time when it falls idle: count the stretch it is in so far
-    busy = (st.cores.slot[ks.S_TILE] >= 0).any(axis=1)
-    since = st.cores.core[ks.C_BUSY_SINCE]
-    out["core"][COUNTERS[0][2].index(ks.C_BUSY)] += np.where(
-        busy, st.glob[ks.G_NOW] - since, 0)
-    return out
 
 
 def _static_work(prog) -> np.ndarray:
@@ -119,16 +91,6 @@ def _static_work(prog) -> np.ndarray:
     for i in range(2):
         np.add.at(out[i], prog.tile[:, isa.T_LAYER], per_tile[i])
     return out
-
-
-def _released(st, prog) -> np.ndarray:
-    """Layers the scheduler has released (ready, running or ended)."""
-    ls = st.cores.layer_st
-    rel = ls[ks.L_PREDS_LEFT] == 0
-    roots = prog.layer[:, isa.L_N_PREDS] == 0
-    waiting = prog.release_order[int(st.cores.ctl[ks.CC_RELEASED]):]
-    rel[waiting] = False
-    return rel | (ls[ks.L_END] >= 0) | (roots & (ls[ks.L_START] >= 0))
 
 
 @dataclass
@@ -266,7 +228,7 @@ class FastForward:
         self.stat_extra = np.concatenate(
             [self.stat_extra, np.zeros((len(LAYER_STATS), grow))], 1)
         if not self.ledger:
-            self.ledger = {k: np.zeros_like(v) for k, v in _counters(st).items()}
+            self.ledger = {k: np.zeros_like(v) for k, v in counters(st).items()}
             self.streams.start(st, run.p)
         work = _static_work(prog)
         src = np.repeat(np.arange(prog.layer.shape[0]), prog.layer[:, isa.L_SUCC_LEN])
@@ -341,7 +303,7 @@ class FastForward:
     def _sample(self, run, w: _Watch, tick: int, progress: float) -> None:
         w.times.append(tick)
         w.progress.append(progress)
-        w.counters.append({k: v + self.ledger[k] for k, v in _counters(run.st).items()})
+        w.counters.append({k: v + self.ledger[k] for k, v in counters(run.st).items()})
         self._decide(run, w)
 
     def _sample_anchors(self, run, w: _Watch) -> None:
@@ -414,14 +376,14 @@ class FastForward:
         r = w.region
         ls = st.cores.layer_st
         n = prog.layer.shape[0]
-        released = _released(st, prog)
+        rel = released(st, prog)
         started = ls[ks.L_START] >= 0
         ended = ls[ks.L_END] >= 0
         grid = r.layers().reshape(r.iterations, r.period)
         layers = grid.ravel()
         # the layers to skip: not yet handed out to a core and, where iterations follow
         # each other, not yet released (a released one runs before the skipped ones)
-        todo = ~started[layers] & (~released[layers] if r.sequential else True)
+        todo = ~started[layers] & (~rel[layers] if r.sequential else True)
         cut = layers[todo]
         if len(cut) == 0:
             w.outcome = "nothing left to skip"
@@ -438,7 +400,7 @@ class FastForward:
         inside[layers] = True
         running = started & ~ended & ~inside
         stream = prog.layer[r.first, isa.L_REQUEST]
-        foreign = released & ~ended & (prog.layer[:, isa.L_REQUEST] != stream)
+        foreign = rel & ~ended & (prog.layer[:, isa.L_REQUEST] != stream)
         if running.any() or foreign.any():
             other = int(np.flatnonzero(running | foreign)[0])
             w.outcome = f"shared with {prog.layers[other].name} (simulated in full)"
@@ -464,9 +426,9 @@ class FastForward:
         # what runs after the skipped layers: everything not yet released, and what became
         # ready after the first skipped layer that was ready
         seq = ls[ks.L_READY_SEQ]
-        ready_cut = cut[released[cut]]
+        ready_cut = cut[rel[cut]]
         first_seq = int(seq[ready_cut].min()) if len(ready_cut) else np.iinfo(np.int64).max
-        after = ~started & ~inside & (~released | (seq > first_seq))
+        after = ~started & ~inside & (~rel | (seq > first_seq))
         # inner regions inside the skipped layers are done with
         for other in self.watches:
             if other is not w and other.outcome == "watching" and inside[other.region.first]:
@@ -523,7 +485,7 @@ class FastForward:
         left = int(ls[ks.L_TILES_LEFT, layer])
         if left > w.mark:
             return
-        counts = {k: v + self.ledger[k] for k, v in _counters(run.st).items()}
+        counts = {k: v + self.ledger[k] for k, v in counters(run.st).items()}
         counts["layer"] = ls[list(LAYER_STATS), layer].astype(np.float64)
         w.times.append(int(run.st.glob[ks.G_NOW]) + self.offset)
         w.progress.append(float(w.run.tiles_before + w.run.tiles - left))
@@ -559,7 +521,7 @@ class FastForward:
         running = started & ~ended
         running[layer] = False
         stream = prog.layer[layer, isa.L_REQUEST]
-        foreign = _released(st, prog) & ~ended & (prog.layer[:, isa.L_REQUEST] != stream)
+        foreign = released(st, prog) & ~ended & (prog.layer[:, isa.L_REQUEST] != stream)
         if running.any() or foreign.any():
             other = int(np.flatnonzero(running | foreign)[0])
             w.outcome = f"shared with {prog.layers[other].name} (simulated in full)"
@@ -728,8 +690,7 @@ def _same(t0: float, t1: float, d0: dict, d1: dict) -> bool:
 
 
 def _core(d: dict, field_index: int) -> float:
-    fields = next(f for _, name, f in COUNTERS if name == "core")
-    return float(d["core"][fields.index(field_index)].sum())
+    return float(d["core"][counter_index("core", field_index)].sum())
 
 
 def _bytes(d: dict) -> float:

@@ -13,7 +13,7 @@ point, the repetition is inside those instructions, and this is where it is extr
    loop returns to Python only after a steady window, so a run whose activity changes
    all the time pays for almost no pauses.
 2. At each such pause a few numbers are probed (``_probe``: requests, bytes, read latency
-   and requests in flight per core, the row hits); every counter (``COUNTERS``) only at a
+   and requests in flight per core, the row hits); every counter (``chip.COUNTERS``) only at a
    steady stretch's first sample and at a cut. The fixed point: the stretch so far, in two
    halves of at least ``HALF_REQUESTS`` requests (on a refreshing DRAM, of whole refresh
    intervals), agrees with itself (``_steady``).
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from npusim.fast.chip import counter_index, counters, released
 from npusim.kernels import isa
 from npusim.kernels import state as ks
 from npusim.kernels.names import MEM_DRAM
@@ -84,8 +85,6 @@ class StreamCuts:
             self.refused[why] = self.refused.get(why, 0) + 1
 
     def paused(self, run) -> None:
-        from npusim.fast.forward import _counters
-
         st = run.st
         g = st.glob
         steady, t = int(g[ks.G_WINDOW_STEADY]), int(g[ks.G_NOW])
@@ -97,7 +96,7 @@ class StreamCuts:
         if steady == 1:  # a new steady stretch
             self.samples = []
         if not self.samples:  # the stretch's first sample: every counter, for the rates
-            self.first = _counters(st)
+            self.first = counters(st)
         self.samples.append((t, _probe(st)))
         m = len(self.samples) - 1  # samples since the stretch's first
         if m < 2 or m % 2:  # two equal halves (of whole refresh intervals)
@@ -111,11 +110,10 @@ class StreamCuts:
             return
         w1, w2 = (c1 - c0) * (self.window / (t1 - t0)), (c2 - c1) * (self.window / (t2 - t1))
         if _steady(w1, w2, n):
-            now = _counters(st)
+            now = counters(st)
             self._cut(run, {k: (now[k] - self.first[k]) / (t2 - t0) for k in now})
 
     def _cut(self, run, rate: dict) -> None:
-        from npusim.fast.forward import COUNTERS, _released
         from npusim.kernels.cores import cores_cut, cores_streams
 
         st, prog, p, ff = run.st, run.prog, run.p, self.ff
@@ -124,7 +122,7 @@ class StreamCuts:
         W = self.window
         ls = cs.layer_st
         ended = ls[ks.L_END] >= 0
-        live = _released(st, prog) & ~ended
+        live = released(st, prog) & ~ended
         if len(np.unique(prog.layer[live, isa.L_REQUEST])) > 1:
             self._quiet(st, "shared with another request")
             return
@@ -138,7 +136,7 @@ class StreamCuts:
         entry = np.full((n_cores, 2), -1, np.int64)
         nxt = int(cores_streams(cs, run.pa, p, np.int64(t), left, entry))
         room = (nxt - t) - KEEP_WINDOWS * W if nxt < isa.NEVER else isa.NEVER
-        req_rate = np.stack([rate["core"][_field(COUNTERS, "core", ks.C_LD_REQUESTS + d)]
+        req_rate = np.stack([rate["core"][counter_index("core", ks.C_LD_REQUESTS + d)]
                              for d in range(2)], axis=1)
         busy = req_rate > 0
         if not busy.any():
@@ -179,7 +177,7 @@ class StreamCuts:
         cores_cut(cs, run.pa, p, np.int64(t), np.int64(span), skips)
         # every other counter: its rate over the stretch times the span; refreshes by the
         # clock (each rank once an interval)
-        exact = [_field(COUNTERS, "core", f)
+        exact = [counter_index("core", f)
                  for f in (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS, ks.C_LD_BYTES, ks.C_ST_BYTES)]
         for name, r in rate.items():
             add = r * span
@@ -187,7 +185,7 @@ class StreamCuts:
                 add[exact] = 0
             ff.ledger[name] += add
         if self.per_refresh > 1:
-            refs = _field(COUNTERS, "dch", ks.DC_REFS)
+            refs = counter_index("dch", ks.DC_REFS)
             ff.ledger["dch"][refs] += k * p.d_ranks - rate["dch"][refs] * span
         # time: everything from t on moves by the span
         started = ls[ks.L_START] >= 0
@@ -209,10 +207,6 @@ class StreamCuts:
                 "requests_extrapolated": self.requests,
                 "window_cycles": self.window // P,
                 "stream_cuts_refused": dict(self.refused)}
-
-
-def _field(counters, table: str, field: int) -> int:
-    return next(f for _, name, f in counters if name == table).index(field)
 
 
 def _even(rate: np.ndarray, busy: np.ndarray) -> np.ndarray:
