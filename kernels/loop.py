@@ -14,7 +14,9 @@ cores whether layers are left or a layer asked for a pause) and touches no table
 own ``glob``.
 """
 
-from .jit import entry, kernel
+from numba.extending import overload
+
+from .jit import MODEL_OPTIONS, entry, kernel
 
 from . import isa
 from .cores import (cores_activity, cores_start, cores_step, cores_wake, layers_left, paused,
@@ -23,8 +25,24 @@ from .memory import memory_step, memory_wake
 from .names import MEM_IDEAL
 from .noc import noc_step, noc_wake
 from .state import *  # noqa: F403  (field indices of the state tables)
+from .state import FastParams
 from .timebase import align_up, on_edge
 from .trace import trace_must_stop
+
+
+def fast_fidelity(p):
+    """Whether ``p`` is a fast-fidelity run's Params (kernels only: numba answers it by the
+    class of ``p`` while it types the caller, ``_fast_fidelity_of``)."""
+    raise TypeError("fast_fidelity is called by kernels only")
+
+
+@overload(fast_fidelity, jit_options=MODEL_OPTIONS)
+def _fast_fidelity_of(p):
+    """A constant, by the class of ``p`` (``state.FastParams``): the full-fidelity loop
+    holds no window code at all, as the loop holds only its NoC model's (``noc.py``)."""
+    if getattr(p, "instance_class", None) is FastParams:
+        return lambda p: True
+    return lambda p: False
 
 
 @kernel
@@ -39,7 +57,7 @@ def _next_tick(chip, prog, p, t):
     nxt = min(cores_wake(chip.cores, chip.rings, prog, p), memory_wake(chip.mem, chip.rings, p))
     if p.mem_type != MEM_IDEAL:
         nxt = min(nxt, noc_wake(chip.noc, chip.rings))
-    if p.fast == 1 and nxt < isa.NEVER:  # a window ends where it would without skipping
+    if fast_fidelity(p) and nxt < isa.NEVER:  # a window ends where it would without skipping
         nxt = min(nxt, chip.glob[G_WINDOW_AT])
     return max(nxt, t + 1)
 
@@ -93,7 +111,7 @@ def run(chip, prog, mt, p, max_iterations):
         if p.trace == 1 and trace_must_stop(chip, p, t):  # Python drains the trace buffers
             glob[G_NOW] = t
             return 0
-        if p.fast == 1 and t >= glob[G_WINDOW_AT] and _window_steady(chip, t):
+        if fast_fidelity(p) and t >= glob[G_WINDOW_AT] and _window_steady(chip, t):
             glob[G_NOW] = t
             return 0
         iterations += 1

@@ -39,8 +39,6 @@ from collections import namedtuple
 # Scalar parameters (all int64), fixed for a run (npusim.params.make_params).
 PARAM_FIELDS = (
     "n_cores", "core_period", "noc_period", "mem_period", "skip",
-    # fast fidelity: the loop ends windows for npusim.fast.streams (0 in full fidelity)
-    "fast",
     # systolic array and vector unit
     "sa_dataflow", "sa_width", "sa_height", "sa_min_cycles", "acc_latency", "vec_width",
     # instruction queues
@@ -61,6 +59,16 @@ PARAM_FIELDS = (
     "trace", "trace_bin", "trace_log_from", "trace_log_to",
 )
 Params = namedtuple("Params", PARAM_FIELDS)
+
+
+class FastParams(Params):
+    """The Params of a fast-fidelity run: the same fields; the class alone tells the main
+    loop to end windows for ``npusim.fast.streams`` (``loop.fast_fidelity``). Like the NoC
+    model it is a type, not a value: a full-fidelity loop is compiled without the window
+    code (a run-time test of a flag, never taken, still made the mesh loop 3-5% slower
+    through LLVM's layout of the one big loop), and fast runs compile a loop of their own."""
+
+    __slots__ = ()
 
 # The program tables (read-only); vlat is the vector-op latency table (isa.VECTOR_OPS order),
 # req the requests [request, R_*] and core_part the partition of each core.

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from npusim.config import NpuConfig
 from npusim.kernels.isa import DATAFLOWS
 from npusim.kernels.names import MEMORY_TYPES
-from npusim.kernels.state import PARAM_FIELDS, Params
+from npusim.kernels.state import PARAM_FIELDS, FastParams, Params
 
 
 @dataclass(frozen=True)
@@ -33,15 +33,15 @@ class TimeBase:
 
 
 def make_params(cfg: NpuConfig, tb: TimeBase, skip: bool, trace=None) -> Params:
-    """The kernels' Params for ``cfg``; ``trace`` (a ``npusim.trace.TraceRecorder``) turns
-    tracing on."""
+    """The kernels' Params for ``cfg`` (``FastParams`` in fast fidelity); ``trace`` (a
+    ``npusim.trace.TraceRecorder``) turns tracing on."""
     from npusim.dram.tables import dram_params
     from npusim.scheduling import policy_id
 
     core = cfg.core
     values = dict(
         n_cores=cfg.num_cores, core_period=tb.core_period, noc_period=tb.noc_period,
-        mem_period=tb.mem_period, skip=int(skip), fast=int(cfg.fidelity == "fast"),
+        mem_period=tb.mem_period, skip=int(skip),
         sa_dataflow=DATAFLOWS.index(core.systolic.dataflow), sa_width=core.systolic.width, sa_height=core.systolic.height,
         sa_min_cycles=core.systolic.min_gemm_cycles, acc_latency=1,
         vec_width=core.vector.lanes * core.vector.alus,
@@ -59,4 +59,5 @@ def make_params(cfg: NpuConfig, tb: TimeBase, skip: bool, trace=None) -> Params:
     if trace is not None:
         values.update(trace.params())
     assert set(values) == set(PARAM_FIELDS)
-    return Params(**{k: int(values[k]) for k in PARAM_FIELDS})
+    kind = FastParams if cfg.fidelity == "fast" else Params
+    return kind(**{k: int(values[k]) for k in PARAM_FIELDS})
