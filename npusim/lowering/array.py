@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from npusim.kernels import isa
 from npusim.program import Instr
 
 
@@ -47,11 +48,21 @@ class Stream:
 
 def weight_stationary(out: list[np.ndarray], blocks: Iterable[Block], stream: Stream) -> None:
     """Per block: PRELOAD its weights (after their load), then one GEMM streaming every row
-    of the tile through them. The first PRELOAD of a tile drains the array first."""
-    for i, b in enumerate(blocks):
-        out.append(Instr.preload(deps=(b.weights,), drain=i == 0))
-        out.append(Instr.gemm(stream.rows, stream.segs, stream.rows * stream.segs * b.k * b.n,
-                              deps=stream.deps))
+    of the tile through them. The first PRELOAD of a tile drains the array first.
+
+    The rows are written as one table (a convolution tile has hundreds of blocks): the
+    PRELOAD and GEMM rows the :class:`Instr` builders make, with each block's own fields
+    (its weights' load, its MACs) filled in."""
+    blocks = list(blocks)
+    if not blocks:
+        return
+    table = np.empty((2 * len(blocks), isa.N_INST_COLS), np.int64)
+    table[0::2] = Instr.preload(deps=(blocks[0].weights,))
+    table[0::2, isa.I_DEP0] = [b.weights for b in blocks]
+    table[0, isa.I_DRAIN] = 1
+    table[1::2] = Instr.gemm(stream.rows, stream.segs, 0, deps=stream.deps)
+    table[1::2, isa.I_MACS] = [stream.rows * stream.segs * b.k * b.n for b in blocks]
+    out.extend(table)
 
 
 SCHEDULES: dict[str, Callable[[list, Iterable[Block], Stream], None]] = {

@@ -9,14 +9,20 @@ and an accumulator row ``width`` columns, so a partial block occupies a whole ro
 
 The heuristic searches tile shapes aligned to the array and keeps the one with the lowest
 estimated time, counting array occupancy (the loop nest of ``lowering/array.py`` timed by
-the rule of ``kernels/systolic.py``), memory traffic and how many cores get work.
+the rule of ``kernels/systolic.py``), memory traffic and how many cores get work. It
+evaluates every candidate at once, as numpy arrays (the occupancy and estimate functions
+work elementwise on arrays of tile sizes), and remembers each answer: the choosers are
+pure functions of the budget and the shape, and networks repeat their layer shapes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import product
 from math import ceil, prod
+
+import numpy as np
 
 from npusim.config import NpuConfig
 from npusim.errors import NpusimError
@@ -84,12 +90,34 @@ def _aligned_options(total: int, step: int) -> list[int]:
     return sorted(opts)
 
 
-def _reduction_tile(total: int, c_max: int, h: int, fits) -> int | None:
-    """The reduction tile: all of it, else the most whole ``h``-row blocks, else what fits."""
+def _reduction_tile(total: int, c_max, h: int, fits):
+    """The reduction tile: all of it, else the most whole ``h``-row blocks, else what fits;
+    0 where nothing fits. Elementwise over an array of candidates (``c_max``, and ``fits``
+    taking an array of reduction sizes)."""
+    chosen = np.zeros(np.shape(c_max), np.int64)
     for c in (total, c_max // h * h, c_max):
-        if 0 < c <= total and fits(c):
-            return c
-    return None
+        take = (chosen == 0) & (0 < c) & (c <= total) & fits(c)
+        chosen = np.where(take, c, chosen)
+    return chosen
+
+
+def _ceil_div(n, d):
+    return -(-n // d)
+
+
+def _block_cycles_each(b: Budget, rows, segs) -> np.ndarray:
+    """:func:`block_cycles` of every (rows, segs) pair of two arrays: the one rule, run once
+    per distinct pair."""
+    rows, segs = np.broadcast_arrays(rows, segs)
+    span = int(segs.max()) + 1
+    pairs, where = np.unique(rows * span + segs, return_inverse=True)
+    cycles = [block_cycles(b, r, n) for r, n in zip(*(pairs // span, pairs % span))]
+    return np.array(cycles, np.int64)[where.reshape(rows.shape)]
+
+
+def _best(est, volume) -> int:
+    """The candidate with the lowest estimate; on a tie the larger tile, then the first."""
+    return int(np.lexsort((np.arange(len(est)), -volume, est))[0])
 
 
 @dataclass(frozen=True)
@@ -103,59 +131,66 @@ class GemmTile:
                 f"M{ceil(M / self.m)} - [I] N{self.n} C{self.c} M{self.m}")
 
 
-def gemm_spad_bytes(b: Budget, n: int, c: int, m: int) -> int:
-    """Scratchpad bytes of a GEMM tile: ``n`` input rows of ``c`` (in rows of ``height``)
-    and ``c`` weight rows of ``m`` columns (in rows of ``width``)."""
-    return (n * padded(c, b.height) + c * padded(m, b.width)) * b.precision
+def gemm_occupancy(b: Budget, n, c, m):
+    """(scratchpad bytes, accumulator bytes) of a GEMM tile: ``n`` input rows of ``c`` (in
+    rows of ``height``) and ``c`` weight rows of ``m`` columns (in rows of ``width``), and
+    ``n`` accumulator rows of ``m``. Elementwise over arrays of candidates."""
+    spad = (n * padded(c, b.height) + c * padded(m, b.width)) * b.precision
+    return spad, n * padded(m, b.width) * ACC_BYTES
+
+
+def _within(b: Budget, spad, acc):
+    """Whether a tile's occupancy fits half the scratchpad and half the accumulator."""
+    return (spad <= b.spad_half) & (acc <= b.acc_half)
 
 
 def gemm_tile_fits(b: Budget, n: int, c: int, m: int) -> tuple[bool, str]:
-    spad = gemm_spad_bytes(b, n, c, m)
-    acc = n * padded(m, b.width) * ACC_BYTES
+    spad, acc = gemm_occupancy(b, n, c, m)
+    if _within(b, spad, acc):
+        return True, ""
     if spad > b.spad_half:
         return False, (f"inputs {n}x{c} and weights {c}x{m} need {spad} B, more than half "
                        f"the scratchpad ({b.spad_half} B)")
-    if acc > b.acc_half:
-        return False, (f"outputs {n}x{m} need {acc} B of accumulator, more than half of it "
-                       f"({b.acc_half} B)")
-    return True, ""
+    return False, (f"outputs {n}x{m} need {acc} B of accumulator, more than half of it "
+                   f"({b.acc_half} B)")
 
 
+@lru_cache(maxsize=4096)
 def choose_gemm_tile(b: Budget, N: int, C: int, M: int, batch: int = 1) -> GemmTile:
-    """The GEMM tile (n, c, m) with the lowest estimated time for Y[N,M] = X[N,C] W[C,M]."""
-    best = None
-    for n in _aligned_options(N, b.height):
-        for m in _aligned_options(M, b.width):
-            if n * padded(m, b.width) * ACC_BYTES > b.acc_half:
-                continue
-            c_max = b.spad_half // ((n + padded(m, b.width)) * b.precision)
-            c = _reduction_tile(C, c_max, b.height,
-                                lambda c: gemm_tile_fits(b, n, c, m)[0])
-            if c is None:
-                continue
-            tn, tm, tc = ceil(N / n), ceil(M / m), ceil(C / c)
-            groups = batch * tn * tm
-            c_last = C - (tc - 1) * c
-            # array cycles of one group: every weight block of its C x m slice streams n rows
-            blocks = ((tc - 1) * ceil(c / b.height) + ceil(c_last / b.height)) * ceil(m / b.width)
-            compute = groups * blocks * block_cycles(b, n)
-            compute /= min(b.cores, groups)
-            # rows of X (c long) and W (m long) and of the output, in whole requests
-            x_rows = n * ((tc - 1) * b.run_bytes(c) + b.run_bytes(c_last))
-            traffic = groups * (x_rows + C * b.run_bytes(m)) + batch * N * tm * b.run_bytes(m)
-            memory = traffic / (b.load_bytes_per_cycle * min(b.cores, groups))
-            fill = b.width + b.height + b.height  # pipeline fill and drain of each tile
-            est = max(compute, memory) + fill * groups * tc / min(b.cores, groups)
-            key = (est, -n * m * c)
-            if best is None or key < best[0]:
-                best = (key, GemmTile(n, c, m))
-    if best is None:
+    """The GEMM tile (n, c, m) with the lowest estimated time for Y[N,M] = X[N,C] W[C,M].
+
+    Every candidate (row tile, then column tile, each from :func:`_aligned_options`) is
+    evaluated at once, as arrays. A pure function of its arguments: a shape met again is
+    looked up."""
+    grid = np.meshgrid(np.array(_aligned_options(N, b.height), np.int64),
+                       np.array(_aligned_options(M, b.width), np.int64), indexing="ij")
+    n, m = (g.ravel() for g in grid)
+    c_max = b.spad_half // ((n + padded(m, b.width)) * b.precision)
+    c = _reduction_tile(C, c_max, b.height, lambda c: _within(b, *gemm_occupancy(b, n, c, m)))
+    ok = np.flatnonzero(c > 0)  # (a tile whose accumulator rows do not fit has no c either)
+    if not len(ok):
         need = (b.height * b.width * ACC_BYTES, (b.height + b.width) * b.precision)
         raise NpusimError(
             f"no GEMM tile fits: even a 1x1 block needs {need[1]} B of scratchpad and "
             f"{need[0]} B of accumulator per half, the core has {b.spad_half} B and "
             f"{b.acc_half} B; raise core.spad_kib / core.accum_kib")
-    return best[1]
+    n, m, c = n[ok], m[ok], c[ok]
+    tn, tm, tc = _ceil_div(N, n), _ceil_div(M, m), _ceil_div(C, c)
+    groups = batch * tn * tm
+    par = np.minimum(b.cores, groups)
+    c_last = C - (tc - 1) * c
+    # array cycles of one group: every weight block of its C x m slice streams n rows
+    blocks = ((tc - 1) * _ceil_div(c, b.height) + _ceil_div(c_last, b.height)) \
+        * _ceil_div(m, b.width)
+    compute = groups * blocks * _block_cycles_each(b, n, 1) / par
+    # rows of X (c long) and W (m long) and of the output, in whole requests
+    x_rows = n * ((tc - 1) * b.run_bytes(c) + b.run_bytes(c_last))
+    traffic = groups * (x_rows + C * b.run_bytes(m)) + batch * N * tm * b.run_bytes(m)
+    memory = traffic / (b.load_bytes_per_cycle * par)
+    fill = b.width + b.height + b.height  # pipeline fill and drain of each tile
+    est = np.maximum(compute, memory) + fill * groups * tc / par
+    best = _best(est, n * m * c)
+    return GemmTile(int(n[best]), int(c[best]), int(m[best]))
 
 
 @dataclass(frozen=True)
@@ -208,7 +243,8 @@ class ConvTile:
 
 
 def conv_occupancy(b: Budget, s: ConvShape, t: ConvTile) -> tuple[int, int, int]:
-    """(input pixels held, scratchpad bytes, accumulator bytes) of a tile."""
+    """(input pixels held, scratchpad bytes, accumulator bytes) of a tile; of each candidate
+    when the tile's sizes are arrays of candidates (the chooser's use)."""
     pixels = prod(s.window(d, n) for d, n in enumerate(t.out))
     spad = (pixels * padded(t.c, b.height)
             + s.kernel_positions * t.c * padded(t.m, b.width)) * b.precision
@@ -218,86 +254,96 @@ def conv_occupancy(b: Budget, s: ConvShape, t: ConvTile) -> tuple[int, int, int]
 
 def conv_tile_fits(b: Budget, s: ConvShape, t: ConvTile) -> tuple[bool, str]:
     pixels, spad, acc = conv_occupancy(b, s, t)
+    if _within(b, spad, acc):
+        return True, ""
     if spad > b.spad_half:
         kernel = "x".join(map(str, s.kernel))
         return False, (f"{pixels} input pixels of {t.c} channels and weights "
                        f"{t.m}x{t.c}x{kernel} need {spad} B, more than half the scratchpad "
                        f"({b.spad_half} B)")
-    if acc > b.acc_half:
-        return False, (f"outputs {'x'.join(map(str, t.out))}x{t.m} need {acc} B of "
-                       f"accumulator, more than half of it ({b.acc_half} B)")
-    return True, ""
+    return False, (f"outputs {'x'.join(map(str, t.out))}x{t.m} need {acc} B of "
+                   f"accumulator, more than half of it ({b.acc_half} B)")
 
 
-def _splits(total: int, size: int) -> list[tuple[int, int]]:
-    """(tile size, how many) of cutting ``total`` into tiles of ``size``."""
-    full, rest = divmod(total, size)
-    return [(size, full)] + ([(rest, 1)] if rest else [])
+def _splits(total: int, size):
+    """(tile size, how many) of cutting ``total`` into tiles of ``size``: the whole tiles,
+    then the rest (how many: 0 when there is none). Elementwise over an array of sizes."""
+    full, rest = total // size, total % size
+    return [(size, full), (rest, (rest > 0) * 1)]
 
 
 def _spatial_options(total: int) -> list[int]:
     return _aligned_options(total, 1) if total <= 64 else _aligned_options(total, 8)
 
 
+@lru_cache(maxsize=4096)
 def choose_conv_tile(b: Budget, s: ConvShape) -> ConvTile:
     """Output box and channel tile of a (per-group) convolution with the lowest estimated
     time: every tile runs the loop nest of ``conv.py`` (output-channel blocks, kernel
-    positions, channel blocks; each block streams the tile's output rows)."""
-    best = None
+    positions, channel blocks; each block streams the tile's output rows).
+
+    Every candidate (output-channel tile, then output box, each dim's sizes from
+    :func:`_aligned_options`) is evaluated at once, as arrays; ties go to the larger tile,
+    then to the first candidate in that order. A pure function of its arguments, so a
+    layer shape met again (ResNet's repeated blocks, a sweep's other points) is looked up.
+    """
     K = s.kernel_positions
-    for m in _aligned_options(s.M, b.width):
-        for out in product(*(_spatial_options(o) for o in s.out)):
-            t = ConvTile(out, s.C, m)
-            pixels, _, acc = conv_occupancy(b, s, t)
-            if acc > b.acc_half:
-                continue
-            c_max = b.spad_half // (b.precision * (pixels + K * padded(m, b.width)))
-            c = _reduction_tile(s.C, c_max, b.height,
-                                lambda c: conv_tile_fits(b, s, ConvTile(out, c, m))[0])
-            if c is None:
-                continue
-            t = ConvTile(out, c, m)
-            est = _conv_estimate(b, s, t, pixels)
-            key = (est, -prod(out) * m * c)
-            if best is None or key < best[0]:
-                best = (key, t)
-    if best is None:
+    grid = np.meshgrid(np.array(_aligned_options(s.M, b.width), np.int64),
+                       *(np.array(_spatial_options(o), np.int64) for o in s.out),
+                       indexing="ij")
+    m, *out = (g.ravel() for g in grid)
+    pixels, _, acc = conv_occupancy(b, s, ConvTile(tuple(out), s.C, m))
+    c_max = b.spad_half // (b.precision * (pixels + K * padded(m, b.width)))
+
+    def fits(c):
+        return _within(b, *conv_occupancy(b, s, ConvTile(tuple(out), c, m))[1:])
+
+    c = _reduction_tile(s.C, c_max, b.height, fits)
+    ok = np.flatnonzero((acc <= b.acc_half) & (c > 0))
+    if not len(ok):
         raise NpusimError(
             f"no convolution tile fits: one output pixel of {min(s.M, b.width)} channels with "
             f"its {'x'.join(map(str, s.kernel))} window does not fit half the scratchpad "
             f"({b.spad_half} B) and accumulator ({b.acc_half} B); raise core.spad_kib / "
             f"core.accum_kib")
-    return best[1]
+    tiles = ConvTile(tuple(o[ok] for o in out), c[ok], m[ok])
+    est = _conv_estimate(b, s, tiles, pixels[ok])
+    best = _best(est, prod(tiles.out) * tiles.m * tiles.c)
+    return ConvTile(tuple(int(o[best]) for o in tiles.out), int(tiles.c[best]),
+                    int(tiles.m[best]))
 
 
-def _conv_estimate(b: Budget, s: ConvShape, t: ConvTile, pixels: int) -> float:
-    """Estimated cycles of the whole convolution tiled by ``t``: array time per tile summed
-    exactly over the edge tiles, memory traffic, pipeline fill per tile, spread over cores."""
+def _conv_estimate(b: Budget, s: ConvShape, t: ConvTile, pixels) -> np.ndarray:
+    """Estimated cycles of the whole convolution tiled by ``t`` (arrays of candidate sizes):
+    array time per tile summed exactly over the edge tiles, memory traffic, pipeline fill
+    per tile, spread over cores."""
     K = s.kernel_positions
     c_tiles = _splits(s.C, t.c)
     m_tiles = _splits(s.M, t.m)
     # channel blocks of one output tile's reduction, and output-column blocks
-    c_blocks = sum(ceil(c / b.height) * n for c, n in c_tiles)
+    c_blocks = sum(_ceil_div(c, b.height) * n for c, n in c_tiles)
+    m_blocks = sum(_ceil_div(m, b.width) * n for m, n in m_tiles)
     tc = sum(n for _, n in c_tiles)
-    compute = 0
-    n_out_tiles = 0
-    for box in product(*(_splits(o, n) for o, n in zip(s.out, t.out))):
-        count = prod(n for _, n in box)
-        sizes = [size for size, _ in box]
-        per_block = block_cycles(b, sizes[-1], prod(sizes[:-1]))
-        for m, n in m_tiles:
-            compute += count * n * ceil(m / b.width) * K * c_blocks * per_block
-        n_out_tiles += count
+    # the edge tiles: each combination of whole and rest tiles along the spatial dims
+    boxes = list(product(*(_splits(o, n) for o, n in zip(s.out, t.out))))
+    count = [prod(n for _, n in box) for box in boxes]
+    # a block streams the box's last dim once per segment: per position of the other dims
+    streamed = [box[-1][0] for box in boxes]
+    segs = [prod(size for size, _ in box[:-1]) * np.ones_like(t.m) for box in boxes]
+    per_block = _block_cycles_each(b, np.stack(streamed), np.stack(segs))
+    compute = sum(n * per_block[i] for i, n in enumerate(count)) * m_blocks * K * c_blocks
+    n_out_tiles = sum(count)
     groups = s.N * s.groups * n_out_tiles * sum(n for _, n in m_tiles)
-    compute *= s.N * s.groups
-    par = min(b.cores, groups)
+    compute = compute * (s.N * s.groups)
+    par = np.minimum(b.cores, groups)
     # per tile: the input window of each channel tile, the weights, the output
     cols = s.window(len(t.out) - 1, t.out[-1])
     rows = pixels // cols
-    window = rows * sum(n * (b.run_bytes(cols * c) if c == s.C and s.kernel[-1] > 1
-                             else cols * b.run_bytes(c)) for c, n in c_tiles)
+    whole_rows = s.kernel[-1] > 1  # a full-depth window row is one contiguous run
+    window = rows * sum(n * np.where(whole_rows & (c == s.C), b.run_bytes(cols * c),
+                                     cols * b.run_bytes(c)) for c, n in c_tiles)
     weights = t.m * sum(n * b.run_bytes(c * K) for c, n in c_tiles)
     output = prod(t.out) * b.run_bytes(t.m)
     memory = groups * (window + weights + output) / (b.load_bytes_per_cycle * par)
     fill = b.width + 2 * b.height
-    return max(compute / par, memory) + fill * groups * tc / par
+    return np.maximum(compute / par, memory) + fill * groups * tc / par

@@ -95,6 +95,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import lru_cache
 from math import ceil, prod
 from typing import Callable
 
@@ -524,6 +525,44 @@ def coalesce(shape, views: list[View]):
     return D, S
 
 
+@lru_cache(maxsize=4096)
+def _split_axis(D: tuple[int, ...], S: tuple[tuple[int, ...], ...], keeps: tuple[bool, ...],
+                per_core: int, cap: int, q: int) -> tuple[int, int] | None:
+    """Where :func:`emit_views` cuts the coalesced iteration space ``D`` (element strides
+    ``S`` of each view): the outermost axis ``a`` whose inner axes fit, and the tile ``t``
+    along it, the largest that keeps a tile within ``per_core`` elements, ``cap`` scratchpad
+    elements and MAX_DMA_PER_OPERAND descriptors per operand, split near-evenly and (on the
+    innermost axis) in whole DMA requests of ``q`` elements. None: nothing fits. A pure
+    function of the shapes, remembered: a network repeats its element-wise layers."""
+    k = len(D) - 1
+
+    def feasible(a, t):
+        inner = prod(D[a + 1:])
+        if t > 1 and t * inner > per_core:
+            return False
+        c = [t] + list(D[a + 1:])
+        used = 0
+        for keep, sv in zip(keeps, S):
+            if _n_dmas(c, sv[a:], keep) > MAX_DMA_PER_OPERAND:
+                return False
+            used += box_dims(c, sv[a:], keep)[3]
+        return used <= cap
+
+    for a in range(k + 1):
+        if prod(D[a + 1:]) > per_core or not feasible(a, 1):
+            continue
+        lo, hi = 1, D[a]
+        while lo < hi:  # the largest feasible t
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if feasible(a, mid) else (lo, mid - 1)
+        n = ceil(D[a] / lo)
+        t = ceil(D[a] / n)  # near-even split: no tiny last tile
+        if a == k and q <= t < D[a]:
+            t = t // q * q  # whole DMA requests
+        return a, t
+    return None
+
+
 def emit_views(em: LayerEmitter, shape, sources: list[View], dests: list[View],
                steps: list[tuple[str, int]], per_core_elements: int | None = None) -> None:
     """Tile the iteration space ``shape``: each tile loads every source's box, runs
@@ -539,7 +578,6 @@ def emit_views(em: LayerEmitter, shape, sources: list[View], dests: list[View],
     if total == 0:
         return
     D, S = coalesce(shape, views)
-    k = len(D) - 1
     cap = ctx.budget.spad_half // prec
     per_core = per_core_elements or ceil(total / ctx.config.num_cores)
     q = max(1, ctx.config.dma.request_bytes // prec)
@@ -547,32 +585,8 @@ def emit_views(em: LayerEmitter, shape, sources: list[View], dests: list[View],
     def counts(a, t):
         return [t] + D[a + 1:]
 
-    def feasible(a, t):
-        inner = prod(D[a + 1:])
-        if t > 1 and t * inner > per_core:
-            return False
-        c = counts(a, t)
-        used = 0
-        for v, sv in zip(views, S):
-            if _n_dmas(c, sv[a:], v.keep_repeats) > MAX_DMA_PER_OPERAND:
-                return False
-            used += box_dims(c, sv[a:], v.keep_repeats)[3]
-        return used <= cap
-
-    choice = None
-    for a in range(k + 1):
-        if prod(D[a + 1:]) > per_core or not feasible(a, 1):
-            continue
-        lo, hi = 1, D[a]
-        while lo < hi:  # the largest feasible t
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if feasible(a, mid) else (lo, mid - 1)
-        n = ceil(D[a] / lo)
-        t = ceil(D[a] / n)  # near-even split: no tiny last tile
-        if a == k and q <= t < D[a]:
-            t = t // q * q  # whole DMA requests
-        choice = (a, t)
-        break
+    choice = _split_axis(tuple(D), tuple(map(tuple, S)), tuple(v.keep_repeats for v in views),
+                         per_core, cap, q)
     if choice is None:
         raise NpusimError(f"{em.node.op_type} '{em.node.name}': not even one element of each "
                           f"operand fits half the scratchpad ({ctx.budget.spad_half} B); raise "

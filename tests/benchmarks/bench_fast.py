@@ -80,17 +80,25 @@ print(json.dumps({"cycles": r.total_cycles, "wall_seconds": wall, "cpu_seconds":
 """
 
 
-def run_bundled() -> list[dict]:
-    """Accuracy over every bundled model on both presets: fast against full."""
+def bundled_models() -> list[tuple[Path, dict[str, int]]]:
+    """Every bundled model with its symbolic dims set: batch 1, every other 128."""
     import onnx
 
+    out = []
+    for path in sorted((REPO / "models").glob("*.onnx")):
+        graph = onnx.load(str(path), load_external_data=False).graph
+        out.append((path, {d.dim_param: 1 if d.dim_param == "batch" else 128
+                           for i in graph.input for d in i.type.tensor_type.shape.dim
+                           if d.dim_param}))
+    return out
+
+
+def run_bundled() -> list[dict]:
+    """Accuracy over every bundled model on both presets: fast against full."""
     import npusim
 
     rows = []
-    for path in sorted((REPO / "models").glob("*.onnx")):
-        graph = onnx.load(str(path), load_external_data=False).graph
-        dims = {d.dim_param: 1 if d.dim_param == "batch" else 128
-                for i in graph.input for d in i.type.tensor_type.shape.dim if d.dim_param}
+    for path, dims in bundled_models():
         for config in ("mobile", "server"):
             runs = {}
             for f in ("full", "fast"):
