@@ -12,7 +12,8 @@ from npusim.errors import NpusimError
 from npusim.frontend import load_graph
 from npusim.lowering import lower_graph
 from npusim.lowering.mapping import parse_mapping_line
-from npusim.lowering.tiling import ACC_BYTES, Budget, padded
+from npusim.lowering.tiling import (ACC_BYTES, Budget, ConvShape, choose_conv_tile,
+                                    choose_gemm_tile, padded)
 
 
 
@@ -210,3 +211,19 @@ def test_bias_add_after_matmul_is_fused_but_a_second_consumer_prevents_it(tmp_pa
     from npusim.frontend import load_graph
     from npusim.lowering.fusion import plan_fusions
     assert plan_fusions(load_graph(path2)) == {}
+
+
+def test_choosers_remember_answers_and_pick_the_same_tile_each_time():
+    """The tile choosers are memoized pure functions (ResNet's repeated shapes are looked
+    up): a remembered answer is the one a fresh evaluation gives, in plain ints."""
+    b = Budget.of(load_config("server"))
+    s = ConvShape(N=8, C=64, M=64, groups=1, out=(56, 56), kernel=(3, 3), strides=(1, 1),
+                  dilations=(1, 1))
+    choose_conv_tile.cache_clear()
+    choose_gemm_tile.cache_clear()
+    tile = choose_conv_tile(b, s)
+    assert choose_conv_tile.__wrapped__(b, s) == tile  # the memo returns what it computed
+    assert all(type(v) is int for v in (*tile.out, tile.c, tile.m))
+    g = choose_gemm_tile(b, 512, 768, 768)
+    assert choose_gemm_tile.__wrapped__(b, 512, 768, 768) == g
+    assert choose_conv_tile.cache_info().misses == 1 and choose_gemm_tile.cache_info().misses == 1

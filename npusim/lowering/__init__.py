@@ -16,7 +16,7 @@ from npusim.frontend.shapes import ALWAYS_FOLDED
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import SPATIAL_RANKS, lower_conv
 from npusim.lowering.gemm import lower_gemm, lower_matmul
-from npusim.lowering import attention, conv_transpose, einsum, movement, reuse, vector
+from npusim.lowering import attention, conv_transpose, einsum, movement, vector
 from npusim.lowering.fusion import plan_fusions
 from npusim.lowering.layout import lower_empty, lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
@@ -109,14 +109,7 @@ def lower_graph(graph: Graph, config: NpuConfig, mapping: MappingTable | None = 
 
     Ops npusim cannot lower stop the run with a list of them, unless ``unsupported`` is
     ``"zero-cost"``: then they take no time and the program carries a warning naming them.
-    Inside :func:`npusim.lowering.reuse.reusing_programs` (a sweep's points), an earlier
-    program of the same graph, lowered from the same config values, is reused.
     """
-    return reuse.lowered(graph, config, mapping, unsupported, _lower_graph)
-
-
-def _lower_graph(graph: Graph, config: NpuConfig, mapping: MappingTable | None,
-                 unsupported: str) -> Program:
     builder = ProgramBuilder()
     warnings = lower_into(builder, graph, config, mapping, unsupported)
     program = builder.build()

@@ -3,10 +3,7 @@
 Never raises for a point's own failure (a bad combination found only when lowering, a
 deadlock, a crash inside npusim, a timeout): it returns a failed record with the error, so
 one bad point cannot stop the others. Workers load the numba kernels from the on-disk cache
-(``NUMBA_CACHE_DIR``, inherited or derived from the same kernel sources), once per process,
-and reuse a lowered program for points that lower the same model from the same config values
-(``npusim.lowering.reuse``: e.g. points differing only in DRAM controller, NoC or scheduler
-settings).
+(``NUMBA_CACHE_DIR``, inherited or derived from the same kernel sources), once per process.
 """
 
 from __future__ import annotations
@@ -50,16 +47,12 @@ def execute_point(task: dict[str, Any]) -> dict[str, Any]:
     record: dict[str, Any] = {"hash": task["hash"], "worker": _where()}
     try:
         import npusim.kernels  # noqa: F401 - sets NUMBA_CACHE_DIR unless inherited
-        from npusim.lowering.reuse import reusing_programs
 
         record["kernel_cache"] = os.environ.get("NUMBA_CACHE_DIR")
         if npusim.__version__ != task["version"]:
             raise NpusimError(f"the worker runs npusim {npusim.__version__}, the sweep "
                               f"{task['version']}; install the same version on every worker")
-        with reusing_programs() as programs:
-            reused = programs.hits
-            result = _simulate(task, _deadline(task.get("timeout"), t0))
-            record["lowering_reused"] = programs.hits > reused
+        result = _simulate(task, _deadline(task.get("timeout"), t0))
         record["stats"] = headline_stats(result, task["workload"])
         record["status"] = "ok"
     except PointTimeout as err:
