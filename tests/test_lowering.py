@@ -227,3 +227,55 @@ def test_choosers_remember_answers_and_pick_the_same_tile_each_time():
     g = choose_gemm_tile(b, 512, 768, 768)
     assert choose_gemm_tile.__wrapped__(b, 512, 768, 768) == g
     assert choose_conv_tile.cache_info().misses == 1 and choose_gemm_tile.cache_info().misses == 1
+
+
+def _one_at_a_time(b, s):
+    """The conv chooser's pick found the slow way: each candidate (output-channel tile, then
+    output box) evaluated on its own, the first strictly better estimate kept (ties: the
+    larger tile). The chooser evaluates them all at once as arrays, which must not change
+    which one wins."""
+    from itertools import product
+    from math import prod
+
+    import numpy as np
+
+    from npusim.lowering import tiling as T
+
+    def one(v):
+        return np.array([v], np.int64)
+
+    best = None
+    for m in T._aligned_options(s.M, b.width):
+        for out in product(*(T._spatial_options(o) for o in s.out)):
+            box = tuple(one(o) for o in out)
+            pixels, _, acc = T.conv_occupancy(b, s, T.ConvTile(box, s.C, one(m)))
+            if acc[0] > b.acc_half:
+                continue
+            c_max = b.spad_half // (b.precision * (pixels + s.kernel_positions
+                                                   * padded(one(m), b.width)))
+            c = T._reduction_tile(s.C, c_max, b.height, lambda c: T._within(
+                b, *T.conv_occupancy(b, s, T.ConvTile(box, c, one(m)))[1:]))
+            if c[0] == 0:
+                continue
+            est = T._conv_estimate(b, s, T.ConvTile(box, c, one(m)), pixels)[0]
+            key = (est, -prod(out) * m * int(c[0]))
+            if best is None or key < best[0]:
+                best = (key, (tuple(out), int(c[0]), m))
+    return best[1]
+
+
+@pytest.mark.parametrize("preset", ["mobile", "server"])
+@pytest.mark.parametrize("shape", [
+    (8, 3, 64, (112, 112), (7, 7), (2, 2)),  # ResNet's stem
+    (1, 64, 64, (56, 56), (3, 3), (1, 1)),
+    (8, 1024, 2048, (7, 7), (1, 1), (2, 2)),  # a strided 1x1 downsample
+    (2, 512, 512, (7, 7), (3, 3), (1, 1)),
+])
+def test_the_conv_chooser_picks_what_one_candidate_at_a_time_would(preset, shape):
+    N, C, M, out, kernel, strides = shape
+    b = Budget.of(load_config(preset))
+    s = ConvShape(N=N, C=C, M=M, groups=1, out=out, kernel=kernel, strides=strides,
+                  dilations=(1, 1))
+    tile = choose_conv_tile.__wrapped__(b, s)
+    assert (tile.out, tile.c, tile.m) == _one_at_a_time(b, s)
+
