@@ -279,3 +279,31 @@ def test_the_conv_chooser_picks_what_one_candidate_at_a_time_would(preset, shape
     tile = choose_conv_tile.__wrapped__(b, s)
     assert (tile.out, tile.c, tile.m) == _one_at_a_time(b, s)
 
+
+@pytest.mark.parametrize("preset", ["mobile", "server"])
+@pytest.mark.parametrize("N,C,M,batch", [(512, 768, 768, 1), (128, 1024, 4096, 1),
+                                         (8, 4096, 1024, 1), (512, 64, 512, 12)])
+def test_the_gemm_chooser_picks_what_one_candidate_at_a_time_would(preset, N, C, M, batch):
+    """As for convolutions: each (row tile, column tile) on its own, through the same
+    occupancy and estimate, the first strictly better kept (ties: the larger tile)."""
+    import numpy as np
+
+    from npusim.lowering import tiling as T
+
+    b = Budget.of(load_config(preset))
+    best = None
+    for n in T._aligned_options(N, b.height):
+        for m in T._aligned_options(M, b.width):
+            nn, mm = np.array([n]), np.array([m])
+            c_max = b.spad_half // ((nn + padded(mm, b.width)) * b.precision)
+            c = T._reduction_tile(C, c_max, b.height,
+                                  lambda c: T._within(b, *T.gemm_occupancy(b, nn, c, mm)))
+            if c[0] == 0:
+                continue
+            est = T._gemm_estimate(b, N, C, M, batch, nn, c, mm)[0]
+            key = (est, -n * m * int(c[0]))
+            if best is None or key < best[0]:
+                best = (key, (n, int(c[0]), m))
+    got = T.choose_gemm_tile.__wrapped__(b, N, C, M, batch)
+    assert (got.n, got.c, got.m) == best[1]
+

@@ -175,6 +175,14 @@ def choose_gemm_tile(b: Budget, N: int, C: int, M: int, batch: int = 1) -> GemmT
             f"{need[0]} B of accumulator per half, the core has {b.spad_half} B and "
             f"{b.acc_half} B; raise core.spad_kib / core.accum_kib")
     n, m, c = n[ok], m[ok], c[ok]
+    best = _best(_gemm_estimate(b, N, C, M, batch, n, c, m), n * m * c)
+    return GemmTile(int(n[best]), int(c[best]), int(m[best]))
+
+
+def _gemm_estimate(b: Budget, N: int, C: int, M: int, batch: int, n, c, m) -> np.ndarray:
+    """Estimated cycles of the whole GEMM tiled by (n, c, m) (arrays of candidate sizes):
+    array time, memory traffic in whole requests and each tile's pipeline fill, spread
+    over the cores."""
     tn, tm, tc = _ceil_div(N, n), _ceil_div(M, m), _ceil_div(C, c)
     groups = batch * tn * tm
     par = np.minimum(b.cores, groups)
@@ -188,9 +196,7 @@ def choose_gemm_tile(b: Budget, N: int, C: int, M: int, batch: int = 1) -> GemmT
     traffic = groups * (x_rows + C * b.run_bytes(m)) + batch * N * tm * b.run_bytes(m)
     memory = traffic / (b.load_bytes_per_cycle * par)
     fill = b.width + b.height + b.height  # pipeline fill and drain of each tile
-    est = np.maximum(compute, memory) + fill * groups * tc / par
-    best = _best(est, n * m * c)
-    return GemmTile(int(n[best]), int(c[best]), int(m[best]))
+    return np.maximum(compute, memory) + fill * groups * tc / par
 
 
 @dataclass(frozen=True)
