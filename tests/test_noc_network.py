@@ -301,10 +301,11 @@ def _noted_routes_and_credit_dues(net):
         r = q // p.ports
         for v in range(p.vcs):
             if (ns.occ[q] >> v) & 1:
-                pkt = ns.fb[q, v, ns.ivc[q, v, ks.IV_HEAD], ks.FB_FLIT] >> ks.F_BITS
+                pkt = ns.ivc[q, v, ks.IV_FRONT] >> ks.F_BITS
                 dest, m = ns.pkt[ks.PK_DEST, pkt], ns.pkt[ks.PK_CLASS, pkt]
-                assert ns.ivc[q, v, ks.IV_OUT] == nt.route[r, dest], (q, v)
-                assert ns.ivc[q, v, ks.IV_MASK] == nt.vc_mask[m, nt.route_class[r, dest]]
+                route = ns.ivc[q, v, ks.IV_ROUTE]
+                assert route & ks.ROUTE_OUT_MASK == nt.route[r, dest], (q, v)
+                assert route >> ks.ROUTE_MASK_SHIFT == nt.vc_mask[m, nt.route_class[r, dest]]
     for q in range(ns.cr.shape[0]):
         h, n = ns.cr_ctl[ks.CR_HEAD, q], ns.cr_ctl[ks.CR_COUNT, q]
         due = ns.cr[q, h] >> ks.CR_VC_BITS if n else NEVER

@@ -42,8 +42,8 @@ def route_head(ns, nt, q, v, w, pkt):
     VC requests read that one record instead of a chain of loads (flit, packet,
     destination, route, VC set). The route is static: noting it early changes no cycle."""
     dest = ns.pkt[PK_DEST, pkt]
-    ns.ivc[q, v, IV_OUT] = nt.route[w, dest]
-    ns.ivc[q, v, IV_MASK] = nt.vc_mask[ns.pkt[PK_CLASS, pkt], nt.route_class[w, dest]]
+    ns.ivc[q, v, IV_ROUTE] = nt.route[w, dest] | (
+        nt.vc_mask[ns.pkt[PK_CLASS, pkt], nt.route_class[w, dest]] << ROUTE_MASK_SHIFT)
 
 
 @kernel(inline=True)
@@ -51,11 +51,9 @@ def push_flit(ns, nt, p, q, v, pkt, flags, arr, t):
     """Write a flit into input row q, VC v, at cycle t, arriving at cycle arr (its slot
     is taken now)."""
     n = ns.ivc[q, v, IV_COUNT]
-    k = ring_at(ns.ivc[q, v, IV_HEAD], n, p.depth)
-    ns.fb[q, v, k, FB_FLIT] = (pkt << F_BITS) | flags
-    ns.fb[q, v, k, FB_ARR] = arr
     w = nt.row_owner[q]
     if n == 0:  # it is the VC's front flit
+        ns.ivc[q, v, IV_FRONT] = (pkt << F_BITS) | flags
         ns.ivc[q, v, IV_FRONT_ARR] = arr
         if flags & F_HEAD:
             ns.ivc[q, v, IV_STATE] = VC_ALLOC
@@ -63,6 +61,10 @@ def push_flit(ns, nt, p, q, v, pkt, flags, arr, t):
             if w < p.n_routers:
                 route_head(ns, nt, q, v, w, pkt)
         ns.occ[q] |= 1 << v
+    else:  # behind the front: into the ring
+        k = ring_at(ns.ivc[q, v, IV_HEAD], n - 1, p.depth)
+        ns.fb[q, v, k, FB_FLIT] = (pkt << F_BITS) | flags
+        ns.fb[q, v, k, FB_ARR] = arr
     ns.ivc[q, v, IV_COUNT] = n + 1
     if p.trace == 1 and w < p.n_routers:
         trace_occupancy(ns, p, w, t)
@@ -76,13 +78,10 @@ def push_flit(ns, nt, p, q, v, pkt, flags, arr, t):
 def pop_flit(ns, nt, p, q, v, t):
     """Remove the front flit of input row q, VC v, which leaves at cycle t; set up the
     next flit's stage. Returns the flit's (packet, flags)."""
-    h = ns.ivc[q, v, IV_HEAD]
-    flit = ns.fb[q, v, h, FB_FLIT]
+    flit = ns.ivc[q, v, IV_FRONT]
     pkt = flit >> F_BITS
     flags = flit & F_MASK
-    h = ring_next(h, p.depth)
     n = ns.ivc[q, v, IV_COUNT] - 1
-    ns.ivc[q, v, IV_HEAD] = h
     ns.ivc[q, v, IV_COUNT] = n
     w = nt.row_owner[q]
     if p.trace == 1 and w < p.n_routers:
@@ -94,13 +93,17 @@ def pop_flit(ns, nt, p, q, v, t):
         if flags & F_TAIL:
             ns.ivc[q, v, IV_STATE] = VC_IDLE
         return pkt, flags
+    h = ns.ivc[q, v, IV_HEAD]  # the flit behind comes to the front
+    nxt = ns.fb[q, v, h, FB_FLIT]
     arr = ns.fb[q, v, h, FB_ARR]
+    ns.ivc[q, v, IV_HEAD] = ring_next(h, p.depth)
+    ns.ivc[q, v, IV_FRONT] = nxt
     ns.ivc[q, v, IV_FRONT_ARR] = arr
     if flags & F_TAIL:  # the next packet's head comes to the front
         ns.ivc[q, v, IV_STATE] = VC_ALLOC
         ns.ivc[q, v, IV_READY] = max(arr, t + 1) + p.routing_delay
         if w < p.n_routers:
-            route_head(ns, nt, q, v, w, ns.fb[q, v, h, FB_FLIT] >> F_BITS)
+            route_head(ns, nt, q, v, w, nxt >> F_BITS)
     return pkt, flags
 
 
@@ -175,8 +178,9 @@ def _vc_request(ns, p, r, i, v, q, nreq):
     counts: a head none of whose output VCs is free cannot win one, and leaves every allocator's state as it is (but the
     wavefront's, whose priority moves on with every cycle that has a request)."""
     vr = ns.va_req
-    o = ns.ivc[q, v, IV_OUT]
-    mask = ns.ivc[q, v, IV_MASK]
+    route = ns.ivc[q, v, IV_ROUTE]
+    o = route & ROUTE_OUT_MASK
+    mask = route >> ROUTE_MASK_SHIFT
     vr[VR_IV, nreq] = i * p.vcs + v
     vr[VR_IN, nreq] = i
     vr[VR_VC, nreq] = v
@@ -339,13 +343,13 @@ def router_step(ns, nt, p, r, t):
                     nreq += 1
                 else:  # an output VC comes free when a credit comes back (wait_tail) or
                     # when this router sends a tail (it is stepping then)
-                    w = min(w, _credit_wait(ns, base + ns.ivc[q, v, IV_OUT]))
+                    w = min(w, _credit_wait(ns, base + (ns.ivc[q, v, IV_ROUTE] & ROUTE_OUT_MASK)))
                 continue
             at = max(ready, ns.ivc[q, v, IV_FRONT_ARR])
             if at > t:
                 w = min(w, at)
                 continue
-            o = ns.ivc[q, v, IV_OUT]
+            o = ns.ivc[q, v, IV_ROUTE] & ROUTE_OUT_MASK
             qo = base + o
             if ns.ovc[qo, ns.ivc[q, v, IV_OVC], OV_CREDITS] <= 0:
                 w = min(w, _credit_wait(ns, qo))

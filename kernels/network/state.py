@@ -15,8 +15,8 @@ and one set of tables serves both:
   taken from a free list.
 
 The per-VC tables are record-major (``ivc[row, vc, field]``): a VC's fields, read
-together on every visit, share one cache line (``IV_FRONT_ARR`` keeps the front flit's
-arrival there too), and a visit to a VC touches nothing else.
+together on every visit, share one cache line (the front flit and its arrival are kept
+there too, ``fb`` holds the flits behind it), and a visit to a VC touches nothing else.
 
 A flit is written into its downstream buffer when it wins the switch, stamped with the
 cycle it arrives (after switch traversal and the link); it is invisible there before that
@@ -57,7 +57,8 @@ N_LK_FIELDS = 4
 
 NOC_STATE_TABLES = (
     "ivc",      # [row, vc, IV_*]            input VCs
-    "fb",       # [row, vc, depth, FB_*]     flit buffers (rings)
+    "fb",       # [row, vc, depth, FB_*]     flit buffers (rings) of the flits behind
+                #                            each VC's front flit (IV_FRONT)
     "ovc",      # [row, vc, OV_*]            downstream VCs seen from an output
     "ov_free",  # [row]                      bit v set: downstream VC v has no owner
     "out_free",  # [row]                     cycle an output link takes its next flit
@@ -92,11 +93,16 @@ NOC_STATE_TABLES = (
 NocState = namedtuple("NocState", NOC_STATE_TABLES)
 
 # ivc
-# (IV_FRONT_ARR: arrival cycle of the front flit, kept here so that a visit to a VC
-#  touches one cache line; 8 fields = 64 bytes. IV_OUT and IV_MASK: the output port of
-#  the front packet's route and the output VCs it may take there (a bit set), noted when
-#  its head comes to the front; IV_OVC: the output VC it holds once allocated)
-IV_HEAD, IV_COUNT, IV_STATE, IV_OUT, IV_OVC, IV_READY, IV_FRONT_ARR, IV_MASK = range(8)
+# (IV_FRONT, IV_FRONT_ARR: the front flit (an FB_FLIT word) and its arrival cycle, kept
+#  here rather than in ``fb`` so that a visit to a VC touches one cache line and a VC
+#  holding one flit (every VC, when packets are one flit and ``wait_tail`` holds) never
+#  touches ``fb``; 8 fields = 64 bytes. IV_HEAD: the ring slot of the flit behind the
+#  front. IV_ROUTE: the output port of the front packet's route and the output VCs it may
+#  take there (a bit set), ``out | mask << ROUTE_MASK_SHIFT``, noted when its head comes
+#  to the front; IV_OVC: the output VC it holds once allocated)
+IV_HEAD, IV_COUNT, IV_STATE, IV_ROUTE, IV_OVC, IV_READY, IV_FRONT_ARR, IV_FRONT = range(8)
+ROUTE_MASK_SHIFT = 16
+ROUTE_OUT_MASK = (1 << ROUTE_MASK_SHIFT) - 1
 N_IV_FIELDS = 8
 VC_IDLE, VC_ALLOC, VC_ACTIVE = range(3)  # IV_STATE: empty; head waits for a VC; has one
 # fb (FB_FLIT: the flit's packet row, shifted left by F_BITS, and its F_* flags: 16 bytes
