@@ -181,13 +181,15 @@ def _vc_request(ns, p, r, i, v, q, nreq):
     route = ns.ivc[q, v, IV_ROUTE]
     o = route & ROUTE_OUT_MASK
     mask = route >> ROUTE_MASK_SHIFT
+    if mask & ns.ov_free[r * p.ports + o] == 0 and p.va_alloc != ALLOC_WAVEFRONT:
+        return False  # (nothing recorded: the slot is the next request's)
     vr[VR_IV, nreq] = i * p.vcs + v
     vr[VR_IN, nreq] = i
     vr[VR_VC, nreq] = v
     vr[VR_OUT, nreq] = o
     vr[VR_MASK, nreq] = mask
     ns.al[AL_IN, nreq] = -1
-    return mask & ns.ov_free[r * p.ports + o] != 0 or p.va_alloc == ALLOC_WAVEFRONT
+    return True
 
 
 @kernel(inline=True)
