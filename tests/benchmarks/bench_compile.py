@@ -17,6 +17,7 @@ compile`` (``profile_rest``) apart.
     python tests/benchmarks/bench_compile.py                      # this checkout
     python tests/benchmarks/bench_compile.py --python A/.venv/bin/python --python B/.venv/bin/python
     python tests/benchmarks/bench_compile.py --out results/benchmarks/compile.json
+    python tests/benchmarks/bench_compile.py --first-only --rounds 4 --python A --python B
 
 Each ``--python`` is an interpreter with some npusim version installed; they are measured in
 alternation (``--rounds`` times each), and the best CPU time of each is reported.
@@ -78,6 +79,8 @@ try:  # versions before `npusim compile` lack it
     from npusim.precompile import compile_kernels
 except ImportError:
     compile_kernels = None
+if sys.argv[1:] == ["--first-only"]:
+    compile_kernels = None
 if compile_kernels is not None:
     c1, w1 = cpu(), time.perf_counter()
     built = compile_kernels()
@@ -91,15 +94,16 @@ print(json.dumps(out))
 """
 
 
-def measure(python: str) -> dict:
-    """One cold compile in a child process with an empty kernel cache."""
+def measure(python: str, first_only: bool = False) -> dict:
+    """One cold compile in a child process with an empty kernel cache (``first_only``: the
+    first simulate only, not the rest of ``npusim compile``)."""
     with tempfile.TemporaryDirectory(prefix="npusim-cold-") as tmp:
         env = dict(os.environ, NUMBA_CACHE_DIR=str(Path(tmp) / "cache"))
         load0 = os.getloadavg()[0]
         t = time.perf_counter()
         r0 = os.times()
-        proc = subprocess.run([python, "-c", CHILD], env=env, cwd=tmp, capture_output=True,
-                              text=True)
+        proc = subprocess.run([python, "-c", CHILD, *(["--first-only"] if first_only else [])],
+                              env=env, cwd=tmp, capture_output=True, text=True)
         r1 = os.times()
         wall = time.perf_counter() - t
         if proc.returncode != 0:
@@ -169,13 +173,15 @@ def main() -> int:
                     help="interpreter of an npusim version (repeatable; default: this one)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--first-only", action="store_true",
+                    help="measure the first simulate only (quicker A/B rounds)")
     args = ap.parse_args()
     pythons = args.python or [sys.executable]
     versions = [{"python": os.path.abspath(p), "version": _version(os.path.abspath(p)), "runs": []}
                 for p in pythons]
     for r in range(args.rounds):
         for v in versions:
-            run = measure(v["python"])
+            run = measure(v["python"], args.first_only)
             v["runs"].append(run)
             rest = run.get("rest", {}).get("cpu_seconds")
             print(f"round {r + 1}: {v['version']}: simulate {run['simulate']['cpu_seconds']:.1f}"
