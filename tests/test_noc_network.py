@@ -292,8 +292,10 @@ def replay_with_stops(net, pk, check, every=97):
 def _noted_routes_and_credit_dues(net):
     """What the routers note to save loads matches what it summarizes: every occupied
     router input VC's output port and output VC set (``route_head``) are its front
-    packet's route, and every credit ring's ``CR_NEXT`` is the due cycle of its first
-    credit (``isa.NEVER`` when empty)."""
+    packet's route, the flits behind its front flit (``IV_FRONT``, the rest in ``fb``)
+    follow it packet by packet (a flit after a non-tail is of the same packet and not a
+    head, a flit after a tail is a head), and every credit ring's ``CR_NEXT`` is the due
+    cycle of its first credit (``isa.NEVER`` when empty)."""
     from npusim.kernels.isa import NEVER
 
     ns, nt, p = net.state, net.tables, net.params
@@ -306,6 +308,15 @@ def _noted_routes_and_credit_dues(net):
                 route = ns.ivc[q, v, ks.IV_ROUTE]
                 assert route & ks.ROUTE_OUT_MASK == nt.route[r, dest], (q, v)
                 assert route >> ks.ROUTE_MASK_SHIFT == nt.vc_mask[m, nt.route_class[r, dest]]
+                flit, h = ns.ivc[q, v, ks.IV_FRONT], ns.ivc[q, v, ks.IV_HEAD]
+                for k in range(ns.ivc[q, v, ks.IV_COUNT] - 1):
+                    behind = ns.fb[q, v, (h + k) % p.depth, ks.FB_FLIT]
+                    if flit & ks.F_TAIL:
+                        assert behind & ks.F_HEAD, (q, v, k)
+                    else:
+                        assert behind >> ks.F_BITS == flit >> ks.F_BITS, (q, v, k)
+                        assert not behind & ks.F_HEAD, (q, v, k)
+                    flit = behind
     for q in range(ns.cr.shape[0]):
         h, n = ns.cr_ctl[ks.CR_HEAD, q], ns.cr_ctl[ks.CR_COUNT, q]
         due = ns.cr[q, h] >> ks.CR_VC_BITS if n else NEVER
