@@ -56,8 +56,7 @@ def _issue_compute(st, prog, p, c, row, t, layer):
         st.core[C_VU_BUSY, c] += cycles
         st.layer_st[L_VU_CYCLES, layer] += cycles
         st.core[C_VU_OPS, c] += prog.inst[row, isa.I_MACS]
-        if p.trace == 1:
-            trace_interval(st, p, isa.UNIT_VECTOR, c, start, done)
+        trace_interval(st, p, isa.UNIT_VECTOR, c, start, done)
     _ex_queue_push(st, p, c, start)
     return done
 
@@ -101,8 +100,12 @@ def _ready_time(st, prog, p, c, s, t):
     return ready
 
 
-@kernel
+@kernel(out_of_line=True)
 def _issue(st, prog, p, c, s, t):
+    """Issue instruction ``S_NEXT`` of slot s of core c at tick t: a DMA into its queue, a
+    compute instruction onto its unit. A call of its own (``out_of_line``): inlined into
+    the main loop, as LLVM chose to once it was a few instructions shorter, it made the
+    loop larger and the Llama step (an issue every few cycles) 7-8% slower."""
     tile = st.slot[S_TILE, c, s]
     j = st.slot[S_NEXT, c, s]
     row = prog.tile[tile, isa.T_INST_START] + j
@@ -110,8 +113,7 @@ def _issue(st, prog, p, c, s, t):
     if unit == isa.UNIT_LOAD or unit == isa.UNIT_STORE:
         d = 0 if unit == isa.UNIT_LOAD else 1
         base = prog.tile[tile, isa.T_BASE0 + prog.inst[row, isa.I_SLOT]] + prog.inst[row, isa.I_OFFSET]
-        if p.trace == 1:
-            trace_dma_issue(st, p, c, d, t)
+        trace_dma_issue(st, p, c, d, t)
         dma_enqueue(st, c, d, s, j, row, base)
         st.slot[S_PENDING_DMA, c, s] += 1
         if d == 1:

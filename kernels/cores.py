@@ -46,8 +46,7 @@ def _core_retire(st, prog, p, c, t):
             tile_finished(st, prog, tile, t)
             if st.slot[S_TILE, c, 1 - s] < 0:  # the core falls idle: close its busy interval
                 st.core[C_BUSY, c] += t - st.core[C_BUSY_SINCE, c]
-                if p.trace == 1:
-                    trace_interval(st, p, IV_ACTIVE, c, st.core[C_BUSY_SINCE, c], t)
+                trace_interval(st, p, IV_ACTIVE, c, st.core[C_BUSY_SINCE, c], t)
 
 
 @kernel

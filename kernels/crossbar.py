@@ -94,8 +94,7 @@ def _grant_requests(st, rg, p, t):
                 continue
             flits = packet_flits(p, rg.inj[N_DIR, c, h] == 1)
             st.xb_ch[XC_PORT_FREE, ch] = t + flits * p.noc_period
-            if p.trace == 1:
-                trace_flits(st, p, NOC_REQUEST, c, ch, flits, t)
+            trace_flits(st, p, NOC_REQUEST, c, ch, flits, t)
             arrival = t + (p.noc_latency + flits - 1) * p.noc_period
             ch_in_push(rg, p, ch, t, arrival, c, rg.inj[N_DIR, c, h], rg.inj[N_ENTRY, c, h],
                        rg.inj[N_TIME, c, h], rg.inj[N_ADDR, c, h])
@@ -141,8 +140,7 @@ def _grant_responses(st, rg, p, t):
         h = rg.mport[MP_OUT_HEAD, ch]
         flits = packet_flits(p, rg.ch_out[P_DIR, ch, h] == 0)
         st.xb_core[XP_PORT_FREE, c] = t + flits * p.noc_period
-        if p.trace == 1:
-            trace_flits(st, p, NOC_RESPONSE, c, ch, flits, t)
+        trace_flits(st, p, NOC_RESPONSE, c, ch, flits, t)
         arr_push(rg, p, c, t + (p.noc_latency + flits - 1) * p.noc_period,
                  rg.ch_out[P_DIR, ch, h], rg.ch_out[P_ENTRY, ch, h], rg.ch_out[P_SENT, ch, h])
         _take_response(st, rg, p, ch, t)

@@ -144,5 +144,4 @@ def dma_response(st, prog, p, c, d, k, t):
         st.dq_ctl[D_HEAD, c, d] = ring_next(st.dq_ctl[D_HEAD, c, d], q)
         st.dq_ctl[D_COUNT, c, d] -= 1
         st.dq_ctl[D_SEND, c, d] = max(0, st.dq_ctl[D_SEND, c, d] - 1)
-    if p.trace == 1:
-        trace_dma_response(st, p, c, d, t)
+    trace_dma_response(st, p, c, d, t)

@@ -315,10 +315,9 @@ def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
         for side in range(2):
             _bank_pick(st, ch, side, nb)
     st.dch[DC_CMDS, ch] += 1
-    if p.trace == 1:
-        trace_dram_command(st, p, ch, rank, nb, cmd, cyc)
-        if not trace_in_log_window(p, cyc):
-            return
+    trace_dram_command(st, p, ch, rank, nb, cmd, cyc)
+    if not trace_in_log_window(p, cyc):
+        return
     n = st.ctl[MC_LOG_N]
     if n < st.cmd_log.shape[1]:
         st.cmd_log[LG_CYCLE, n] = cyc
@@ -634,8 +633,7 @@ def _schedule(st, rg, mt, p, ch, cyc):
             CLASS_MISS if cmd == ACT else CLASS_CONFLICT)
         st.dreq[ch, k, E_CLASS] = cls
         st.dbank[B_HITS + cls, ch, nb] += 1
-        if p.trace == 1:
-            trace_request_class(st, p, ch, nb, cls, cyc)
+        trace_request_class(st, p, ch, nb, cls, cyc)
     dram_issue(st, mt, p, ch, rank, rbg - rank * p.d_bankgroups, nb - rbg * p.d_banks,
                st.dreq[ch, k, E_ROW], st.dreq[ch, k, E_COL], cmd, cyc, st.dreq[ch, k, E_CORE],
                st.dreq[ch, k, E_ENTRY])
@@ -648,8 +646,7 @@ def _schedule(st, rg, mt, p, ch, cyc):
             _respond(st, rg, p, ch, k, done)
             d = 1 if is_write else 0
             st.dbank[B_READS + d, ch, nb] += 1
-            if p.trace == 1:
-                trace_request_done(st, p, ch, nb, d, cyc)
+            trace_request_done(st, p, ch, nb, d, cyc)
             st.dch[DC_READS + d, ch] += 1
             st.dch[DC_READ_BYTES + d, ch] += p.req_bytes
             if not is_write:
@@ -669,8 +666,7 @@ def _schedule(st, rg, mt, p, ch, cyc):
 def dram_channel_step(st, rg, mt, p, ch, t):
     """One DRAM clock of channel ch at tick t; sets the channel's next wake cycle."""
     cyc = t // p.mem_period
-    if p.trace == 1:
-        trace_queues(st, p, ch, cyc)
+    trace_queues(st, p, ch, cyc)
     _accept(st, rg, mt, p, ch, t)
     issued = False
     wake = isa.NEVER

@@ -34,6 +34,11 @@ still inlined that way, which costs little and saves each a compile of its own; 
 are compiled once each and inlined by LLVM (``forceinline``: LLVM's ``alwaysinline``).
 Inlining every kernel by LLVM compiled as fast but ran the engine 20-35% slower (DRAM replay,
 MatMul: A/B against numba-IR inlining); the split runs as fast as inlining all at IR level.
+
+A plain ``kernel`` is inlined or not as LLVM's inliner judges, which can flip when the
+kernel's size changes by a few instructions. ``out_of_line=True`` makes a kernel a call of
+its own for good (LLVM's ``noinline``), where that was measured faster: ``core._issue``,
+whose inlining into the main loop made the Llama step 7-8% slower.
 """
 
 import dis
@@ -62,6 +67,18 @@ class Kernel(CPUDispatcher):
     LLVM leaves out of line, became tests in their loops.
     """
 
+    out_of_line = False  # kernel(out_of_line=True): LLVM never inlines it
+
+    def add_overload(self, cres):
+        """A copy just compiled: an ``out_of_line`` kernel's function is marked ``noinline``
+        before any caller links it (numba's options offer only forcing inlining)."""
+        if self.out_of_line:
+            lib = cres.library
+            lib._ensure_finalized()
+            lib._final_module.get_function(cres.fndesc.llvm_func_name).add_function_attribute(
+                "noinline")
+        super().add_overload(cres)
+
     def __call__(self, *args):
         """From Python (tests): through a twin compiled with the Python wrapper on first use."""
         twin = self.__dict__.get("_from_python")
@@ -86,13 +103,16 @@ def _options(ir_inline=False, llvm_inline=False):
                 forceinline=llvm_inline)
 
 
-def kernel(fn=None, *, inline=False):
-    """Compile ``fn`` as a kernel other kernels call (``inline``: into every caller)."""
+def kernel(fn=None, *, inline=False, out_of_line=False):
+    """Compile ``fn`` as a kernel other kernels call: ``inline`` into every caller,
+    ``out_of_line`` never (a call of its own), else as LLVM's inliner judges."""
     if fn is None:
-        return lambda f: kernel(f, inline=inline)
+        return lambda f: kernel(f, inline=inline, out_of_line=out_of_line)
     small = inline and len(list(dis.get_instructions(fn))) <= IR_INLINE_INSTRUCTIONS
-    return Kernel(fn, locals={}, targetoptions=_options(ir_inline=small,
-                                                        llvm_inline=inline and not small))
+    k = Kernel(fn, locals={}, targetoptions=_options(ir_inline=small,
+                                                     llvm_inline=inline and not small))
+    k.out_of_line = out_of_line
+    return k
 
 
 # How the kernel of a unit's model is compiled when a unit has several models, each with its

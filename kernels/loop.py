@@ -25,7 +25,6 @@ from .memory import memory_step, memory_wake
 from .names import MEM_IDEAL
 from .noc import noc_step, noc_wake
 from .state import *  # noqa: F403  (field indices of the state tables)
-from .state import FastParams
 from .timebase import align_up, on_edge
 from .trace import trace_must_stop
 
@@ -38,9 +37,9 @@ def fast_fidelity(p):
 
 @overload(fast_fidelity, jit_options=MODEL_OPTIONS)
 def _fast_fidelity_of(p):
-    """A constant, by the class of ``p`` (``state.FastParams``): the full-fidelity loop
+    """A constant, by the class of ``p`` (``state.params_class``): the full-fidelity loop
     holds no window code at all, as the loop holds only its NoC model's (``noc.py``)."""
-    if getattr(p, "instance_class", None) is FastParams:
+    if getattr(getattr(p, "instance_class", None), "fast", False):
         return lambda p: True
     return lambda p: False
 
@@ -108,7 +107,7 @@ def run(chip, prog, mt, p, max_iterations):
         if iterations >= max_iterations:
             glob[G_NOW] = t
             return 0
-        if p.trace == 1 and trace_must_stop(chip, p, t):  # Python drains the trace buffers
+        if trace_must_stop(chip, p, t):  # Python drains the trace buffers
             glob[G_NOW] = t
             return 0
         if fast_fidelity(p) and t >= glob[G_WINDOW_AT] and _window_steady(chip, t):

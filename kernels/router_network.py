@@ -63,8 +63,7 @@ def _take_request(st, rg, p, n, c, k, tc, t):
     st.net_msg[M_ENTRY, pkt] = rg.inj[N_ENTRY, c, h]
     st.net_msg[M_SENT, pkt] = rg.inj[N_TIME, c, h]
     st.net_msg[M_ADDR, pkt] = rg.inj[N_ADDR, c, h]
-    if p.trace == 1:
-        trace_flits(st, p, NOC_REQUEST, c, ch, flits, t)
+    trace_flits(st, p, NOC_REQUEST, c, ch, flits, t)
     inj_pop(rg, p, c, t)
 
 
@@ -83,8 +82,7 @@ def _take_response(st, rg, p, ch, k, tc, t):
     st.net_msg[M_DIR, pkt] = d
     st.net_msg[M_ENTRY, pkt] = rg.ch_out[P_ENTRY, ch, h]
     st.net_msg[M_SENT, pkt] = rg.ch_out[P_SENT, ch, h]
-    if p.trace == 1:
-        trace_flits(st, p, NOC_RESPONSE, c, ch, flits, t)
+    trace_flits(st, p, NOC_RESPONSE, c, ch, flits, t)
     ch_out_pop(rg, p, ch, t)
 
 

@@ -55,20 +55,48 @@ PARAM_FIELDS = (
     "d_ras", "d_rfc", "d_close_rd", "d_close_wr",
     # scheduling (names.POLICIES)
     "policy",
-    # tracing (kernels/trace.py): on/off, bin width (ticks), command-log window (ticks)
-    "trace", "trace_bin", "trace_log_from", "trace_log_to",
+    # tracing (kernels/trace.py, in a traced run): bin width (ticks), command-log window (ticks)
+    "trace_bin", "trace_log_from", "trace_log_to",
 )
-Params = namedtuple("Params", PARAM_FIELDS)
+
+
+class Params(namedtuple("Params", PARAM_FIELDS)):
+    """The Params of a full-fidelity run without a trace. Fidelity and tracing are not
+    fields but the class (``params_class``): numba answers ``loop.fast_fidelity(p)`` and
+    chooses each ``trace.trace_hook`` from the class of ``p`` while it types a kernel, as it
+    picks the NoC model from its tables' type. So a run compiles only the code its class
+    asks for: an untraced, full-fidelity loop holds no trace hook and no window code (a
+    run-time test of a flag, never taken, still costs: the trace hooks were 2.3 of the
+    first run's 30 compile seconds, and the window check made the mesh loop 3-5% slower
+    through LLVM's layout of the one big loop); a run of another class compiles a loop of
+    its own."""
+
+    __slots__ = ()
+    fast = False  # fast fidelity: windows end for npusim.fast.streams
+    traced = False  # the trace hooks count into the units' trace buffers
 
 
 class FastParams(Params):
-    """The Params of a fast-fidelity run: the same fields; the class alone tells the main
-    loop to end windows for ``npusim.fast.streams`` (``loop.fast_fidelity``). Like the NoC
-    model it is a type, not a value: a full-fidelity loop is compiled without the window
-    code (a run-time test of a flag, never taken, still made the mesh loop 3-5% slower
-    through LLVM's layout of the one big loop), and fast runs compile a loop of their own."""
-
     __slots__ = ()
+    fast = True
+
+
+class TracedParams(Params):
+    __slots__ = ()
+    traced = True
+
+
+class FastTracedParams(Params):
+    __slots__ = ()
+    fast = True
+    traced = True
+
+
+def params_class(fast: bool, traced: bool) -> type:
+    """The Params class of a run in fast or full fidelity, with or without a trace."""
+    return {(False, False): Params, (True, False): FastParams, (False, True): TracedParams,
+            (True, True): FastTracedParams}[bool(fast), bool(traced)]
+
 
 # The program tables (read-only); vlat is the vector-op latency table (isa.VECTOR_OPS order),
 # req the requests [request, R_*] and core_part the partition of each core.

@@ -58,8 +58,7 @@ def _ws_issue(st, prog, p, c, row, t, layer):
     st.core[C_SA_STREAM, c] += stream
     st.layer_st[L_SA_CYCLES, layer] += stream
     st.core[C_SA_MACS, c] += prog.inst[row, isa.I_MACS]
-    if p.trace == 1:
-        trace_interval(st, p, isa.UNIT_SYSTOLIC, c, start, end)
+    trace_interval(st, p, isa.UNIT_SYSTOLIC, c, start, end)
     return start, done
 
 

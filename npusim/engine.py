@@ -223,7 +223,8 @@ def _ensure_compiled(run, st, pa, mt, p) -> float:
     """Compile (or load from cache) the kernel for these argument types; returns seconds.
     The key is numba's types, not the tuples' classes: the NoC model is the type of
     ``st.noc`` (``kernels/noc.py``), so one ``State`` class has a loop per model, and a
-    fast-fidelity run's ``p`` is a ``FastParams`` (``kernels/loop.py``), a loop of its own."""
+    fast-fidelity or traced run's ``p`` is a class of its own (``state.params_class``), and
+    so a loop of its own."""
     from numba import typeof
 
     key = tuple(typeof(x) for x in (st, pa, mt, p, np.int64(0)))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from npusim.config import NpuConfig
 from npusim.kernels.isa import DATAFLOWS
 from npusim.kernels.names import MEMORY_TYPES
-from npusim.kernels.state import PARAM_FIELDS, FastParams, Params
+from npusim.kernels.state import PARAM_FIELDS, Params, params_class
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,9 @@ class TimeBase:
 
 
 def make_params(cfg: NpuConfig, tb: TimeBase, skip: bool, trace=None) -> Params:
-    """The kernels' Params for ``cfg`` (``FastParams`` in fast fidelity); ``trace`` (a
-    ``npusim.trace.TraceRecorder``) turns tracing on."""
+    """The kernels' Params for ``cfg``; ``trace`` (a ``npusim.trace.TraceRecorder``) turns
+    tracing on. Fidelity and tracing choose the class (``state.params_class``), which
+    chooses the loop numba compiles."""
     from npusim.dram.tables import dram_params
     from npusim.scheduling import policy_id
 
@@ -53,11 +54,11 @@ def make_params(cfg: NpuConfig, tb: TimeBase, skip: bool, trace=None) -> Params:
         mem_type=MEMORY_TYPES.index(cfg.memory.type), n_channels=cfg.memory.channels,
         mem_latency=cfg.memory.latency, ch_bytes_per_cycle=cfg.memory.channel_bytes_per_cycle,
         policy=policy_id(cfg),
-        trace=0, trace_bin=1, trace_log_from=0, trace_log_to=0,
+        trace_bin=1, trace_log_from=0, trace_log_to=0,
     )
     values.update(dram_params(cfg))
     if trace is not None:
         values.update(trace.params())
     assert set(values) == set(PARAM_FIELDS)
-    kind = FastParams if cfg.fidelity == "fast" else Params
+    kind = params_class(cfg.fidelity == "fast", trace is not None)
     return kind(**{k: int(values[k]) for k in PARAM_FIELDS})

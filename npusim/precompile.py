@@ -6,7 +6,8 @@ container; ``npusim compile`` pays it once, at build time, by calling every kern
 point (the simulation loop, the trace sync, the DRAM request replay) the way a run does,
 on an empty program, so the cache holds exactly the variants runs look up: the loop once
 per NoC model (``kernels/noc.py``: the model is part of the state's type) and again for
-fast fidelity (``kernels/loop.py``: a fast run's Params are a type of their own).
+fast fidelity and for a trace (``kernels/state.py: params_class``: a fast or traced run's
+Params are a type of their own). A fast run with a trace compiles its loop on first use.
 """
 
 from __future__ import annotations
@@ -117,9 +118,10 @@ ENTRY_POINTS = (
      _loop("chiplet", "fast")),
     ("cores_cut", "cores", "fast fidelity's cuts (regions, runs of tiles, streams)",
      _fast_cuts),
-    ("trace_sync", "trace", "the trace recorder's sync of DRAM bank state", _trace_sync),
-    ("router_network_trace_sync", "router_network",
-     "the trace recorder's sync of a router network's links and buffers", _router_trace_sync),
+    ("trace_sync", "trace", "the trace recorder's sync of DRAM bank state (and the traced "
+     "loop, crossbar)", _trace_sync),
+    ("router_network_trace_sync", "router_network", "the trace recorder's sync of a router "
+     "network's links and buffers (and the traced loop, router network)", _router_trace_sync),
     ("replay", "replay", "the DRAM request replay (npusim dram)", _dram_replay),
     ("run_synthetic", "network.synthetic", "a network under synthetic traffic (npusim noc)",
      _noc_synthetic),

@@ -37,3 +37,32 @@ def test_compile_notice_only_when_compiling(tmp_path):
     # nothing compiled, nothing said
     assert second.returncode == 0 and second.stdout.strip() == "3"
     assert second.stderr == ""
+
+
+def test_an_out_of_line_kernel_is_never_inlined():
+    """``kernel(out_of_line=True)`` keeps a call of its own where LLVM would inline it (a
+    one-line kernel always is): its caller's optimised code calls it, and the same kernel
+    without the option is inlined."""
+    import re
+
+    from numba import njit
+
+    from npusim.kernels.jit import kernel
+
+    def add_one(x):
+        return x + 1
+
+    kept, inlined = kernel(add_one, out_of_line=True), kernel(add_one)
+
+    @njit
+    def calls_kept(x):
+        return kept(x)
+
+    @njit
+    def calls_inlined(x):
+        return inlined(x)
+
+    assert calls_kept(1) == calls_inlined(1) == 2
+    call = re.compile(r"call [^\n]*add_one")
+    assert call.search(calls_kept.inspect_llvm(calls_kept.signatures[0]))
+    assert not call.search(calls_inlined.inspect_llvm(calls_inlined.signatures[0]))

@@ -337,3 +337,29 @@ def test_a_serving_run_with_pauses_is_traced_whole():
         [c["busy_cycles"] for c in r.cores]
     assert int(ds.request_end_cycle[0]) == r.requests[0]["token_cycles"][-1]
     assert ds.layer_end_cycle.values.tolist() == [l["end_cycle"] for l in r.layers]
+
+
+def test_a_trace_hook_is_chosen_by_the_class_of_the_params():
+    """A hook is its kernel for a traced run's Params and a constant for any other, chosen
+    by the class (``kernels/state.py: params_class``), never by a field: a command outside
+    the trace's log window is logged by an untraced run (which has no window) and not by a
+    traced one; a fast traced run traces too."""
+    from numba import njit
+
+    from npusim.config import load_config
+    from npusim.kernels.state import params_class
+    from npusim.kernels.trace import trace_in_log_window
+    from npusim.params import TimeBase, make_params
+
+    @njit
+    def logged(p, cyc):
+        return trace_in_log_window(p, cyc)
+
+    cfg = load_config(None)
+    p = make_params(cfg, TimeBase.of(cfg), True)
+    window = dict(trace_log_from=100 * p.mem_period, trace_log_to=200 * p.mem_period)
+    for fast in (False, True):
+        untraced = params_class(fast, False)(*p._replace(**window))
+        traced = params_class(fast, True)(*p._replace(**window))
+        assert [logged(untraced, c) for c in (50, 150, 250)] == [True, True, True]
+        assert [logged(traced, c) for c in (50, 150, 250)] == [False, True, False]

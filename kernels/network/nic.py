@@ -85,8 +85,7 @@ def nic_send(ns, nt, p, n, t):
     flit_sent(ns, p, q, vc, flags)
     ns.out_free[q] = t + gap
     ns.link_flits[q] += 1
-    if p.trace == 1:
-        trace_link(ns, p, q, t)
+    trace_link(ns, p, q, t)
     ns.nic[n, NI_SENT] = sent + 1
     if flags & F_TAIL:
         ns.nic[n, NI_PKT] = -1

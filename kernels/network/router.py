@@ -32,7 +32,7 @@ from ..ring import ring_at, ring_next
 from .alloc import rr_distance, switch_allocate, vc_allocate_port
 from .names import ALLOC_WAVEFRONT
 from .state import *  # noqa: F403  (field indices)
-from .trace import trace_link, trace_occupancy
+from .trace import trace_buffer_change, trace_link
 
 
 @kernel(inline=True)
@@ -66,8 +66,7 @@ def push_flit(ns, nt, p, q, v, pkt, flags, arr, t):
         ns.fb[q, v, k, FB_FLIT] = (pkt << F_BITS) | flags
         ns.fb[q, v, k, FB_ARR] = arr
     ns.ivc[q, v, IV_COUNT] = n + 1
-    if p.trace == 1 and w < p.n_routers:
-        trace_occupancy(ns, p, w, t)
+    trace_buffer_change(ns, p, w, t)
     ns.busy[w] += 1
     ns.wake[w] = min(ns.wake[w], arr)
     ns.glob[NG_WAKE] = min(ns.glob[NG_WAKE], arr)
@@ -84,8 +83,7 @@ def pop_flit(ns, nt, p, q, v, t):
     n = ns.ivc[q, v, IV_COUNT] - 1
     ns.ivc[q, v, IV_COUNT] = n
     w = nt.row_owner[q]
-    if p.trace == 1 and w < p.n_routers:
-        trace_occupancy(ns, p, w, t)
+    trace_buffer_change(ns, p, w, t)
     ns.busy[w] -= 1
     ns.glob[NG_FLITS] -= 1
     if n == 0:
@@ -306,8 +304,7 @@ def _switch_allocation(ns, nt, p, r, t, nset):
         ns.sw_rr[q] = v + 1 if v + 1 < V else 0
         ns.link_flits[qo] += 1
         ns.router_flits[r] += 1
-        if p.trace == 1:
-            trace_link(ns, p, qo, t)
+        trace_link(ns, p, qo, t)
     for k in range(nset):
         lab[ns.al[AL_REQ_IN, k] * P + ns.al[AL_REQ_OUT, k]] = -1
 

@@ -32,10 +32,23 @@ NOC_PARAM_FIELDS = (
     "n_routers", "ports", "vcs", "depth", "n_nodes",
     "routing_delay", "va_delay", "sa_delay", "st_delay",
     "va_alloc", "sa_alloc", "va_iters", "sa_iters", "wait_tail", "skip",
-    # tracing (network/trace.py): on/off, bin width in ticks, ticks per NoC cycle
-    "trace", "trace_bin", "period",
+    # tracing (network/trace.py, in a traced run): bin width in ticks, ticks per NoC cycle
+    "trace_bin", "period",
 )
-NocParams = namedtuple("NocParams", NOC_PARAM_FIELDS)
+
+
+class NocParams(namedtuple("NocParams", NOC_PARAM_FIELDS)):
+    """The Params of a network without a trace. Whether the network traces is the class,
+    as for the engine's Params (``kernels/state.py: params_class``): the trace hooks
+    (``network/trace.py``) compile to nothing in an untraced network's kernels."""
+
+    __slots__ = ()
+    traced = False
+
+
+class TracedNocParams(NocParams):
+    __slots__ = ()
+    traced = True
 
 # Read-only tables:
 #   link[LK_*, out_row]           where an output row leads and how long it takes

@@ -1,4 +1,5 @@
-"""Trace counters of the router network (when ``p.trace == 1``), binned like every unit's
+"""Trace counters of the router network (in a traced network: ``TracedNocParams``, whose
+hooks ``trace_hook`` compiles only for it), binned like every unit's
 (``kernels/trace.py``): counters per time bin of ``p.trace_bin`` ticks at slot
 ``bin % capacity`` of a ring that Python drains between kernel calls.
 
@@ -14,6 +15,7 @@ Times here are NoC cycles; a cycle counts into the bin of the tick it starts at.
 """
 
 from ..jit import kernel
+from ..trace import trace_hook
 
 
 @kernel(inline=True)
@@ -40,7 +42,15 @@ def trace_occupancy(ns, p, w, c):
         d = nxt
 
 
-@kernel(inline=True)
+@trace_hook
+def trace_buffer_change(ns, p, w, c):
+    """The flits router w (or a network interface, not traced) holds are about to change
+    at cycle c: its occupancy is added up to c first."""
+    if w < p.n_routers:
+        trace_occupancy(ns, p, w, c)
+
+
+@trace_hook(inline=True)
 def trace_link(ns, p, q, c):
     """A flit leaves output row q at cycle c."""
     ns.tr_link[_bin(p, c) % ns.tr_link.shape[0], q] += 1

@@ -177,13 +177,13 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
             ks.LC_DIE_TO_DIE if topo.link_d2d is not None and topo.link_d2d[k] else ks.LC_ON_DIE)
     tables = ks.NocTables(link, in_src, route, route_class, vc_lo, vc_hi, vc_mask, row_owner,
                           link_class)
-    params = ks.NocParams(
+    params = (ks.TracedNocParams if trace_ring > 0 else ks.NocParams)(
         n_routers=R, ports=P, vcs=rc.vcs, depth=rc.vc_buffer_flits, n_nodes=N,
         routing_delay=rc.routing_delay, va_delay=rc.vc_alloc_delay, sa_delay=rc.sw_alloc_delay,
         st_delay=rc.st_delay, va_alloc=ALLOCATORS.index(rc.vc_allocator),
         sa_alloc=ALLOCATORS.index(rc.sw_allocator), va_iters=rc.vc_alloc_iters,
         sa_iters=rc.sw_alloc_iters,
-        wait_tail=int(rc.wait_for_tail_credit), skip=int(skip), trace=int(trace_ring > 0),
+        wait_tail=int(rc.wait_for_tail_credit), skip=int(skip),
         trace_bin=int(trace_bin), period=int(period))
     return Network(topo, sites, params, tables, make_state(params, rows, trace_ring), out_link,
                    out_node, msg_classes)

@@ -202,9 +202,9 @@ class TraceRecorder:
     # ------------------------------------------------------------------ kernel side
 
     def params(self) -> dict[str, int]:
-        """The kernels' trace Params: on, the bin width, the command-log window (ticks)."""
+        """The kernels' trace Params: the bin width, the command-log window (ticks)."""
         w0, w1 = self.window_ticks
-        return dict(trace=1, trace_bin=self.bin_ticks,
+        return dict(trace_bin=self.bin_ticks,
                     trace_log_from=max(0, w0 - self.lookahead), trace_log_to=w1)
 
     def start(self, st) -> None:
