@@ -103,12 +103,15 @@ def _options(ir_inline=False, llvm_inline=False):
                 forceinline=llvm_inline)
 
 
-def kernel(fn=None, *, inline=False, out_of_line=False):
-    """Compile ``fn`` as a kernel other kernels call: ``inline`` into every caller,
-    ``out_of_line`` never (a call of its own), else as LLVM's inliner judges."""
+def kernel(fn=None, *, inline=False, out_of_line=False, ir_inline=True):
+    """Compile ``fn`` as a kernel other kernels call: ``inline`` into every caller (a small
+    one at numba-IR level unless ``ir_inline`` is False: numba cannot inline a call that
+    passes its arguments on as ``*args`` there), ``out_of_line`` never (a call of its own),
+    else as LLVM's inliner judges."""
     if fn is None:
-        return lambda f: kernel(f, inline=inline, out_of_line=out_of_line)
-    small = inline and len(list(dis.get_instructions(fn))) <= IR_INLINE_INSTRUCTIONS
+        return lambda f: kernel(f, inline=inline, out_of_line=out_of_line, ir_inline=ir_inline)
+    small = (inline and ir_inline
+             and len(list(dis.get_instructions(fn))) <= IR_INLINE_INSTRUCTIONS)
     k = Kernel(fn, locals={}, targetoptions=_options(ir_inline=small,
                                                      llvm_inline=inline and not small))
     k.out_of_line = out_of_line

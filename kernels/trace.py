@@ -28,15 +28,14 @@ import inspect
 
 from numba.extending import overload
 
-from .jit import MODEL_OPTIONS, Kernel, _options, entry, kernel
+from .jit import MODEL_OPTIONS, entry, kernel
 from .names import ACT, PRE, PREA, REF
 from .state import *  # noqa: F403  (field indices of the state tables)
 
 
 def trace_hook(fn=None, *, untraced=None, inline=False):
     """Make ``fn`` (a kernel with an argument ``p``) a trace hook: called with a traced run's
-    Params it is ``fn`` (a kernel; ``inline``: inlined by LLVM, as numba cannot inline at
-    its IR level a call that passes the arguments on as ``*args``); with any other it
+    Params it is ``fn`` (a kernel, ``inline`` into its callers by LLVM); with any other it
     returns ``untraced`` and compiles to nothing.
 
     numba chooses while it types the caller (an ``overload`` looking at the class of
@@ -45,7 +44,7 @@ def trace_hook(fn=None, *, untraced=None, inline=False):
     seconds, as numba types both sides of every branch."""
     if fn is None:
         return lambda f: trace_hook(f, untraced=untraced, inline=inline)
-    body = Kernel(fn, locals={}, targetoptions=_options(llvm_inline=inline))
+    body = kernel(fn, inline=inline, ir_inline=False)  # (the call below passes *args)
     at = list(inspect.signature(fn).parameters).index("p")
 
     def hook(*args):
