@@ -57,7 +57,6 @@ def trace_hook(fn=None, *, untraced=None, inline=False):
         return lambda *args: untraced
 
     hook.__name__, hook.__qualname__, hook.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
-    hook.body = body
     return hook
 
 
