@@ -139,7 +139,7 @@ def test_torus_dateline_classes_break_every_cycle(dims):
             r = s
             chans = []
             for link in hops:
-                chans.append((link, int(topo.hop_class[r, d])))
+                chans.append((link, topo.vc_class(s, r, d)))
                 r = int(topo.link_dst[link])
             for a, b in zip(chans, chans[1:]):
                 deps.setdefault(a, set()).add(b)
@@ -156,6 +156,30 @@ def test_torus_dateline_classes_break_every_cycle(dims):
 
     for c in list(deps):
         visit(c)
+
+
+def test_torus_classes_are_booksims_partition():
+    """Booksim's dim_order_torus: class 1 on every hop of a dimension when the source's
+    coordinate there is above the destination's (going the positive way: the packets that
+    cross the wrap-around link; the negative way: those that do not), else class 0."""
+    def path(topo, s, d):  # the routers a packet visits after s, and its class at each hop
+        routers, cls, r = [], [], s
+        for link in topo.hops(s, d):
+            cls.append(topo.vc_class(s, r, d))
+            r = int(topo.link_dst[link])
+            routers.append(r)
+        return routers, cls
+
+    ring = topology_module("torus").build(cfg_of("noc.type=torus", "noc.dims=[5]").noc, 4, 1)
+    assert path(ring, 4, 1) == ([0, 1], [1, 1])  # the positive way, across the wrap-around
+    assert path(ring, 0, 2) == ([1, 2], [0, 0])  # the positive way, not across it
+    assert path(ring, 1, 4) == ([0, 4], [0, 0])  # the negative way, across it
+    assert path(ring, 3, 1) == ([2, 1], [1, 1])  # the negative way, not across it
+    grid = topology_module("torus").build(cfg_of("noc.type=torus", "noc.dims=[5,5]").noc, 4, 1)
+    # (1,2) -> (4,3): x the negative way across the wrap-around (0), then y up by one (0)
+    assert path(grid, 1 + 5 * 2, 4 + 5 * 3)[1] == [0, 0, 0]
+    # (3,4) -> (0,1): x the positive way across it (1, 1), then y the same way (1, 1)
+    assert path(grid, 3 + 5 * 4, 0 + 5 * 1)[1] == [1, 1, 1, 1]
 
 
 def test_fly_takes_one_router_per_stage():
@@ -307,7 +331,10 @@ def _noted_routes_and_credit_dues(net):
                 dest, m = ns.pkt[ks.PK_DEST, pkt], ns.pkt[ks.PK_CLASS, pkt]
                 route = ns.ivc[q, v, ks.IV_ROUTE]
                 assert route & ks.ROUTE_OUT_MASK == nt.route[r, dest], (q, v)
-                assert route >> ks.ROUTE_MASK_SHIFT == nt.vc_mask[m, nt.route_class[r, dest]]
+                c = nt.route_class[r, dest]
+                if c < 0:  # a torus hop: the packet's class in that dimension
+                    c = nt.dateline[ns.pkt[ks.PK_SRC, pkt], dest] >> (-1 - c) & 1
+                assert route >> ks.ROUTE_MASK_SHIFT == nt.vc_mask[m, c]
                 flit, h = ns.ivc[q, v, ks.IV_FRONT], ns.ivc[q, v, ks.IV_HEAD]
                 for k in range(ns.ivc[q, v, ks.IV_COUNT] - 1):
                     behind = ns.fb[q, v, (h + k) % p.depth, ks.FB_FLIT]

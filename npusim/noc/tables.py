@@ -166,6 +166,9 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
         route_class[ok, n] = topo.hop_class[ok, e]
         route[e, n] = eject_port[n]
         route_class[e, n] = topo.vc_classes
+    # a torus hop's class is the packet's (hop_class -1 - i): from its endpoints' routers
+    dateline = (topo.dateline[np.ix_(inject_at, eject_at)] if topo.dateline is not None
+                else np.zeros((1, 1), dtype=np.int64))
     vc_lo, vc_hi = vc_ranges(rc.vcs, msg_classes, topo.vc_classes, f"{topo.kind} network")
     row_owner = np.concatenate([np.repeat(np.arange(R), P), R + np.arange(N)]).astype(np.int64)
     vc_mask = np.array([[sum(1 << v for v in range(a, b + 1)) for a, b in zip(la, ha)]
@@ -176,7 +179,7 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
         link_class[topo.link_src[k] * P + port_of_link[k]] = (
             ks.LC_DIE_TO_DIE if topo.link_d2d is not None and topo.link_d2d[k] else ks.LC_ON_DIE)
     tables = ks.NocTables(link, in_src, route, route_class, vc_lo, vc_hi, vc_mask, row_owner,
-                          link_class)
+                          link_class, np.ascontiguousarray(dateline, dtype=np.int64))
     params = (ks.TracedNocParams if trace_ring > 0 else ks.NocParams)(
         n_routers=R, ports=P, vcs=rc.vcs, depth=rc.vc_buffer_flits, n_nodes=N,
         routing_delay=rc.routing_delay, va_delay=rc.vc_alloc_delay, sa_delay=rc.sw_alloc_delay,

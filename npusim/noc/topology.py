@@ -27,7 +27,8 @@ from npusim.errors import NpusimError
 class Topology:
     """Routers and directed links; ``next_link[r, d]`` is the link a packet at router r
     takes towards router d (-1 when r == d) and ``hop_class[r, d]`` the VC class of that
-    hop (0 .. vc_classes-1)."""
+    hop (0 .. vc_classes-1), or ``-1 - i`` where the class is the packet's own in dimension
+    i of a torus: bit i of ``dateline[source router, d]`` (``vc_class``)."""
 
     kind: str
     coords: np.ndarray                # [router, dim]: position (names, placement, traces)
@@ -51,6 +52,9 @@ class Topology:
     nodes: list[int] = field(default_factory=list)  # synthetic traffic: the site of each node
     names: list[str] | None = None  # router names (default: coordinates)
     link_d2d: np.ndarray | None = None  # [link]: True for a die-to-die link (chiplets)
+    # [source router, router]: bit i set when a torus path crosses the wrap-around link of
+    # dimension i (the VC class of its hops in that dimension; None: no such classes)
+    dateline: np.ndarray | None = None
 
     def __post_init__(self):
         if self.site_in is None:
@@ -75,6 +79,11 @@ class Topology:
         if self.names is not None:
             return self.names[r]
         return "(" + ",".join(str(int(c)) for c in self.coords[r]) + ")"
+
+    def vc_class(self, src: int, r: int, d: int) -> int:
+        """The VC class of the hop at router r of a packet from router src to router d."""
+        c = int(self.hop_class[r, d])
+        return c if c >= 0 else int(self.dateline[src, d]) >> (-1 - c) & 1
 
     def hops(self, src: int, dst: int) -> list[int]:
         """The links a packet takes from router src to router dst."""
@@ -146,10 +155,16 @@ def kary_ncube(dims: list[int], wrap: bool, latency: int, width: int,
     negative one; endpoints after (a port left unused at a mesh's edge). The numbering sets
     the round-robin order of the allocators. A torus takes the shorter way round each ring (a tie goes the
     positive way from even coordinates and the negative way from odd ones, which balances
-    the two directions deterministically) and uses two VC classes per ring: class 0 while
-    the rest of the packet's path in this dimension still crosses the wrap-around link
-    (between coordinate k-1 and 0), class 1 otherwise (and on the wrap-around link
-    itself). Neither class's channels then form a cycle, so the rings cannot deadlock."""
+    the two directions deterministically; Booksim draws it at random) and uses two VC
+    classes per ring, partitioned as Booksim's ``dim_order_torus`` (``dor_next_torus``)
+    does: a packet takes class 1 on every hop of a dimension when its source's coordinate
+    there is above its destination's, else class 0. Going the positive way, class 1 is the
+    paths that cross the wrap-around link (between coordinate k-1 and 0); going the negative
+    way, the paths that do not. Either way one class never uses the wrap-around link, and
+    the other's paths, at most half a ring long and all through it, never use the link half
+    a ring from it: neither class's channels form a cycle, so the rings cannot deadlock.
+    The class is the packet's, not the router's (``hop_class`` -1 - i: bit i of
+    ``dateline[source, destination]``): it depends on where the packet entered the ring."""
     D = len(dims)
     R = int(np.prod(dims))
     coords = np.zeros((R, D), dtype=np.int64)
@@ -181,6 +196,12 @@ def kary_ncube(dims: list[int], wrap: bool, latency: int, width: int,
                 in_port.append(2 * i + (step > 0))  # it arrives from the other side
     src, dst, lat, wid, freq = make_links(pairs, latency, width, freq_mhz)
     classes = 2 if wrap and max(dims) > 2 else 1
+
+    def step_of(a: int, b: int, k: int) -> int:
+        """The way round a ring of k from coordinate a to b."""
+        fwd = (b - a) % k  # hops the positive way
+        return 1 if k == 2 or 2 * fwd < k or (2 * fwd == k and a % 2 == 0) else -1
+
     nxt = np.full((R, R), -1, dtype=np.int64)
     cls = np.zeros((R, R), dtype=np.int64)
     for r in range(R):
@@ -188,32 +209,21 @@ def kary_ncube(dims: list[int], wrap: bool, latency: int, width: int,
             if r == d:
                 continue
             i = int(np.flatnonzero(coords[r] != coords[d])[0])
-            k = dims[i]
             a, b = int(coords[r, i]), int(coords[d, i])
-            if not wrap:
-                step = 1 if b > a else -1
-                nxt[r, d] = index[(r, i, step)]
-                continue
-            fwd = (b - a) % k  # hops the positive way
-            if k == 2:
-                step = 1
-            elif 2 * fwd < k or (2 * fwd == k and a % 2 == 0):
-                step = 1
-            else:
-                step = -1
+            step = step_of(a, b, dims[i]) if wrap else (1 if b > a else -1)
             nxt[r, d] = index[(r, i, step)]
-            # does the path after this hop still cross the wrap-around link?
-            nxt_c = (a + step) % k
-            if step == 1:
-                crosses_later = nxt_c != 0 and b < nxt_c
-            else:
-                crosses_later = nxt_c != k - 1 and b > nxt_c
             if classes == 2:
-                cls[r, d] = 0 if crosses_later else 1
+                cls[r, d] = -1 - i  # the packet's class in dimension i
+    dateline = None
+    if classes == 2:  # class 1 in dimension i: the source's coordinate above the target's
+        dateline = np.zeros((R, R), dtype=np.int64)
+        for i in range(D):
+            dateline |= (coords[:, i][:, None] > coords[:, i][None, :]).astype(np.int64) << i
     return Topology("torus" if wrap else "mesh", coords, src, dst, lat, wid, freq, nxt, cls,
                     vc_classes=classes, link_out_port=np.array(out_port, dtype=np.int64),
                     link_in_port=np.array(in_port, dtype=np.int64), link_ports=2 * D,
-                    core_sites=list(range(R)), memory_sites=edge_routers(coords, dims))
+                    core_sites=list(range(R)), memory_sites=edge_routers(coords, dims),
+                    dateline=dateline)
 
 
 def edge_routers(coords: np.ndarray, dims: list[int]) -> list[int]:
