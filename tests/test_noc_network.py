@@ -208,11 +208,31 @@ def test_custom_network_from_an_anynet_file(tmp_path):
     assert lat.tolist() == [2 + 4 * 3, 2 + 4 * 2]
 
 
+def test_custom_network_breaks_ties_and_numbers_ports_as_booksim(tmp_path):
+    """Two 3-hop paths from router 0 to router 5 (0-1-4-5 and 0-2-3-5): Booksim's anynet
+    Dijkstra from router 0 reaches 3 before 4 (same distance, lower number), so 5's
+    predecessor is 3 and the path goes by router 2, although the link to 1 is the lower
+    one. A router's ports: its endpoints first, then its links by the router they join."""
+    f = tmp_path / "net.txt"
+    f.write_text("router 0 node 0 router 1 router 2\nrouter 1 router 4\nrouter 2 router 3\n"
+                 "router 3 router 5\nrouter 4 router 5\nrouter 5 node 1\n")
+    cfg = cfg_of("noc.type=custom", f"noc.file=\"{f}\"")
+    topo = topology_module("custom").build(cfg.noc, 1, 1)
+    assert [int(topo.link_dst[k]) for k in topo.hops(0, 5)] == [2, 3, 5]
+    # back from 5, routers 1 and 2 are both 2 hops away and 1 is taken first: by 4 and 1
+    assert [int(topo.link_dst[k]) for k in topo.hops(5, 0)] == [4, 1, 0]
+    net = network_for(cfg)
+    node0 = topo.nodes[0]  # router 0: endpoint 0 on port 0, then routers 1 and 2
+    assert net.out_port_node[node0, 0] == 0
+    assert [int(topo.link_dst[k]) for k in net.out_port_link[node0, 1:3]] == [1, 2]
+
+
 @pytest.mark.parametrize("text, message", [
     ("router 0 node 0\nswitch 1\n", "must start with 'router <id>'"),
     ("router 0 node 0 router\n", "expected 'router <id> .latency.' or 'node <id>'"),
     ("router 0 node 0\nrouter 1 node 0\n", "node 0 is already attached"),
     ("router 0 node 0\nrouter 1 node 1\n", "cannot reach router"),
+    ("router 0 node 0 3 router 1\nrouter 1 node 1\n", "node 0 has latency 3"),
 ])
 def test_bad_anynet_files_are_clear_errors(tmp_path, text, message):
     f = tmp_path / "bad.txt"

@@ -93,7 +93,10 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
     R, N = topo.n_routers, len(sites)
     inject_at = topo.site_in[sites]
     eject_at = topo.site_out[sites]
-    # ports: links first (the topology's numbers, else in link order), then endpoints
+    # ports: links first (the topology's numbers, else in link order), then endpoints in
+    # endpoint order; or the endpoints first (``endpoints_first``, Booksim's anynet)
+    n_eject = np.bincount(eject_at, minlength=R)
+    n_inject = np.bincount(inject_at, minlength=R)
     if topo.link_out_port is not None:
         port_of_link = topo.link_out_port
         in_port_of_link = topo.link_in_port
@@ -102,17 +105,19 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
     else:
         port_of_link = np.zeros(topo.n_links, dtype=np.int64)
         in_port_of_link = np.zeros(topo.n_links, dtype=np.int64)
-        out_count = np.zeros(R, dtype=np.int64)
-        in_count = np.zeros(R, dtype=np.int64)
+        out_count = n_eject.copy() if topo.endpoints_first else np.zeros(R, dtype=np.int64)
+        in_count = n_inject.copy() if topo.endpoints_first else np.zeros(R, dtype=np.int64)
         for k in range(topo.n_links):
             a, b = topo.link_src[k], topo.link_dst[k]
             port_of_link[k] = out_count[a]
             out_count[a] += 1
             in_port_of_link[k] = in_count[b]
             in_count[b] += 1
-    n_out = out_count + np.bincount(eject_at, minlength=R)
-    n_in = in_count + np.bincount(inject_at, minlength=R)
-    P = int(max(n_out.max(), n_in.max(), 1))
+    P = int(max((out_count + (0 if topo.endpoints_first else n_eject)).max(),
+                (in_count + (0 if topo.endpoints_first else n_inject)).max(), 1))
+    if topo.endpoints_first:  # the endpoints take ports 0, 1, ... of their router
+        out_count[:] = 0
+        in_count[:] = 0
     out_link = np.full((R, P), -1, dtype=np.int64)
     out_node = np.full((R, P), -1, dtype=np.int64)
     out_link[topo.link_src, port_of_link] = np.arange(topo.n_links)

@@ -52,6 +52,9 @@ class Topology:
     nodes: list[int] = field(default_factory=list)  # synthetic traffic: the site of each node
     names: list[str] | None = None  # router names (default: coordinates)
     link_d2d: np.ndarray | None = None  # [link]: True for a die-to-die link (chiplets)
+    # a router's endpoint ports before its link ports (Booksim's anynet numbering; the
+    # round-robin order of the allocators), instead of after them
+    endpoints_first: bool = False
     # [source router, router]: bit i set when a torus path crosses the wrap-around link of
     # dimension i (the VC class of its hops in that dimension; None: no such classes)
     dateline: np.ndarray | None = None
@@ -110,30 +113,43 @@ def make_links(pairs: list[tuple[int, int]], latency, width: int, freq_mhz: int)
 
 def shortest_path_routes(n_routers: int, link_src: np.ndarray, link_dst: np.ndarray,
                          weight: np.ndarray) -> np.ndarray:
-    """``next_link[r, d]`` along a shortest path by link weight (Dijkstra from every
-    destination over the reversed links). Ties go to the path whose first link has the
-    lowest index, so the table is deterministic. Unreachable pairs are -1."""
-    into: list[list[int]] = [[] for _ in range(n_routers)]
+    """``next_link[r, d]``: the first link of a shortest path by link weight from r to d,
+    chosen as Booksim's anynet routing chooses it (``AnyNet::route``), so that paths of
+    equal length agree with Booksim's: Dijkstra from each router r, taking the unreached
+    router of least distance and among those the lowest-numbered, a router's predecessor
+    being the first one to reach it at its final distance (neighbours in ascending order);
+    the first hop towards d is then found by walking the predecessors back from d.
+    Unreachable pairs are -1."""
+    out: list[list[tuple[int, int, int]]] = [[] for _ in range(n_routers)]
     for k in range(len(link_src)):
-        into[int(link_dst[k])].append(k)
+        out[int(link_src[k])].append((int(link_dst[k]), int(weight[k]), k))
+    for links in out:
+        links.sort()  # neighbours in ascending order (the lightest of parallel links first)
     nxt = np.full((n_routers, n_routers), -1, dtype=np.int64)
-    for d in range(n_routers):
-        dist = [None] * n_routers
-        dist[d] = (0, -1)
-        heap = [(0, -1, d)]
+    for r in range(n_routers):
+        dist: list[int | None] = [None] * n_routers
+        prev = [-1] * n_routers
+        via = [-1] * n_routers  # the link prev[v] -> v
+        dist[r] = 0
+        heap = [(0, r)]
+        done = [False] * n_routers
         while heap:
-            dd, first, u = heapq.heappop(heap)
-            if dist[u] != (dd, first):
+            du, u = heapq.heappop(heap)
+            if done[u] or du != dist[u]:
                 continue
-            for k in into[u]:
-                v = int(link_src[k])
-                cand = (dd + int(weight[k]), k)  # distance, then the link v would take
-                if v != d and (dist[v] is None or cand < dist[v]):
-                    dist[v] = cand
-                    heapq.heappush(heap, (cand[0], k, v))
-        for v in range(n_routers):
-            if v != d and dist[v] is not None:
-                nxt[v, d] = dist[v][1]
+            done[u] = True
+            for v, w, k in out[u]:
+                if not done[v] and (dist[v] is None or du + w < dist[v]):
+                    dist[v] = du + w
+                    prev[v], via[v] = u, k
+                    heapq.heappush(heap, (du + w, v))
+        for d in range(n_routers):
+            if d == r or dist[d] is None:
+                continue
+            v = d
+            while prev[v] != r:
+                v = prev[v]
+            nxt[r, d] = via[v]
     return nxt
 
 

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -252,8 +253,13 @@ def same_packets(booksim: str, case: dict[str, Any], rate: float, tmp: Path) -> 
 
     import numpy as np
 
+    extra = case.get("extra", "")
+    if case.get("anynet"):  # the network file of an anynet case, written beside its config
+        net_file = tmp / f"anynet_{zlib.crc32(case['anynet'].encode()):08x}"
+        net_file.write_text(case["anynet"])
+        extra += f" topology = anynet; routing_function = min; network_file = {net_file};"
     cfg = write_config(tmp, case["k"], case["traffic"], case["flits"], case["alloc"],
-                       extra=case.get("extra", ""))
+                       extra=extra)
     watch = tmp / "watch_all"
     if not watch.exists():
         watch.write_text("\n".join(f"p{i}" for i in range(1_000_000)) + "\n")
@@ -431,6 +437,13 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+IRREGULAR_ANYNET = """router 0 node 0 node 1 router 1 router 3
+router 1 node 2 router 2 router 4
+router 2 node 3 node 4 router 3
+router 3 node 5 router 4
+router 4 node 6 node 7 router 0
+"""
+
 # more router settings and other topologies, checked packet by packet only (by default
 # 4x4, uniform, 4-flit packets at 0.5 flits/node/cycle). A torus or ring of even k is left
 # out: Booksim sends a packet half a ring away either way at random, npusim by a fixed rule.
@@ -452,6 +465,15 @@ VARIANTS = [
      "extra": "topology = torus; n = 1; routing_function = dim_order; num_vcs = 4;"},
     {"name": "4-ary 2-fly uniform 4-flit", "rate": 0.4,
      "extra": "topology = fly; n = 2; routing_function = dest_tag; num_vcs = 4;"},
+    # anynet files: paths of equal length (Booksim's tie-break), several nodes a router
+    {"name": "irregular anynet, 5 routers, 1-flit", "alloc": "separable_input_first",
+     "flits": 1, "rate": 0.3, "extra": "num_vcs = 4;", "anynet": IRREGULAR_ANYNET},
+    {"name": "irregular anynet, 5 routers, 4-flit", "rate": 0.2, "extra": "num_vcs = 4;",
+     "anynet": IRREGULAR_ANYNET},
+    {"name": "6x6 grid as anynet (as ONNXim's anynet_file), 1-flit", "flits": 1, "rate": 0.1,
+     "anynet": "".join(f"router {r} node {r}"
+                       + (f" router {r + 1}" if r % 6 < 5 else "")
+                       + (f" router {r + 6}" if r < 30 else "") + "\n" for r in range(36))},
 ]
 
 
@@ -538,7 +560,7 @@ def refresh(args) -> int:
             if not c.get("same_packets"):
                 continue
             case = {k: v for k, v in c.items() if k in ("name", "k", "traffic", "flits",
-                                                       "alloc", "extra")}
+                                                       "alloc", "extra", "anynet")}
             c["same_packets"] = same_packets(args.booksim, case, c["same_packets"]["rate"], tmp)
             failed |= c["same_packets"]["identical"] != c["same_packets"]["packets"]
             print(f"same packets {case}: {c['same_packets']}", flush=True)
