@@ -16,7 +16,7 @@ from npusim.frontend.shapes import ALWAYS_FOLDED
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import SPATIAL_RANKS, lower_conv
 from npusim.lowering.gemm import lower_gemm, lower_matmul
-from npusim.lowering import attention, conv_transpose, einsum, movement, vector
+from npusim.lowering import attention, conv_transpose, einsum, movement, recurrent, vector
 from npusim.lowering.fusion import plan_fusions
 from npusim.lowering.layout import lower_empty, lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
@@ -38,6 +38,7 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
     **einsum.LOWERINGS,
     **conv_transpose.LOWERINGS,
     **attention.LOWERINGS,
+    **recurrent.LOWERINGS,
 }
 
 
@@ -58,8 +59,6 @@ CANNOT_LOWER: dict[str, str] = {
                      "ConcatFromSequence", "Optional", "OptionalGetElement",
                      "OptionalHasElement"], _SEQUENCES),
     **dict.fromkeys(["If", "Loop", "Scan"], _CONTROL),
-    **dict.fromkeys(["LSTM", "GRU", "RNN"], "recurrent cells: no lowering yet; export them "
-                                            "unrolled (MatMul/Gemm per step)"),
     **dict.fromkeys(["Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
                      "RandomUniform", "RandomUniformLike"], _RANDOM),
     **dict.fromkeys(["NonZero", "Unique", "Compress", "NonMaxSuppression"], _DATA_SIZED),
