@@ -17,7 +17,7 @@ from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import SPATIAL_RANKS, lower_conv
 from npusim.lowering.gemm import lower_gemm, lower_matmul
 from npusim.lowering import attention, conv_transpose, einsum, movement, recurrent, vector
-from npusim.lowering.fusion import plan_fusions
+from npusim.lowering.fusion import fused_input, plan_fusions
 from npusim.lowering.layout import lower_empty, lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
 from npusim.program import Program, ProgramBuilder
@@ -161,7 +161,7 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
             layer = layer_of[fused[node.name]]
             builder.layer_info(layer).fused.append(node.name)
             for out in node.outputs:
-                ctx.alias(out, node.inputs[0])
+                ctx.alias(out, fused_input(graph, node))
                 ctx.producer_layer[out] = layer
             layer_of[node.name] = layer
             continue
