@@ -48,7 +48,8 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
 # here; tests/test_onnx_package.py checks it for the installed onnx.
 _SEQUENCES = "sequence and optional values: npusim lowers tensors only"
 _CONTROL = ("data-dependent control flow (an If is inlined when its condition is a "
-            "constant); export the model with loops unrolled")
+            "constant, a Loop unrolled when its trip count and condition are); export the "
+            "model with loops unrolled")
 _RANDOM = "random number generation: no NPU cost model"
 _DATA_SIZED = "the output size depends on the data, which npusim never reads"
 _NOT_NPU = "not NPU work (strings, image decoding, training losses)"

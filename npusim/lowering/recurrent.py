@@ -28,8 +28,9 @@ MACs: ``S * B * G * H * (I + H)`` per direction, the count of an unrolled graph.
 ``initial_h`` absent means zeros: the first step's GEMM still runs (on a zero state, as
 the op defines it). ``sequence_lens`` is not read (every sequence is taken as full length:
 npusim never reads input data). ``Y_h`` and ``Y_c`` are copied out of the last step's
-state when something reads them. With ``layout = 1`` (batch-major ``X``) the projection's
-rows for one step are addressed as if contiguous (the same bytes are moved).
+state when something reads them. With ``layout = 1`` (batch-major ``X``, ``Y`` and states)
+the projection's rows of one step and the initial states are addressed as if time-major
+(the same bytes are moved; only their DRAM addresses differ).
 """
 
 from __future__ import annotations
