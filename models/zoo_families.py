@@ -102,7 +102,8 @@ def build_hf_encoder(cls_name: str, cfg_name: str, token_type: bool = False, **c
 
 def build_hf_seq2seq(cls_name: str, cfg_name: str, **cfg) -> Built:
     """An encoder-decoder in one graph (no cache): input_ids, attention_mask,
-    decoder_input_ids -> the decoder's last hidden state (logits for a ...ForConditionalGeneration)."""
+    decoder_input_ids -> the decoder's last hidden state (a ...ForConditionalGeneration:
+    its logits)."""
     import torch
 
     model = _hf(cls_name, cfg_name, **cfg)
