@@ -294,17 +294,13 @@ def export_keras(work: Path) -> None:
     import export_zoo as zoo
     import zoo_families as f
 
-    S, I, H = 16, 128, 256
+    import zoo_keras
+
+    S = zoo_keras.RNN_STEPS
     L = keras.layers
 
     def rnn(kind, bidirectional=False, layers=2):
-        def build():
-            x = inp = keras.Input((S, I))
-            for _ in range(layers):
-                cell = getattr(L, kind)(H, return_sequences=True)
-                x = L.Bidirectional(cell)(x) if bidirectional else cell(x)
-            return keras.Model(inp, L.Dense(10)(x))
-        return build
+        return lambda: zoo_keras.keras_rnn(kind, bidirectional, layers)
 
     def conv1d():
         inp = keras.Input((64, 16))
