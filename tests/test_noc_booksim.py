@@ -115,6 +115,9 @@ def test_onnxim_icnt_files(tmp_path):
     ("num_vc = 4;", "unknown Booksim key num_vc .did you mean num_vcs"),
     ("speculative = 1;", "speculative = 1 is not modelled"),
     ("topology = dragonfly;", "topology = 'dragonfly' is not supported"),
+    # an unsupported topology is named, not one of its own keys (Booksim's flatflyconfig)
+    ("topology = flatfly; c = 4; x = 4; y = 4; xr = 2; yr = 2;",
+     "topology = 'flatfly' is not supported"),
     ("routing_function = romm;", "routing_function = 'romm' is not supported for mesh"),
     ("vc_allocator = pim;", "vc_allocator = 'pim' is not supported"),
     ("k = eight;", "k = 'eight' is not an integer"),

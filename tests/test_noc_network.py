@@ -139,7 +139,7 @@ def test_torus_dateline_classes_break_every_cycle(dims):
             r = s
             chans = []
             for link in hops:
-                chans.append((link, int(topo.hop_class[r, d])))
+                chans.append((link, topo.vc_class(s, r, d)))
                 r = int(topo.link_dst[link])
             for a, b in zip(chans, chans[1:]):
                 deps.setdefault(a, set()).add(b)
@@ -156,6 +156,30 @@ def test_torus_dateline_classes_break_every_cycle(dims):
 
     for c in list(deps):
         visit(c)
+
+
+def test_torus_classes_are_booksims_partition():
+    """Booksim's dim_order_torus: class 1 on every hop of a dimension when the source's
+    coordinate there is above the destination's (going the positive way: the packets that
+    cross the wrap-around link; the negative way: those that do not), else class 0."""
+    def path(topo, s, d):  # the routers a packet visits after s, and its class at each hop
+        routers, cls, r = [], [], s
+        for link in topo.hops(s, d):
+            cls.append(topo.vc_class(s, r, d))
+            r = int(topo.link_dst[link])
+            routers.append(r)
+        return routers, cls
+
+    ring = topology_module("torus").build(cfg_of("noc.type=torus", "noc.dims=[5]").noc, 4, 1)
+    assert path(ring, 4, 1) == ([0, 1], [1, 1])  # the positive way, across the wrap-around
+    assert path(ring, 0, 2) == ([1, 2], [0, 0])  # the positive way, not across it
+    assert path(ring, 1, 4) == ([0, 4], [0, 0])  # the negative way, across it
+    assert path(ring, 3, 1) == ([2, 1], [1, 1])  # the negative way, not across it
+    grid = topology_module("torus").build(cfg_of("noc.type=torus", "noc.dims=[5,5]").noc, 4, 1)
+    # (1,2) -> (4,3): x the negative way across the wrap-around (0), then y up by one (0)
+    assert path(grid, 1 + 5 * 2, 4 + 5 * 3)[1] == [0, 0, 0]
+    # (3,4) -> (0,1): x the positive way across it (1, 1), then y the same way (1, 1)
+    assert path(grid, 3 + 5 * 4, 0 + 5 * 1)[1] == [1, 1, 1, 1]
 
 
 def test_fly_takes_one_router_per_stage():
@@ -184,11 +208,31 @@ def test_custom_network_from_an_anynet_file(tmp_path):
     assert lat.tolist() == [2 + 4 * 3, 2 + 4 * 2]
 
 
+def test_custom_network_breaks_ties_and_numbers_ports_as_booksim(tmp_path):
+    """Two 3-hop paths from router 0 to router 5 (0-1-4-5 and 0-2-3-5): Booksim's anynet
+    Dijkstra from router 0 reaches 3 before 4 (same distance, lower number), so 5's
+    predecessor is 3 and the path goes by router 2, although the link to 1 is the lower
+    one. A router's ports: its endpoints first, then its links by the router they join."""
+    f = tmp_path / "net.txt"
+    f.write_text("router 0 node 0 router 1 router 2\nrouter 1 router 4\nrouter 2 router 3\n"
+                 "router 3 router 5\nrouter 4 router 5\nrouter 5 node 1\n")
+    cfg = cfg_of("noc.type=custom", f"noc.file=\"{f}\"")
+    topo = topology_module("custom").build(cfg.noc, 1, 1)
+    assert [int(topo.link_dst[k]) for k in topo.hops(0, 5)] == [2, 3, 5]
+    # back from 5, routers 1 and 2 are both 2 hops away and 1 is taken first: by 4 and 1
+    assert [int(topo.link_dst[k]) for k in topo.hops(5, 0)] == [4, 1, 0]
+    net = network_for(cfg)
+    node0 = topo.nodes[0]  # router 0: endpoint 0 on port 0, then routers 1 and 2
+    assert net.out_port_node[node0, 0] == 0
+    assert [int(topo.link_dst[k]) for k in net.out_port_link[node0, 1:3]] == [1, 2]
+
+
 @pytest.mark.parametrize("text, message", [
     ("router 0 node 0\nswitch 1\n", "must start with 'router <id>'"),
     ("router 0 node 0 router\n", "expected 'router <id> .latency.' or 'node <id>'"),
     ("router 0 node 0\nrouter 1 node 0\n", "node 0 is already attached"),
     ("router 0 node 0\nrouter 1 node 1\n", "cannot reach router"),
+    ("router 0 node 0 3 router 1\nrouter 1 node 1\n", "node 0 has latency 3"),
 ])
 def test_bad_anynet_files_are_clear_errors(tmp_path, text, message):
     f = tmp_path / "bad.txt"
@@ -307,7 +351,10 @@ def _noted_routes_and_credit_dues(net):
                 dest, m = ns.pkt[ks.PK_DEST, pkt], ns.pkt[ks.PK_CLASS, pkt]
                 route = ns.ivc[q, v, ks.IV_ROUTE]
                 assert route & ks.ROUTE_OUT_MASK == nt.route[r, dest], (q, v)
-                assert route >> ks.ROUTE_MASK_SHIFT == nt.vc_mask[m, nt.route_class[r, dest]]
+                c = nt.route_class[r, dest]
+                if c < 0:  # a torus hop: the packet's class in that dimension
+                    c = nt.dateline[ns.pkt[ks.PK_SRC, pkt], dest] >> (-1 - c) & 1
+                assert route >> ks.ROUTE_MASK_SHIFT == nt.vc_mask[m, c]
                 flit, h = ns.ivc[q, v, ks.IV_FRONT], ns.ivc[q, v, ks.IV_HEAD]
                 for k in range(ns.ivc[q, v, ks.IV_COUNT] - 1):
                     behind = ns.fb[q, v, (h + k) % p.depth, ks.FB_FLIT]

@@ -40,10 +40,14 @@ def route_head(ns, nt, q, v, w, pkt):
     """The head of packet ``pkt`` came to the front of input row q, VC v of router w: note
     in the VC's record its output port and the output VCs it may take there, so that its
     VC requests read that one record instead of a chain of loads (flit, packet,
-    destination, route, VC set). The route is static: noting it early changes no cycle."""
+    destination, route, VC set). The route is static: noting it early changes no cycle.
+    A torus hop's VC class is the packet's own in that dimension (``route_class`` -1 - i)."""
     dest = ns.pkt[PK_DEST, pkt]
+    c = nt.route_class[w, dest]
+    if c < 0:
+        c = (nt.dateline[ns.pkt[PK_SRC, pkt], dest] >> (-1 - c)) & 1
     ns.ivc[q, v, IV_ROUTE] = nt.route[w, dest] | (
-        nt.vc_mask[ns.pkt[PK_CLASS, pkt], nt.route_class[w, dest]] << ROUTE_MASK_SHIFT)
+        nt.vc_mask[ns.pkt[PK_CLASS, pkt], c] << ROUTE_MASK_SHIFT)
 
 
 @kernel(inline=True)

@@ -54,14 +54,17 @@ class TracedNocParams(NocParams):
 #   link[LK_*, out_row]           where an output row leads and how long it takes
 #   in_src[in_row]                the output row feeding an input row (-1: none)
 #   route[router, node]           output port towards a node (its ejection port at the end)
-#   route_class[router, node]     VC class of that hop; vc_classes = any class
+#   route_class[router, node]     VC class of that hop; vc_classes = any class; -1 - i: the
+#                                 packet's class in torus dimension i, bit i of
+#                                 dateline[source node, node] (Booksim's dateline partition)
 #   vc_lo/vc_hi[msg_class, cls]   VC range of a message class and VC class (cls = vc_classes: all)
 #   vc_mask[msg_class, cls]       the same range as a bit set
 #   row_owner[row]                router (or n_routers + node) of a row: index into busy/wake
 #   link_class[row]               what an output row drives: LC_* (energy, traces; the
 #                                 kernels do not read it)
 NocTables = namedtuple("NocTables", ("link", "in_src", "route", "route_class", "vc_lo",
-                                     "vc_hi", "vc_mask", "row_owner", "link_class"))
+                                     "vc_hi", "vc_mask", "row_owner", "link_class",
+                                     "dateline"))
 # link_class: no link (an unused port); a link into an endpoint or out of one; a link
 # between two routers on one die; a die-to-die link
 LC_NONE, LC_ENDPOINT, LC_ON_DIE, LC_DIE_TO_DIE = range(4)

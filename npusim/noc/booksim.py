@@ -182,6 +182,10 @@ def read_booksim(path: str | Path, overrides: dict | None = None,
     where = str(path)
     given = parse_booksim(text, where)
     given.update(overrides or {})
+    topo = given.get("topology", DEFAULTS["topology"])
+    if topo not in TOPOLOGIES:  # first: an unsupported topology's own keys are unknown here
+        raise NpusimError(f"{where}: topology = {topo!r} is not supported: npusim reads "
+                          f"{', '.join(TOPOLOGIES)}")
     for key in given:
         if key not in DEFAULTS and key not in IGNORED:
             import difflib
@@ -203,10 +207,6 @@ def read_booksim(path: str | Path, overrides: dict | None = None,
             raise NpusimError(f"{where}: {k} = {v[k]} is not modelled by npusim (it needs "
                               f"{need}): its routers are input-queued VC routers without "
                               f"speculation or speedup, one traffic class, requests only")
-    topo = v["topology"]
-    if topo not in TOPOLOGIES:
-        raise NpusimError(f"{where}: topology = {topo!r} is not supported: npusim reads "
-                          f"{', '.join(TOPOLOGIES)}")
     if v["routing_function"] not in ROUTING[topo]:
         raise NpusimError(f"{where}: routing_function = {v['routing_function']!r} is not "
                           f"supported for {topo}: must be {' or '.join(ROUTING[topo])}")

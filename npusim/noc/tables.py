@@ -93,7 +93,10 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
     R, N = topo.n_routers, len(sites)
     inject_at = topo.site_in[sites]
     eject_at = topo.site_out[sites]
-    # ports: links first (the topology's numbers, else in link order), then endpoints
+    # ports: links first (the topology's numbers, else in link order), then endpoints in
+    # endpoint order; or the endpoints first (``endpoints_first``, Booksim's anynet)
+    n_eject = np.bincount(eject_at, minlength=R)
+    n_inject = np.bincount(inject_at, minlength=R)
     if topo.link_out_port is not None:
         port_of_link = topo.link_out_port
         in_port_of_link = topo.link_in_port
@@ -102,17 +105,19 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
     else:
         port_of_link = np.zeros(topo.n_links, dtype=np.int64)
         in_port_of_link = np.zeros(topo.n_links, dtype=np.int64)
-        out_count = np.zeros(R, dtype=np.int64)
-        in_count = np.zeros(R, dtype=np.int64)
+        out_count = n_eject.copy() if topo.endpoints_first else np.zeros(R, dtype=np.int64)
+        in_count = n_inject.copy() if topo.endpoints_first else np.zeros(R, dtype=np.int64)
         for k in range(topo.n_links):
             a, b = topo.link_src[k], topo.link_dst[k]
             port_of_link[k] = out_count[a]
             out_count[a] += 1
             in_port_of_link[k] = in_count[b]
             in_count[b] += 1
-    n_out = out_count + np.bincount(eject_at, minlength=R)
-    n_in = in_count + np.bincount(inject_at, minlength=R)
-    P = int(max(n_out.max(), n_in.max(), 1))
+    P = int(max((out_count + (0 if topo.endpoints_first else n_eject)).max(),
+                (in_count + (0 if topo.endpoints_first else n_inject)).max(), 1))
+    if topo.endpoints_first:  # the endpoints take ports 0, 1, ... of their router
+        out_count[:] = 0
+        in_count[:] = 0
     out_link = np.full((R, P), -1, dtype=np.int64)
     out_node = np.full((R, P), -1, dtype=np.int64)
     out_link[topo.link_src, port_of_link] = np.arange(topo.n_links)
@@ -166,6 +171,9 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
         route_class[ok, n] = topo.hop_class[ok, e]
         route[e, n] = eject_port[n]
         route_class[e, n] = topo.vc_classes
+    # a torus hop's class is the packet's (hop_class -1 - i): from its endpoints' routers
+    dateline = (topo.dateline[np.ix_(inject_at, eject_at)] if topo.dateline is not None
+                else np.zeros((1, 1), dtype=np.int64))
     vc_lo, vc_hi = vc_ranges(rc.vcs, msg_classes, topo.vc_classes, f"{topo.kind} network")
     row_owner = np.concatenate([np.repeat(np.arange(R), P), R + np.arange(N)]).astype(np.int64)
     vc_mask = np.array([[sum(1 << v for v in range(a, b + 1)) for a, b in zip(la, ha)]
@@ -176,7 +184,7 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
         link_class[topo.link_src[k] * P + port_of_link[k]] = (
             ks.LC_DIE_TO_DIE if topo.link_d2d is not None and topo.link_d2d[k] else ks.LC_ON_DIE)
     tables = ks.NocTables(link, in_src, route, route_class, vc_lo, vc_hi, vc_mask, row_owner,
-                          link_class)
+                          link_class, np.ascontiguousarray(dateline, dtype=np.int64))
     params = (ks.TracedNocParams if trace_ring > 0 else ks.NocParams)(
         n_routers=R, ports=P, vcs=rc.vcs, depth=rc.vc_buffer_flits, n_nodes=N,
         routing_delay=rc.routing_delay, va_delay=rc.vc_alloc_delay, sa_delay=rc.sw_alloc_delay,

@@ -27,7 +27,8 @@ from npusim.errors import NpusimError
 class Topology:
     """Routers and directed links; ``next_link[r, d]`` is the link a packet at router r
     takes towards router d (-1 when r == d) and ``hop_class[r, d]`` the VC class of that
-    hop (0 .. vc_classes-1)."""
+    hop (0 .. vc_classes-1), or ``-1 - i`` where the class is the packet's own in dimension
+    i of a torus: bit i of ``dateline[source router, d]`` (``vc_class``)."""
 
     kind: str
     coords: np.ndarray                # [router, dim]: position (names, placement, traces)
@@ -51,6 +52,12 @@ class Topology:
     nodes: list[int] = field(default_factory=list)  # synthetic traffic: the site of each node
     names: list[str] | None = None  # router names (default: coordinates)
     link_d2d: np.ndarray | None = None  # [link]: True for a die-to-die link (chiplets)
+    # a router's endpoint ports before its link ports (Booksim's anynet numbering; the
+    # round-robin order of the allocators), instead of after them
+    endpoints_first: bool = False
+    # [source router, router]: bit i set when a torus path crosses the wrap-around link of
+    # dimension i (the VC class of its hops in that dimension; None: no such classes)
+    dateline: np.ndarray | None = None
 
     def __post_init__(self):
         if self.site_in is None:
@@ -75,6 +82,11 @@ class Topology:
         if self.names is not None:
             return self.names[r]
         return "(" + ",".join(str(int(c)) for c in self.coords[r]) + ")"
+
+    def vc_class(self, src: int, r: int, d: int) -> int:
+        """The VC class of the hop at router r of a packet from router src to router d."""
+        c = int(self.hop_class[r, d])
+        return c if c >= 0 else int(self.dateline[src, d]) >> (-1 - c) & 1
 
     def hops(self, src: int, dst: int) -> list[int]:
         """The links a packet takes from router src to router dst."""
@@ -101,30 +113,43 @@ def make_links(pairs: list[tuple[int, int]], latency, width: int, freq_mhz: int)
 
 def shortest_path_routes(n_routers: int, link_src: np.ndarray, link_dst: np.ndarray,
                          weight: np.ndarray) -> np.ndarray:
-    """``next_link[r, d]`` along a shortest path by link weight (Dijkstra from every
-    destination over the reversed links). Ties go to the path whose first link has the
-    lowest index, so the table is deterministic. Unreachable pairs are -1."""
-    into: list[list[int]] = [[] for _ in range(n_routers)]
+    """``next_link[r, d]``: the first link of a shortest path by link weight from r to d,
+    chosen as Booksim's anynet routing chooses it (``AnyNet::route``), so that paths of
+    equal length agree with Booksim's: Dijkstra from each router r, taking the unreached
+    router of least distance and among those the lowest-numbered, a router's predecessor
+    being the first one to reach it at its final distance (neighbours in ascending order);
+    the first hop towards d is then found by walking the predecessors back from d.
+    Unreachable pairs are -1."""
+    out: list[list[tuple[int, int, int]]] = [[] for _ in range(n_routers)]
     for k in range(len(link_src)):
-        into[int(link_dst[k])].append(k)
+        out[int(link_src[k])].append((int(link_dst[k]), int(weight[k]), k))
+    for links in out:
+        links.sort()  # neighbours in ascending order (the lightest of parallel links first)
     nxt = np.full((n_routers, n_routers), -1, dtype=np.int64)
-    for d in range(n_routers):
-        dist = [None] * n_routers
-        dist[d] = (0, -1)
-        heap = [(0, -1, d)]
+    for r in range(n_routers):
+        dist: list[int | None] = [None] * n_routers
+        prev = [-1] * n_routers
+        via = [-1] * n_routers  # the link prev[v] -> v
+        dist[r] = 0
+        heap = [(0, r)]
+        done = [False] * n_routers
         while heap:
-            dd, first, u = heapq.heappop(heap)
-            if dist[u] != (dd, first):
+            du, u = heapq.heappop(heap)
+            if done[u] or du != dist[u]:
                 continue
-            for k in into[u]:
-                v = int(link_src[k])
-                cand = (dd + int(weight[k]), k)  # distance, then the link v would take
-                if v != d and (dist[v] is None or cand < dist[v]):
-                    dist[v] = cand
-                    heapq.heappush(heap, (cand[0], k, v))
-        for v in range(n_routers):
-            if v != d and dist[v] is not None:
-                nxt[v, d] = dist[v][1]
+            done[u] = True
+            for v, w, k in out[u]:
+                if not done[v] and (dist[v] is None or du + w < dist[v]):
+                    dist[v] = du + w
+                    prev[v], via[v] = u, k
+                    heapq.heappush(heap, (du + w, v))
+        for d in range(n_routers):
+            if d == r or dist[d] is None:
+                continue
+            v = d
+            while prev[v] != r:
+                v = prev[v]
+            nxt[r, d] = via[v]
     return nxt
 
 
@@ -146,10 +171,16 @@ def kary_ncube(dims: list[int], wrap: bool, latency: int, width: int,
     negative one; endpoints after (a port left unused at a mesh's edge). The numbering sets
     the round-robin order of the allocators. A torus takes the shorter way round each ring (a tie goes the
     positive way from even coordinates and the negative way from odd ones, which balances
-    the two directions deterministically) and uses two VC classes per ring: class 0 while
-    the rest of the packet's path in this dimension still crosses the wrap-around link
-    (between coordinate k-1 and 0), class 1 otherwise (and on the wrap-around link
-    itself). Neither class's channels then form a cycle, so the rings cannot deadlock."""
+    the two directions deterministically; Booksim draws it at random) and uses two VC
+    classes per ring, partitioned as Booksim's ``dim_order_torus`` (``dor_next_torus``)
+    does: a packet takes class 1 on every hop of a dimension when its source's coordinate
+    there is above its destination's, else class 0. Going the positive way, class 1 is the
+    paths that cross the wrap-around link (between coordinate k-1 and 0); going the negative
+    way, the paths that do not. Either way one class never uses the wrap-around link, and
+    the other's paths, at most half a ring long and all through it, never use the link half
+    a ring from it: neither class's channels form a cycle, so the rings cannot deadlock.
+    The class is the packet's, not the router's (``hop_class`` -1 - i: bit i of
+    ``dateline[source, destination]``): it depends on where the packet entered the ring."""
     D = len(dims)
     R = int(np.prod(dims))
     coords = np.zeros((R, D), dtype=np.int64)
@@ -181,6 +212,12 @@ def kary_ncube(dims: list[int], wrap: bool, latency: int, width: int,
                 in_port.append(2 * i + (step > 0))  # it arrives from the other side
     src, dst, lat, wid, freq = make_links(pairs, latency, width, freq_mhz)
     classes = 2 if wrap and max(dims) > 2 else 1
+
+    def step_of(a: int, b: int, k: int) -> int:
+        """The way round a ring of k from coordinate a to b."""
+        fwd = (b - a) % k  # hops the positive way
+        return 1 if k == 2 or 2 * fwd < k or (2 * fwd == k and a % 2 == 0) else -1
+
     nxt = np.full((R, R), -1, dtype=np.int64)
     cls = np.zeros((R, R), dtype=np.int64)
     for r in range(R):
@@ -188,32 +225,21 @@ def kary_ncube(dims: list[int], wrap: bool, latency: int, width: int,
             if r == d:
                 continue
             i = int(np.flatnonzero(coords[r] != coords[d])[0])
-            k = dims[i]
             a, b = int(coords[r, i]), int(coords[d, i])
-            if not wrap:
-                step = 1 if b > a else -1
-                nxt[r, d] = index[(r, i, step)]
-                continue
-            fwd = (b - a) % k  # hops the positive way
-            if k == 2:
-                step = 1
-            elif 2 * fwd < k or (2 * fwd == k and a % 2 == 0):
-                step = 1
-            else:
-                step = -1
+            step = step_of(a, b, dims[i]) if wrap else (1 if b > a else -1)
             nxt[r, d] = index[(r, i, step)]
-            # does the path after this hop still cross the wrap-around link?
-            nxt_c = (a + step) % k
-            if step == 1:
-                crosses_later = nxt_c != 0 and b < nxt_c
-            else:
-                crosses_later = nxt_c != k - 1 and b > nxt_c
             if classes == 2:
-                cls[r, d] = 0 if crosses_later else 1
+                cls[r, d] = -1 - i  # the packet's class in dimension i
+    dateline = None
+    if classes == 2:  # class 1 in dimension i: the source's coordinate above the target's
+        dateline = np.zeros((R, R), dtype=np.int64)
+        for i in range(D):
+            dateline |= (coords[:, i][:, None] > coords[:, i][None, :]).astype(np.int64) << i
     return Topology("torus" if wrap else "mesh", coords, src, dst, lat, wid, freq, nxt, cls,
                     vc_classes=classes, link_out_port=np.array(out_port, dtype=np.int64),
                     link_in_port=np.array(in_port, dtype=np.int64), link_ports=2 * D,
-                    core_sites=list(range(R)), memory_sites=edge_routers(coords, dims))
+                    core_sites=list(range(R)), memory_sites=edge_routers(coords, dims),
+                    dateline=dateline)
 
 
 def edge_routers(coords: np.ndarray, dims: list[int]) -> list[int]:

@@ -1,5 +1,6 @@
 """DRAM energy against DRAMPower: npusim's energy of a replayed trace beside DRAMPower's on
-the very same command log, for a DDR4 and an LPDDR4 part (issue 18: within 5%).
+the very same command log, for DDR4 parts of three speed bins, both densities and widths,
+and an LPDDR4 part (issue 18: within 5%).
 
     python tests/benchmarks/bench_drampower.py --drampower /path/to/drampower_cli
     DRAMPOWER_CLI=/path/to/drampower_cli python tests/benchmarks/bench_drampower.py
@@ -42,6 +43,9 @@ CASES = (
     ("DDR4-2400R_8Gb_x8", "open page", ()),
     ("DDR4-2400R_8Gb_x8", "closed page", ("memory.controller.page_policy=closed",)),
     ("DDR4-2400R_8Gb_x8", "2 ranks", ("memory.ranks=2",)),
+    ("DDR4-3200AA_8Gb_x16", "open page", ()),  # two bank groups, the 3200 bin
+    ("DDR4-1600K_8Gb_x8", "open page", ()),
+    ("DDR4-2400R_4Gb_x16", "closed page", ("memory.controller.page_policy=closed",)),
     ("LPDDR4-3200_8Gb_x16", "open page", ()),
     ("LPDDR4-3200_8Gb_x16", "closed page", ("memory.controller.page_policy=closed",)),
 )

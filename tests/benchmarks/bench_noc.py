@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -252,8 +253,13 @@ def same_packets(booksim: str, case: dict[str, Any], rate: float, tmp: Path) -> 
 
     import numpy as np
 
+    extra = case.get("extra", "")
+    if case.get("anynet"):  # the network file of an anynet case, written beside its config
+        net_file = tmp / f"anynet_{zlib.crc32(case['anynet'].encode()):08x}"
+        net_file.write_text(case["anynet"])
+        extra += f" topology = anynet; routing_function = min; network_file = {net_file};"
     cfg = write_config(tmp, case["k"], case["traffic"], case["flits"], case["alloc"],
-                       extra=case.get("extra", ""))
+                       extra=extra)
     watch = tmp / "watch_all"
     if not watch.exists():
         watch.write_text("\n".join(f"p{i}" for i in range(1_000_000)) + "\n")
@@ -431,13 +437,55 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# more router settings, checked packet by packet only (4x4, uniform, 4-flit packets)
+IRREGULAR_ANYNET = """router 0 node 0 node 1 router 1 router 3
+router 1 node 2 router 2 router 4
+router 2 node 3 node 4 router 3
+router 3 node 5 router 4
+router 4 node 6 node 7 router 0
+"""
+
+# more router settings and other topologies, checked packet by packet only (by default
+# 4x4, uniform, 4-flit packets at 0.5 flits/node/cycle). A torus or ring of even k is left
+# out: Booksim sends a packet half a ring away either way at random, npusim by a fixed rule.
 VARIANTS = [
     {"alloc": "separable_input_first"}, {"alloc": "separable_output_first"},
     {"alloc": "wavefront"},
     {"alloc": "islip(3)", "extra": "routing_delay = 1; credit_delay = 0; "
                                    "wait_for_tail_credit = 0; num_vcs = 4; vc_buf_size = 4;"},
+    {"name": "4x4 uniform 4-flit, 2 VCs of 2 flits", "rate": 0.25,
+     "extra": "num_vcs = 2; vc_buf_size = 2;"},
+    {"name": "4x4 uniform 8-flit", "flits": 8, "rate": 0.4,
+     "extra": "wait_for_tail_credit = 0; num_vcs = 4;"},
+    {"name": "4x4 bitcomp 4-flit", "traffic": "bitcomp", "rate": 0.3},
+    {"name": "3x3x3 mesh uniform 4-flit", "k": 3, "rate": 0.3,
+     "extra": "n = 3; num_vcs = 4; vc_buf_size = 4;"},
+    {"name": "5x5 torus uniform 4-flit", "k": 5, "rate": 0.4,
+     "extra": "topology = torus; routing_function = dim_order; num_vcs = 4;"},
+    {"name": "ring of 7 uniform 4-flit", "k": 7, "rate": 0.2,
+     "extra": "topology = torus; n = 1; routing_function = dim_order; num_vcs = 4;"},
+    {"name": "4-ary 2-fly uniform 4-flit", "rate": 0.4,
+     "extra": "topology = fly; n = 2; routing_function = dest_tag; num_vcs = 4;"},
+    # anynet files: paths of equal length (Booksim's tie-break), several nodes a router
+    {"name": "irregular anynet, 5 routers, 1-flit", "alloc": "separable_input_first",
+     "flits": 1, "rate": 0.3, "extra": "num_vcs = 4;", "anynet": IRREGULAR_ANYNET},
+    {"name": "irregular anynet, 5 routers, 4-flit", "rate": 0.2, "extra": "num_vcs = 4;",
+     "anynet": IRREGULAR_ANYNET},
+    {"name": "6x6 grid as anynet (as ONNXim's anynet_file), 1-flit", "flits": 1, "rate": 0.1,
+     "anynet": "".join(f"router {r} node {r}"
+                       + (f" router {r + 1}" if r % 6 < 5 else "")
+                       + (f" router {r + 6}" if r < 30 else "") + "\n" for r in range(36))},
 ]
+
+
+def variant_case(v: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """A VARIANTS entry as a case (the defaults filled in) and its offered load."""
+    case = {"name": "4x4 uniform 4-flit", "k": 4, "traffic": "uniform", "flits": 4,
+            "alloc": "islip", **{k: x for k, x in v.items() if k != "rate"}}
+    return case, v.get("rate", 0.5)
+
+
+def _key(c: dict[str, Any]) -> tuple:
+    return c["name"], c["alloc"], c.get("extra", "")
 
 
 def cases(quick: bool) -> list[dict[str, Any]]:
@@ -512,10 +560,18 @@ def refresh(args) -> int:
             if not c.get("same_packets"):
                 continue
             case = {k: v for k, v in c.items() if k in ("name", "k", "traffic", "flits",
-                                                       "alloc", "extra")}
+                                                       "alloc", "extra", "anynet")}
             c["same_packets"] = same_packets(args.booksim, case, c["same_packets"]["rate"], tmp)
             failed |= c["same_packets"]["identical"] != c["same_packets"]["packets"]
             print(f"same packets {case}: {c['same_packets']}", flush=True)
+        recorded = {_key(c) for c in data.get("variants", [])}
+        for v in VARIANTS:  # variants added since the results were recorded
+            case, rate = variant_case(v)
+            if _key(case) not in recorded:
+                res = same_packets(args.booksim, case, rate, tmp)
+                data.setdefault("variants", []).append({**case, "same_packets": res})
+                failed |= res["identical"] != res["packets"]
+                print(f"same packets {case}: {res}", flush=True)
         data["repeat"] = args.repeat
         data["speed"] = speed(args.booksim, tmp, args.repeat)
         print(f"speed: {json.dumps(data['speed'])}", flush=True)
@@ -593,9 +649,8 @@ def main(argv=None) -> int:
         data["variants"] = []
         if booksim:
             for v in VARIANTS:
-                case = {"name": "4x4 uniform 4-flit", "k": 4, "traffic": "uniform", "flits": 4,
-                        **v}
-                res = same_packets(booksim, case, 0.5, tmp)
+                case, rate = variant_case(v)
+                res = same_packets(booksim, case, rate, tmp)
                 data["variants"].append({**case, "same_packets": res})
                 print(f"same packets {v}: {res}", flush=True)
         data["speed"] = speed(booksim, tmp, repeat)

@@ -1,5 +1,7 @@
 """A network read from a file in Booksim's ``anynet`` format (``noc.file``), routed along
-shortest paths by link latency, ties going to the lowest-numbered link.
+shortest paths by link latency, paths of equal length chosen as Booksim chooses them
+(``topology.shortest_path_routes``), and ports numbered as Booksim numbers them: a router's
+endpoints first, in node order, then its links in the order of the routers they join.
 
 Each line names a router, then what it connects to::
 
@@ -62,6 +64,10 @@ def read_anynet(path: str | Path) -> tuple[list[int], dict[tuple[int, int], int]
                     raise NpusimError(f"{where}: link latency {latency} must be at least 1")
                 i += 1
             if kind == "node":
+                if latency != 1:
+                    raise NpusimError(f"{where}: node {other} has latency {latency}: npusim's "
+                                      f"endpoint links take 1 cycle (Booksim's default); "
+                                      f"give the node no latency")
                 if other in nodes and nodes[other] != head:
                     raise NpusimError(f"{where}: node {other} is already attached to router "
                                       f"{nodes[other]}; a node attaches to one router")
@@ -89,7 +95,7 @@ def build(noc, n_cores: int, n_channels: int):
     R = len(ids)
     topo = Topology("custom", np.arange(R, dtype=np.int64).reshape(R, 1), src, dst, lat, wid,
                     freq, shortest_path_routes(R, src, dst, lat), np.zeros((R, R), np.int64),
-                    names=[f"router{r}" for r in ids])
+                    names=[f"router{r}" for r in ids], endpoints_first=True)
     order = [index[nodes[n]] for n in sorted(nodes)]
     check_connected(topo, order, order, f"noc.file {noc.file}")
     topo.nodes = order
