@@ -141,6 +141,22 @@ def build_hf_decoder(cls_name: str, cfg_name: str, n_layers: int, kv_heads: int,
     return zoo._decoder_with_past(lm, n_layers, kv_heads, head_dim, False)
 
 
+def _one_input(model, name: str, out: str = "last_hidden_state"):
+    """``model`` called with one keyword input ``name``, returning its output ``out``: the
+    plain-tensor signature the exporters take."""
+    import torch
+
+    class OneInput(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, x):
+            return getattr(self.m(**{name: x}), out)
+
+    return OneInput().eval()
+
+
 def build_hf_vision(cls_name: str, cfg_name: str, image: int, dynamic_hw: bool,
                     out: str = "last_hidden_state", **cfg) -> Built:
     """An image model: pixel_values -> ``out`` (``logits`` for heads)."""
@@ -148,19 +164,12 @@ def build_hf_vision(cls_name: str, cfg_name: str, image: int, dynamic_hw: bool,
 
     model = _hf(cls_name, cfg_name, **cfg)
 
-    class Vision(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, pixel_values):
-            return getattr(self.m(pixel_values=pixel_values), out)
-
     def args(B, H, W):
         return (torch.randn(B, cfg.get("num_channels", 3), H, W),)
 
     axes = IMAGE_AXES if dynamic_hw else {0: "batch_size"}
-    return Built(Vision().eval(), args(2, image, image), ["pixel_values"], [out],
+    return Built(_one_input(model, "pixel_values", out), args(2, image, image),
+                 ["pixel_values"], [out],
                  {"pixel_values": axes}, {out: {0: "batch_size"}},
                  lambda d: args(d["batch_size"], d.get("height", image), d.get("width", image)))
 
@@ -173,18 +182,11 @@ def build_whisper_encoder(**cfg) -> Built:
     model = _hf("WhisperModel", "WhisperConfig", **cfg).get_encoder()
     frames = 2 * cfg["max_source_positions"]
 
-    class Encoder(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, input_features):
-            return self.m(input_features=input_features).last_hidden_state
-
     def args(B):
         return (torch.randn(B, cfg["num_mel_bins"], frames),)
 
-    return Built(Encoder().eval(), args(2), ["input_features"], ["last_hidden_state"],
+    return Built(_one_input(model, "input_features"), args(2), ["input_features"],
+                 ["last_hidden_state"],
                  {"input_features": {0: "batch_size"}}, {"last_hidden_state": {0: "batch_size"}},
                  lambda d: args(d["batch_size"]))
 
@@ -196,18 +198,11 @@ def build_wav2vec2(**cfg) -> Built:
 
     model = _hf("Wav2Vec2Model", "Wav2Vec2Config", **cfg)
 
-    class Speech(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, input_values):
-            return self.m(input_values=input_values).last_hidden_state
-
     def args(B, S):
         return (torch.randn(B, S),)
 
-    return Built(Speech().eval(), args(2, 8000), ["input_values"], ["last_hidden_state"],
+    return Built(_one_input(model, "input_values"), args(2, 8000), ["input_values"],
+                 ["last_hidden_state"],
                  {"input_values": TOKENS}, {"last_hidden_state": {0: "batch_size"}},
                  lambda d: args(d["batch_size"], d["sequence_length"]))
 
