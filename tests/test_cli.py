@@ -34,15 +34,14 @@ def _save(graph, path):
 
 
 @pytest.fixture
-def lstm_model(tmp_path):
-    """A valid ONNX model whose only op (LSTM) npusim cannot lower."""
-    h, i = 8, 8
-    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 1, i])
-    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4, 1, 1, h])
-    w = numpy_helper.from_array(np.zeros((1, 4 * h, i), np.float32), "W")
-    r = numpy_helper.from_array(np.zeros((1, 4 * h, h), np.float32), "R")
-    node = helper.make_node("LSTM", ["X", "W", "R"], ["Y"], name="lstm_0", hidden_size=h)
-    return _save(helper.make_graph([node], "lstm_net", [x], [y], [w, r]), tmp_path / "lstm.onnx")
+def unsupported_model(tmp_path):
+    """A valid ONNX model whose only op (GridSample) npusim cannot lower."""
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 8, 16, 16])
+    grid = helper.make_tensor_value_info("grid", TensorProto.FLOAT, [1, 8, 8, 2])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 8, 8, 8])
+    node = helper.make_node("GridSample", ["X", "grid"], ["Y"], name="sample_0")
+    return _save(helper.make_graph([node], "sample_net", [x, grid], [y]),
+                 tmp_path / "sample.onnx")
 
 
 @pytest.fixture
@@ -127,7 +126,7 @@ def test_set_and_dim_are_passed_through(tmp_path):
 # --------------------------------------------------------------------------- bad inputs
 
 
-def _bad_cases(tmp_path, lstm_model, matmul_model):
+def _bad_cases(tmp_path, unsupported_model, matmul_model):
     text_file = tmp_path / "notes.txt"
     text_file.write_text("this is not an ONNX model\n")
     fake_onnx = tmp_path / "fake.onnx"
@@ -156,7 +155,7 @@ def _bad_cases(tmp_path, lstm_model, matmul_model):
         "non-integer --dim": (["bert_ffn", "--dim", "seq=1.5"], ["seq", "positive integer"]),
         "unknown --dim": (["tiny_cnn", "--dim", "batch=2"], ["batch"]),
         "unbound dim": (["bert_ffn"], ["seq", "--dim seq=VALUE"]),
-        "unsupported op": ([str(lstm_model)], ["LSTM", "lstm_0"]),
+        "unsupported op": ([str(unsupported_model)], ["GridSample", "sample_0"]),
         "mapping too big": ([mm, *gv, "--mapping", str(too_big)],
                             ["big.map:1", "does not fit", "proj"]),
         "mapping not covering": ([mm, *gv, "--mapping", str(short)], ["short.map:2", "loop N"]),
@@ -175,8 +174,8 @@ CASE_NAMES = [
 
 
 @pytest.mark.parametrize("case", CASE_NAMES)
-def test_bad_input_is_one_clear_error(case, tmp_path, lstm_model, matmul_model):
-    cases = _bad_cases(tmp_path, lstm_model, matmul_model)
+def test_bad_input_is_one_clear_error(case, tmp_path, unsupported_model, matmul_model):
+    cases = _bad_cases(tmp_path, unsupported_model, matmul_model)
     assert set(cases) == set(CASE_NAMES)
     args, needles = cases[case]
     out = tmp_path / "out.json"

@@ -312,3 +312,78 @@ def test_optional_inputs_kept_as_empty_strings(tmp_path):
     g = load_graph(save(m, tmp_path / "m.onnx"))
     assert g.nodes[0].inputs == ["x", "", "hi"]
     assert g.shape("hi") == () and g.tensor("hi").numel == 1
+
+
+# --------------------------------------------------------------------------- Loop unrolling
+
+
+def _loop_model(tmp_path, trips, cond_from: str):
+    """h <- tanh(h . W) in a Loop; the body's condition: ``pass`` (its input), ``count``
+    (iteration + 1 < 3, a constant once unrolled) or ``data`` (sum(h) > 0)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    i, c_in, h = (helper.make_tensor_value_info(n, t, s) for n, t, s in (
+        ("i", TensorProto.INT64, []), ("c_in", TensorProto.BOOL, []),
+        ("h", TensorProto.FLOAT, [1, 8])))
+    body_nodes = [helper.make_node("MatMul", ["h", "W"], ["hw"]),
+                  helper.make_node("Tanh", ["hw"], ["h2"]),
+                  helper.make_node("Identity", ["h2"], ["scan"])]
+    if cond_from == "pass":
+        body_nodes.append(helper.make_node("Identity", ["c_in"], ["c_out"]))
+    elif cond_from == "count":
+        body_nodes += [helper.make_node("Add", ["i", "one"], ["i1"]),
+                       helper.make_node("Less", ["i1", "three"], ["c_out"])]
+    else:
+        body_nodes += [helper.make_node("ReduceSum", ["h2"], ["s"], keepdims=0),
+                       helper.make_node("Greater", ["s", "zero"], ["c_out"])]
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(3, np.int64), "three"),
+             numpy_helper.from_array(np.array(0, np.float32), "zero")]
+    body = helper.make_graph(body_nodes, "body", [i, c_in, h], [
+        helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+        helper.make_tensor_value_info("h2", TensorProto.FLOAT, [1, 8]),
+        helper.make_tensor_value_info("scan", TensorProto.FLOAT, [1, 8])], inits)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
+    outer = [numpy_helper.from_array(np.zeros((8, 8), np.float32), "W"),
+             numpy_helper.from_array(np.array(True), "cond")]
+    if trips is not None:
+        outer.append(numpy_helper.from_array(np.array(trips, np.int64), "M"))
+    loop = helper.make_node("Loop", ["M" if trips is not None else "", "cond", "x"],
+                            ["h_last", "hs"], name="rnn_loop", body=body)
+    graph = helper.make_graph([loop], "loop", [x], [
+        helper.make_tensor_value_info("h_last", TensorProto.FLOAT, [1, 8]),
+        helper.make_tensor_value_info("hs", TensorProto.FLOAT, ["steps", 1, 8])], outer)
+    path = tmp_path / f"loop_{cond_from}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("trips,cond_from,steps", [(4, "pass", 4), (None, "count", 3),
+                                                   (5, "count", 3)])
+def test_a_loop_with_known_iterations_is_unrolled(tmp_path, trips, cond_from, steps):
+    """tf2onnx writes a Keras RNN as a Loop over the time steps: with the trip count and
+    the condition constant (iteration by iteration), each iteration's body becomes nodes
+    of its own, the carried state flowing from one to the next, the scan outputs stacked."""
+    from npusim.config import load_config
+    from npusim.lowering import lower_graph
+
+    g = load_graph(_loop_model(tmp_path, trips, cond_from))
+    ops = [n.op_type for n in g.nodes]
+    assert "Loop" not in ops and ops.count("MatMul") == steps
+    assert g.shape("hs") == (steps, 1, 8) and g.shape("h_last") == (1, 8)
+    prog = lower_graph(g, load_config("mobile", []))
+    assert sum(int(info.macs) for info in prog.layers) == steps * 8 * 8
+
+
+def test_a_loop_on_data_stays_a_loop_and_is_named(tmp_path):
+    """A condition computed from data cannot be unrolled: the Loop is the clear
+    unsupported-op error, and nothing of the attempt is left in the graph."""
+    from npusim.config import load_config
+    from npusim.lowering import lower_graph
+
+    g = load_graph(_loop_model(tmp_path, 4, "data"))
+    assert [n.op_type for n in g.nodes] == ["Loop"]
+    assert not any("iter0" in t for t in g.tensors)
+    with pytest.raises(NpusimError, match=r"Loop: rnn_loop \(data-dependent control flow"):
+        lower_graph(g, load_config("mobile", []))

@@ -60,14 +60,14 @@ def batched_model(tmp_path):
 
 
 @pytest.fixture
-def lstm_model(tmp_path):
+def unsupported_model(tmp_path):
     """A valid model whose only op npusim cannot lower: its points fail when they run."""
-    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 1, 8])
-    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4, 1, 1, 8])
-    node = helper.make_node("LSTM", ["X", "W", "R"], ["Y"], name="lstm_0", hidden_size=8)
-    graph = helper.make_graph([node], "lstm", [x], [y],
-                              [weight("W", [1, 32, 8]), weight("R", [1, 32, 8])])
-    path = tmp_path / "lstm.onnx"
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 8, 16, 16])
+    grid = helper.make_tensor_value_info("grid", TensorProto.FLOAT, [1, 8, 8, 2])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 8, 8, 8])
+    node = helper.make_node("GridSample", ["X", "grid"], ["Y"], name="sample_0")
+    graph = helper.make_graph([node], "sample", [x, grid], [y])
+    path = tmp_path / "sample.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 
@@ -150,7 +150,7 @@ def test_grid_equals_individual_simulate_runs(tmp_path, batched_model):
     assert len(read_journal(journal_path(tmp_path / "grid.zarr"))) == 8
 
 
-def test_failures_are_recorded_and_do_not_stop_the_others(tmp_path, lstm_model):
+def test_failures_are_recorded_and_do_not_stop_the_others(tmp_path, unsupported_model):
     """A bad combination (config), a run-time failure (an op npusim cannot lower) and a
     timeout are each recorded with their error; every other point runs."""
     sweep = write(tmp_path / "fail.toml", f"""
@@ -159,7 +159,7 @@ def test_failures_are_recorded_and_do_not_stop_the_others(tmp_path, lstm_model):
         [workload]
         model = "tiny_cnn"
         [axes]
-        model = ["tiny_cnn", "{lstm_model}"]
+        model = ["tiny_cnn", "{unsupported_model}"]
         memory.type = ["simple", "dram"]
         memory.freq_mhz = [800, 1000]
     """)
@@ -168,15 +168,15 @@ def test_failures_are_recorded_and_do_not_stop_the_others(tmp_path, lstm_model):
     assert res.exit_code == 0, res.output
     ds = open_sweep(out)
     tiny = ds.sel(model="tiny_cnn")
-    lstm = ds.sel(model=str(lstm_model))
+    failing = ds.sel(model=str(unsupported_model))
     bad = {"memory.type": "dram", "memory.freq_mhz": 1000}
-    for point in (tiny.sel(bad), lstm.sel(bad)):  # the invalid combination, never run
+    for point in (tiny.sel(bad), failing.sel(bad)):  # the invalid combination, never run
         assert str(point.status.values) == "failed"
         assert "memory.freq_mhz = 1000" in str(point.error.values)
-    assert (lstm.status.values == "failed").all()
-    lstm_ran = lstm.error.values.ravel()[[0, 1, 2]]  # simple/800, simple/1000, dram/800
-    assert all("LSTM" in e for e in lstm_ran)
-    assert np.isnan(lstm.total_cycles.values).all()
+    assert (failing.status.values == "failed").all()
+    failed_ran = failing.error.values.ravel()[[0, 1, 2]]  # simple/800, simple/1000, dram/800
+    assert all("GridSample" in e for e in failed_ran)
+    assert np.isnan(failing.total_cycles.values).all()
     for mem_type, freq in (("simple", 800), ("simple", 1000), ("dram", 800)):
         point = tiny.sel({"memory.type": mem_type, "memory.freq_mhz": freq})
         expected = npusim.simulate("tiny_cnn", "mobile", overrides=[
@@ -187,12 +187,12 @@ def test_failures_are_recorded_and_do_not_stop_the_others(tmp_path, lstm_model):
     assert ds.attrs["points_ok"] == 3 and ds.attrs["points_failed"] == 5
     assert len(read_journal(journal_path(out))) == 6  # invalid combinations are not journaled
 
-    # --retry-failed runs the three LSTM points again; the ok points are not run again
+    # --retry-failed runs the three failing points again; the ok points are not run again
     res = sweep_cli(str(sweep), "--out", str(out), "--retry-failed", "--workers", "1")
     assert res.exit_code == 0, res.output
     records = read_journal(journal_path(out))
     assert len(records) == 9 and all(r["status"] == "failed" for r in records[6:])
-    assert {r["hash"] for r in records[6:]} == set(lstm.point_hash.values.ravel()[[0, 1, 2]])
+    assert {r["hash"] for r in records[6:]} == set(failing.point_hash.values.ravel()[[0, 1, 2]])
     assert open_sweep(out).attrs["points_ok"] == 3
 
 

@@ -18,7 +18,8 @@ walks the nodes once, in topological order, and for each node
    large results (weights made by ``ConstantOfShape``, a transposed or cast weight, a
    causal mask built from shapes alone) only keep their shape and become weights: they are
    never materialised, as a deployment compiler would precompute them;
-3. inlines an ``If`` whose condition is a known constant.
+3. inlines an ``If`` whose condition is a known constant, and unrolls a ``Loop`` whose
+   trip count and per-iteration condition are (``_Pass.unroll``).
 
 Folded nodes leave the graph (they cost nothing); what stays is what a real NPU computes.
 ONNX Runtime's ``symbolic_shape_infer`` tool was the other candidate: it needs sympy, has no
@@ -40,6 +41,10 @@ from onnx import AttributeProto, TensorProto, TypeProto, defs, helper, numpy_hel
 from npusim.errors import NpusimError
 
 STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
+
+# A Loop with a known number of iterations is unrolled up to this many (a longer one stays
+# a Loop: npusim cannot lower it).
+MAX_UNROLL = 4096
 
 # Folded results with at most this many elements are computed and kept by value (shape
 # tensors, position ids, scales); larger ones keep their shape only.
@@ -162,7 +167,106 @@ class _Pass:
                     self.run(_inline_if(node, bool(np.asarray(cond.value).reshape(-1)[0])))
                     self.folded += 1
                     continue
+            if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and self.unroll(node):
+                continue
             self.visit(node)
+
+    def unroll(self, node: onnx.NodeProto) -> bool:
+        """Unroll a ``Loop`` whose iterations are known once the dims are bound: the trip
+        count a constant and the condition, iteration after iteration, a constant (what
+        tf2onnx writes for a Keras RNN: ``time < steps``). Each iteration's body is walked
+        like any other nodes (its names prefixed ``<loop>/iter<i>/``), the loop-carried
+        values flow from one to the next, and the scan outputs are stacked by a Concat.
+        Returns False (and leaves everything as it was) when the loop cannot be unrolled:
+        a data-dependent condition, an unknown count, more than ``MAX_UNROLL`` iterations,
+        a body with subgraphs of its own."""
+        body = next(a.g for a in node.attribute if a.name == "body")
+        if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+               for n in body.node for a in n.attribute):
+            return False
+        trips = self._scalar(node.input[0]) if node.input and node.input[0] else None
+        cond = self._scalar(node.input[1]) if len(node.input) > 1 and node.input[1] else True
+        if cond is None or (trips is None and not cond):
+            return False
+        limit = MAX_UNROLL if trips is None else min(int(trips), MAX_UNROLL + 1)
+        if limit > MAX_UNROLL:
+            return False
+        saved = (len(self.nodes), dict(self.tensors), dict(self.others), dict(self.unshaped),
+                 self.folded, set(self.needed))
+        carried = list(node.input[2:])
+        n_carried = len(carried)
+        ins = [i.name for i in body.input]
+        outs = [o.name for o in body.output]
+        scans: list[list[str]] = [[] for _ in outs[1 + n_carried:]]
+        loop = node.name or "Loop"
+        i = 0
+        while i < limit and cond:
+            prefix = f"{loop}/iter{i}/"
+            names = {ins[0]: prefix + "iteration", ins[1]: prefix + "cond_in"}
+            names.update(zip(ins[2:], carried))
+            local = {o for n in body.node for o in n.output if o} | {
+                t.name for t in body.initializer}
+            names.update({t: prefix + t for t in local})
+            nodes = [helper.make_node("Constant", [], [names[ins[0]]],
+                                      value=numpy_helper.from_array(np.array(i, np.int64))),
+                     helper.make_node("Constant", [], [names[ins[1]]],
+                                      value=numpy_helper.from_array(np.array(True)))]
+            for init in body.initializer:
+                c = TensorProto()
+                c.CopyFrom(init)
+                c.name = names[init.name]
+                nodes.append(helper.make_node("Constant", [], [c.name], value=c))
+            for n in body.node:
+                c = onnx.NodeProto()
+                c.CopyFrom(n)
+                c.name = prefix + (n.name or n.op_type)
+                del c.input[:]
+                c.input.extend(names.get(t, t) for t in n.input)
+                del c.output[:]
+                c.output.extend(names.get(t, t) for t in n.output)
+                nodes.append(c)
+            self.needed.update(t for n in nodes for t in n.input if t)
+            self.needed.update(names.get(t, t) for t in outs)
+            self.run(nodes)
+            cond = self._scalar(names.get(outs[0], outs[0]))
+            if cond is None:  # a condition on data: not unrollable
+                self._restore(saved)
+                return False
+            carried = [names.get(t, t) for t in outs[1:1 + n_carried]]
+            for k, t in enumerate(outs[1 + n_carried:]):
+                scans[k].append(names.get(t, t))
+            i += 1
+        if i == 0 or (trips is None and cond):  # none ran, or no end within MAX_UNROLL
+            self._restore(saved)
+            return False
+        tail = [helper.make_node("Identity", [src], [dst], name=f"{loop}/{dst}")
+                for src, dst in zip(carried, node.output[:n_carried]) if dst]
+        for k, dst in enumerate(node.output[n_carried:]):
+            if not dst:
+                continue
+            rows = []
+            for j, t in enumerate(scans[k]):
+                rows.append(f"{loop}/scan{k}/{j}")
+                tail.append(helper.make_node("Unsqueeze", [t, f"{loop}/axis0"], [rows[-1]],
+                                             name=rows[-1]))
+            tail.append(helper.make_node("Concat", rows, [dst], name=f"{loop}/{dst}",
+                                         axis=0))
+        tail.insert(0, helper.make_node("Constant", [], [f"{loop}/axis0"],
+                                        value=numpy_helper.from_array(np.array([0], np.int64))))
+        self.run(tail)
+        self.folded += 1
+        return True
+
+    def _scalar(self, name: str):
+        """The value of a known one-element constant tensor, else None."""
+        t = self.tensors.get(name)
+        if t is None or t.value is None or np.asarray(t.value).size != 1:
+            return None
+        return np.asarray(t.value).reshape(-1)[0]
+
+    def _restore(self, saved) -> None:
+        n, self.tensors, self.others, self.unshaped, self.folded, self.needed = saved
+        del self.nodes[n:]
 
     def visit(self, node: onnx.NodeProto) -> None:
         ins = [self.tensors.get(i) if i else None for i in node.input]

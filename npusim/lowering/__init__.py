@@ -16,8 +16,8 @@ from npusim.frontend.shapes import ALWAYS_FOLDED
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import SPATIAL_RANKS, lower_conv
 from npusim.lowering.gemm import lower_gemm, lower_matmul
-from npusim.lowering import attention, conv_transpose, einsum, movement, vector
-from npusim.lowering.fusion import plan_fusions
+from npusim.lowering import attention, conv_transpose, einsum, movement, recurrent, vector
+from npusim.lowering.fusion import fused_input, plan_fusions
 from npusim.lowering.layout import lower_empty, lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
 from npusim.program import Program, ProgramBuilder
@@ -38,6 +38,7 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
     **einsum.LOWERINGS,
     **conv_transpose.LOWERINGS,
     **attention.LOWERINGS,
+    **recurrent.LOWERINGS,
 }
 
 
@@ -47,7 +48,8 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
 # here; tests/test_onnx_package.py checks it for the installed onnx.
 _SEQUENCES = "sequence and optional values: npusim lowers tensors only"
 _CONTROL = ("data-dependent control flow (an If is inlined when its condition is a "
-            "constant); export the model with loops unrolled")
+            "constant, a Loop unrolled when its trip count and condition are); export the "
+            "model with loops unrolled")
 _RANDOM = "random number generation: no NPU cost model"
 _DATA_SIZED = "the output size depends on the data, which npusim never reads"
 _NOT_NPU = "not NPU work (strings, image decoding, training losses)"
@@ -58,8 +60,6 @@ CANNOT_LOWER: dict[str, str] = {
                      "ConcatFromSequence", "Optional", "OptionalGetElement",
                      "OptionalHasElement"], _SEQUENCES),
     **dict.fromkeys(["If", "Loop", "Scan"], _CONTROL),
-    **dict.fromkeys(["LSTM", "GRU", "RNN"], "recurrent cells: no lowering yet; export them "
-                                            "unrolled (MatMul/Gemm per step)"),
     **dict.fromkeys(["Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
                      "RandomUniform", "RandomUniformLike"], _RANDOM),
     **dict.fromkeys(["NonZero", "Unique", "Compress", "NonMaxSuppression"], _DATA_SIZED),
@@ -162,7 +162,7 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
             layer = layer_of[fused[node.name]]
             builder.layer_info(layer).fused.append(node.name)
             for out in node.outputs:
-                ctx.alias(out, node.inputs[0])
+                ctx.alias(out, fused_input(graph, node))
                 ctx.producer_layer[out] = layer
             layer_of[node.name] = layer
             continue

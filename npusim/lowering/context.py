@@ -44,13 +44,17 @@ class LoweringContext:
             self.address[tensor] = self.builder.allocate(nbytes)
         return self.address[tensor]
 
-    def scratch(self, name: str, shape) -> str:
+    def scratch(self, name: str, shape, itemsize: int | None = None) -> str:
         """An internal tensor of a lowering (a GEMM's output before a layout move, a
-        transposed convolution's columns): registered in the graph and given DRAM space."""
+        transposed convolution's columns): registered in the graph and given DRAM space,
+        ``itemsize`` bytes per element (default: the precision)."""
         from npusim.frontend.graph import TensorInfo
 
         if name not in self.graph.tensors:
             self.graph.tensors[name] = TensorInfo(name, tuple(int(d) for d in shape), 1, False)
+        if itemsize is not None and name not in self.address:
+            self.address[name] = self.builder.allocate(
+                self.graph.tensors[name].numel * itemsize)
         self.addr(name)
         return name
 

@@ -89,7 +89,7 @@ def _window(s: ConvShape, in_dim: int, pad: int, d: int, o0: int, t: int) -> tup
         count = max(1, last - first + 1)
         return min(max(first * stride - pad, 0), in_dim - 1), count, stride
     lo = o0 * stride - pad
-    hi = lo + s.window(d, t)
+    hi = lo + s.span(d, t)
     lo, hi = max(lo, 0), min(hi, in_dim)
     return min(lo, in_dim - 1), max(hi - lo, 1), 1
 
@@ -119,7 +119,7 @@ def lower_conv(ctx: LoweringContext, node: Node) -> None:
 
         return lower_pool(ctx, node)
     s = ConvShape(N=Nb, C=Cg, M=Mtot // groups, groups=groups, out=out_dims, kernel=kernel,
-                  strides=strides, dilations=dil)
+                  strides=strides, dilations=dil, inputs=in_dims)
     b = ctx.budget
     info = LayerInfo(name=node.name, op_type=node.op_type,
                      input_shapes=[g.shape(t) for t in node.inputs if t], output_shape=y_shape,

@@ -20,14 +20,25 @@ def _constant_inputs_only(graph: Graph, node: Node, first: str) -> bool:
     return all(t == first or not t or graph.tensor(t).is_initializer for t in node.inputs)
 
 
+def fused_input(graph: Graph, node: Node) -> str:
+    """The input through which a fusable node reads its producer's result: the first, or
+    for an Add the one that is not a weight (TorchScript writes a Linear's bias first:
+    ``Add(bias, MatMul(x, W))``; Add commutes)."""
+    src = node.inputs[0] if node.inputs else ""
+    if (node.op_type == "Add" and len(node.inputs) == 2 and src
+            and src in graph.tensors and graph.tensor(src).is_initializer):
+        return node.inputs[1]
+    return src
+
+
 def plan_fusions(graph: Graph) -> dict[str, str]:
     """Node name -> name of the node whose output path absorbs it."""
     fused: dict[str, str] = {}
     outputs = set(graph.outputs)
     for node in graph.nodes:
-        if not node.inputs or not node.inputs[0]:
+        src = fused_input(graph, node)
+        if not src:
             continue
-        src = node.inputs[0]
         producer = graph.producer(src)
         if producer is None or src in outputs or len(graph.consumers(src)) != 1:
             continue

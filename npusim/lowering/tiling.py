@@ -203,7 +203,8 @@ def _gemm_estimate(b: Budget, N: int, C: int, M: int, batch: int, n, c, m) -> np
 class ConvShape:
     """A convolution's loop bounds, per group: ``N`` images, ``C`` input and ``M`` output
     channels of each of ``groups`` groups, and per spatial dim (1 to 3 of them, outermost
-    first) the output extent, kernel, stride and dilation."""
+    first) the output extent, kernel, stride and dilation, and the input extent (empty:
+    unbounded)."""
 
     N: int
     C: int
@@ -213,6 +214,7 @@ class ConvShape:
     kernel: tuple[int, ...]
     strides: tuple[int, ...]
     dilations: tuple[int, ...]
+    inputs: tuple[int, ...] = ()
 
     @property
     def kernel_positions(self) -> int:
@@ -221,9 +223,17 @@ class ConvShape:
     def window(self, d: int, t: int) -> int:
         """Input positions along dim ``d`` a tile of ``t`` outputs holds: with a kernel of
         one along ``d`` the DMA walks the input with the stride and loads only the ``t``
-        positions used (Gemmini's ``downsample`` loads); otherwise the dense window."""
+        positions used (Gemmini's ``downsample`` loads); otherwise the dense window, of at
+        most the input's extent (padding is never loaded: a dilated window wider than a
+        small feature map, as in DeepLab's atrous pyramid, holds only the map)."""
         if self.kernel[d] == 1:
             return t
+        dense = self.span(d, t)
+        return np.minimum(dense, self.inputs[d]) if self.inputs else dense
+
+    def span(self, d: int, t: int) -> int:
+        """Input positions from the first to the last a tile of ``t`` outputs reads along
+        dim ``d`` (padding included)."""
         return (t - 1) * self.strides[d] + (self.kernel[d] - 1) * self.dilations[d] + 1
 
 
