@@ -59,20 +59,29 @@ def _nearer(x, cur, start, n):
 
 
 @kernel(inline=True)
+def _arbiter_request(al, k, inputs_pick, answer):
+    """Switch request k as one side's arbiters see it: the port that arbitrates, the port
+    it would pick, the table its pick goes in (``AL_CHOICE`` for inputs, ``AL_GRANT`` for
+    outputs), and whether the request qualifies: its two ports both unmatched, or
+    (``answer``) its other port picked this one."""
+    i = al[AL_REQ_IN, k]
+    o = al[AL_REQ_OUT, k]
+    me, other = (i, o) if inputs_pick else (o, i)
+    mine, theirs = (AL_CHOICE, AL_GRANT) if inputs_pick else (AL_GRANT, AL_CHOICE)
+    if answer:
+        ok = al[theirs, other] == me
+    else:
+        ok = al[AL_IN, i] < 0 and al[AL_OUT, o] < 0
+    return me, other, mine, ok
+
+
+@kernel(inline=True)
 def _arbiter_pass(al, nset, ptr, base, P, inputs_pick, answer):
-    """One round-robin arbiter per port of one side (the inputs' choices in ``AL_CHOICE``
-    or the outputs' grants in ``AL_GRANT``) over the switch requests: each port keeps the
-    port on the other side nearest its pointer among the requests that qualify, those
-    whose two ports are both unmatched, or (``answer``) those whose other port picked it."""
+    """One round-robin arbiter per port of one side over the switch requests: each port
+    keeps the port on the other side nearest its pointer among the requests that qualify
+    (``_arbiter_request``)."""
     for k in range(nset):
-        i = al[AL_REQ_IN, k]
-        o = al[AL_REQ_OUT, k]
-        me, other = (i, o) if inputs_pick else (o, i)
-        mine, theirs = (AL_CHOICE, AL_GRANT) if inputs_pick else (AL_GRANT, AL_CHOICE)
-        if answer:
-            ok = al[theirs, other] == me
-        else:
-            ok = al[AL_IN, i] < 0 and al[AL_OUT, o] < 0
+        me, other, mine, ok = _arbiter_request(al, k, inputs_pick, answer)
         if ok and _nearer(other, al[mine, me], ptr[base + me], P):
             al[mine, me] = other
 
@@ -82,14 +91,7 @@ def _arbiter_pass_by_priority(al, nset, ptr, base, P, inputs_pick, answer):
     """``_arbiter_pass`` whose arbiters take the highest priority first (``AL_REQ_PRI``;
     a port's pick's own in ``AL_BEST``, written with the pick), then round robin."""
     for k in range(nset):
-        i = al[AL_REQ_IN, k]
-        o = al[AL_REQ_OUT, k]
-        me, other = (i, o) if inputs_pick else (o, i)
-        mine, theirs = (AL_CHOICE, AL_GRANT) if inputs_pick else (AL_GRANT, AL_CHOICE)
-        if answer:
-            ok = al[theirs, other] == me
-        else:
-            ok = al[AL_IN, i] < 0 and al[AL_OUT, o] < 0
+        me, other, mine, ok = _arbiter_request(al, k, inputs_pick, answer)
         if not ok:
             continue
         cur = al[mine, me]
