@@ -95,10 +95,12 @@ def test_every_flit_delivered_and_every_credit_back_under_back_pressure():
 
 
 @pytest.mark.parametrize("extra", [["noc.type=mesh"], ["noc.type=torus", "noc.dims=[4,2]"],
-                                   ["noc.type=ring", "noc.dims=[6]"]])
+                                   ["noc.type=ring", "noc.dims=[6]"],
+                                   ["noc.type=mesh", "noc.core_ports=2"]])
 def test_skip_ahead_changes_nothing_on_a_router_network(extra):
     """mobile (4 cores, DDR4) with two channels: loads that conflict in the banks and
-    stores, on three topologies, stepping every edge or skipping ahead."""
+    stores, on three topologies, and with two interfaces per core (the core's ring taken
+    by its interfaces in turn), stepping every edge or skipping ahead."""
     cfg = load_config("mobile", ["memory.channels=2", *extra])
     prog = one_tile_program([Instr.dma(True, 0, 0, 48, 8192, 1, 0, 64),
                              Instr.dma(False, 1, 1 << 20, 16, 64, 1, 0, 64)], tiles=6)

@@ -448,11 +448,25 @@ def test_accepted_throughput_follows_the_offered_load_below_saturation():
 
 # ---------------------------------------------------------------------------- allocators
 
-def reference_switch(kind, iters, req, gptr, aptr, wf):
+def _first(candidates, pri=None):
+    """An arbiter's pick from ``candidates`` in its round-robin order: the first, or with
+    priorities (Booksim's separable allocators under ``priority = age``) the first of the
+    highest priority; -1 if none."""
+    candidates = list(candidates)
+    if not candidates:
+        return -1
+    return max(candidates, key=pri) if pri else candidates[0]
+
+
+def reference_switch(kind, iters, req, gptr, aptr, wf, pri=None):
     """The allocators as Booksim defines them (module docstring of kernels/network/alloc.py),
-    on a dense boolean request matrix; returns the match and updates the pointers."""
+    on a dense boolean request matrix; returns the match and updates the pointers.
+    ``pri[i][o]``: the request's priority, which Booksim's separable allocators' arbiters
+    prefer before their round robin (iSLIP ignores it)."""
     P = len(req)
     inm, outm = [-1] * P, [-1] * P
+    if kind == "islip":
+        pri = None
     if kind == "wavefront":
         for d in range(P):
             for o in range(P):
@@ -463,42 +477,45 @@ def reference_switch(kind, iters, req, gptr, aptr, wf):
         return inm
     for it in range(iters):
         if kind == "separable_input_first":
-            choice = [next((o for o in [(aptr[i] + k) % P for k in range(P)]
-                            if req[i][o] and outm[o] < 0), -1) if inm[i] < 0 else -1
+            choice = [_first((o for o in [(aptr[i] + k) % P for k in range(P)]
+                              if req[i][o] and outm[o] < 0),
+                             pri and (lambda o, i=i: pri[i][o])) if inm[i] < 0 else -1
                       for i in range(P)]
             for o in range(P):
                 if outm[o] >= 0:
                     continue
-                for k in range(P):
-                    i = (gptr[o] + k) % P
-                    if choice[i] == o:
-                        inm[i], outm[o] = o, i
-                        if it == 0:
-                            gptr[o], aptr[i] = (i + 1) % P, (o + 1) % P
-                        break
+                i = _first((i for i in [(gptr[o] + k) % P for k in range(P)] if choice[i] == o),
+                           pri and (lambda i, o=o: pri[i][o]))
+                if i >= 0:
+                    inm[i], outm[o] = o, i
+                    if it == 0:
+                        gptr[o], aptr[i] = (i + 1) % P, (o + 1) % P
             continue
         grant = [-1] * P
         for o in range(P):
             if outm[o] < 0:
-                grant[o] = next((i for i in [(gptr[o] + k) % P for k in range(P)]
-                                 if req[i][o] and inm[i] < 0), -1)
+                grant[o] = _first((i for i in [(gptr[o] + k) % P for k in range(P)]
+                                   if req[i][o] and inm[i] < 0),
+                                  pri and (lambda i, o=o: pri[i][o]))
         for i in range(P):
             if inm[i] >= 0:
                 continue
-            for k in range(P):
-                o = (aptr[i] + k) % P
-                if grant[o] == i:
-                    inm[i], outm[o] = o, i
-                    if it == 0:
-                        gptr[o], aptr[i] = (i + 1) % P, (o + 1) % P
-                    break
+            o = _first((o for o in [(aptr[i] + k) % P for k in range(P)] if grant[o] == i),
+                       pri and (lambda o, i=i: pri[i][o]))
+            if o >= 0:
+                inm[i], outm[o] = o, i
+                if it == 0:
+                    gptr[o], aptr[i] = (i + 1) % P, (o + 1) % P
     return inm
 
 
-@pytest.mark.parametrize("kind, iters", [("islip", 1), ("islip", 3),
-                                         ("separable_input_first", 1),
-                                         ("separable_input_first", 2), ("wavefront", 1)])
-def test_switch_allocator_matches_its_definition(kind, iters):
+@pytest.mark.parametrize("kind, iters, priority", [
+    ("islip", 1, "none"), ("islip", 3, "none"), ("separable_input_first", 1, "none"),
+    ("separable_input_first", 2, "none"), ("wavefront", 1, "none"),
+    ("separable_output_first", 1, "none"), ("islip", 1, "age"),
+    ("separable_input_first", 1, "age"), ("separable_input_first", 2, "age"),
+    ("separable_output_first", 1, "age")])
+def test_switch_allocator_matches_its_definition(kind, iters, priority):
     from collections import namedtuple
 
     from npusim.kernels.network.alloc import switch_allocate
@@ -506,6 +523,8 @@ def test_switch_allocator_matches_its_definition(kind, iters):
 
     P = 6
     Par = namedtuple("Par", "ports sa_alloc sa_iters")
+    if priority == "age":  # (the class says so, as network/state.py's AgedNocParams)
+        Par = type("AgedPar", (Par,), {"__slots__": (), "aged": True})
     p = Par(P, ALLOCATORS.index(kind), iters)
     rng = np.random.default_rng(iters)
     gptr = np.zeros(P, np.int64)
@@ -519,18 +538,26 @@ def test_switch_allocator_matches_its_definition(kind, iters):
         asks = np.flatnonzero(req.reshape(-1))
         asks = rng.permutation(asks)  # in any order
         al[ks.AL_REQ_IN, :len(asks)], al[ks.AL_REQ_OUT, :len(asks)] = divmod(asks, P)
+        pri = rng.integers(0, 3, (P, P))  # few values: ties between priorities too
+        al[ks.AL_REQ_PRI, :len(asks)] = pri.reshape(-1)[asks]
         switch_allocate(lab, al, len(asks), gptr, aptr, wf, p, 0)
-        expect = reference_switch(kind, iters, req.tolist(), ref_g, ref_a, ref_w)
+        expect = reference_switch(kind, iters, req.tolist(), ref_g, ref_a, ref_w,
+                                  pri.tolist() if priority == "age" else None)
         assert al[ks.AL_IN, :P].tolist() == expect
         assert gptr.tolist() == ref_g and aptr.tolist() == ref_a and wf[1, 0] == ref_w[0]
         matched = [o for o in expect if o >= 0]
         assert len(matched) == len(set(matched))
 
 
-def reference_vc(kind, iters, reqs, free, o, V, S, gptr, aptr):
+def reference_vc(kind, iters, reqs, free, o, V, S, gptr, aptr, pri=None):
     """VC allocation of output port o by its definition: requests (input VC, allowed
     output VCs) in ascending input VC order, output VCs ``free``; pointers over the
-    router's input VCs (gptr per output VC) and output VCs (aptr per input VC, o * V + ov)."""
+    router's input VCs (gptr per output VC) and output VCs (aptr per input VC, o * V + ov).
+    ``pri[iv]``: the input VC's priority, which the output VCs' arbiters of Booksim's
+    separable allocators prefer before their round robin (iSLIP ignores it)."""
+    if kind == "islip":
+        pri = None
+    key = pri and (lambda iv: pri[iv])
     inm = {iv: -1 for iv, _ in reqs}
     taken = set()
     for it in range(iters):
@@ -546,25 +573,22 @@ def reference_vc(kind, iters, reqs, free, o, V, S, gptr, aptr):
                         choice[iv] = g % V
                         break
             for ov in sorted(set(choice.values())):
-                for k in range(S):
-                    iv = (gptr[ov] + k) % S
-                    if choice.get(iv) == ov:
-                        inm[iv] = ov
-                        taken.add(ov)
-                        new += 1
-                        if it == 0:
-                            gptr[ov], aptr[iv] = (iv + 1) % S, (o * V + ov + 1) % S
-                        break
+                iv = _first((iv for iv in [(gptr[ov] + k) % S for k in range(S)]
+                             if choice.get(iv) == ov), key)
+                inm[iv] = ov
+                taken.add(ov)
+                new += 1
+                if it == 0:
+                    gptr[ov], aptr[iv] = (iv + 1) % S, (o * V + ov + 1) % S
         else:
             grants = {}
             for ov in range(V):
                 if ov not in free or ov in taken:
                     continue
-                for k in range(S):
-                    iv = (gptr[ov] + k) % S
-                    if iv in inm and inm[iv] < 0 and ov in dict(reqs)[iv]:
-                        grants.setdefault(iv, set()).add(ov)
-                        break
+                iv = _first((iv for iv in [(gptr[ov] + k) % S for k in range(S)]
+                             if iv in inm and inm[iv] < 0 and ov in dict(reqs)[iv]), key)
+                if iv >= 0:
+                    grants.setdefault(iv, set()).add(ov)
             for iv, _ in reqs:
                 if inm[iv] >= 0 or iv not in grants:
                     continue
@@ -582,9 +606,12 @@ def reference_vc(kind, iters, reqs, free, o, V, S, gptr, aptr):
     return [inm[iv] for iv, _ in reqs]
 
 
-@pytest.mark.parametrize("kind, iters", [("islip", 1), ("islip", 2),
-                                         ("separable_input_first", 2)])
-def test_vc_allocator_matches_its_definition(kind, iters):
+@pytest.mark.parametrize("kind, iters, priority", [
+    ("islip", 1, "none"), ("islip", 2, "none"), ("separable_input_first", 2, "none"),
+    ("separable_output_first", 1, "none"), ("islip", 1, "age"),
+    ("separable_input_first", 1, "age"), ("separable_input_first", 2, "age"),
+    ("separable_output_first", 1, "age")])
+def test_vc_allocator_matches_its_definition(kind, iters, priority):
     from collections import namedtuple
 
     from npusim.kernels.network.alloc import vc_allocate_port
@@ -593,6 +620,8 @@ def test_vc_allocator_matches_its_definition(kind, iters):
     P, V, o = 5, 8, 2
     S = P * V
     Par = namedtuple("Par", "ports vcs va_alloc va_iters")
+    if priority == "age":
+        Par = type("AgedPar", (Par,), {"__slots__": (), "aged": True})
     p = Par(P, V, ALLOCATORS.index(kind), iters)
     rng = np.random.default_rng(iters + 7)
     gptr = np.zeros((P, V), np.int64)  # rows of router 0: output row o is gptr[o]
@@ -614,8 +643,11 @@ def test_vc_allocator_matches_its_definition(kind, iters):
             vr[ks.VR_MASK, k] = sum(1 << v for v in allowed)
             al[ks.AL_IN, k] = -1
         free = {v for v in range(V) if rng.random() < 0.6}
+        pri = {iv: int(rng.integers(0, 3)) for iv in ivs}
+        vr[ks.VR_PRI, :n] = [pri[iv] for iv in ivs]
         vc_allocate_port(sum(1 << v for v in free), gptr, aptr, vr, al, wf, p, 0, o, 0, n)
-        expect = reference_vc(kind, iters, reqs, free, o, V, S, ref_g, ref_a)
+        expect = reference_vc(kind, iters, reqs, free, o, V, S, ref_g, ref_a,
+                              pri if priority == "age" else None)
         assert al[ks.AL_IN, :n].tolist() == expect
         assert gptr[o].tolist() == ref_g
         assert aptr.reshape(-1).tolist() == ref_a

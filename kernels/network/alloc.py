@@ -21,10 +21,24 @@ set (its message class and VC class), so it runs per output port, on bit sets of
 """
 
 from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import overload
 
-from .names import ALLOC_SEPARABLE_INPUT_FIRST, ALLOC_WAVEFRONT
-from ..jit import kernel
+from .names import ALLOC_ISLIP, ALLOC_SEPARABLE_INPUT_FIRST, ALLOC_WAVEFRONT
+from ..jit import MODEL_OPTIONS, kernel
 from .state import *  # noqa: F403  (field indices)
+
+
+def age_priority(p):
+    """Whether the arbiters of a network with Params ``p`` prefer older packets (``priority
+    = age``; kernels only). A constant by the class of ``p`` (``state.AgedNocParams``), so a
+    network without priorities compiles none of their code."""
+    raise TypeError("age_priority is called by kernels only")
+
+
+@overload(age_priority, jit_options=MODEL_OPTIONS)
+def _age_priority_of(p):
+    aged = bool(getattr(getattr(p, "instance_class", None), "aged", False))
+    return lambda p: aged
 
 
 @kernel(inline=True)
@@ -63,6 +77,29 @@ def _arbiter_pass(al, nset, ptr, base, P, inputs_pick, answer):
             al[mine, me] = other
 
 
+@kernel
+def _arbiter_pass_by_priority(al, nset, ptr, base, P, inputs_pick, answer):
+    """``_arbiter_pass`` whose arbiters take the highest priority first (``AL_REQ_PRI``;
+    a port's pick's own in ``AL_BEST``, written with the pick), then round robin."""
+    for k in range(nset):
+        i = al[AL_REQ_IN, k]
+        o = al[AL_REQ_OUT, k]
+        me, other = (i, o) if inputs_pick else (o, i)
+        mine, theirs = (AL_CHOICE, AL_GRANT) if inputs_pick else (AL_GRANT, AL_CHOICE)
+        if answer:
+            ok = al[theirs, other] == me
+        else:
+            ok = al[AL_IN, i] < 0 and al[AL_OUT, o] < 0
+        if not ok:
+            continue
+        cur = al[mine, me]
+        pk = al[AL_REQ_PRI, k]
+        if (cur < 0 or pk > al[AL_BEST, me]
+                or (pk == al[AL_BEST, me] and _nearer(other, cur, ptr[base + me], P))):
+            al[mine, me] = other
+            al[AL_BEST, me] = pk
+
+
 @kernel(inline=True)
 def switch_allocate(lab, al, nset, gptr, aptr, wf, p, r):
     """Match input ports to output ports of router r on its ``nset`` requests (request k:
@@ -90,6 +127,8 @@ def switch_allocate(lab, al, nset, gptr, aptr, wf, p, r):
         wf[1, r] = _wrap(pri + 1, P)
         return
     input_first = p.sa_alloc == ALLOC_SEPARABLE_INPUT_FIRST
+    # Booksim's separable allocators arbitrate by priority first, its iSLIP does not
+    prio = age_priority(p) and p.sa_alloc != ALLOC_ISLIP
     for it in range(p.sa_iters):
         # AL_GRANT[o]: the input output o picks; AL_CHOICE[i]: the output input i picks
         for k in range(nset):
@@ -97,7 +136,11 @@ def switch_allocate(lab, al, nset, gptr, aptr, wf, p, r):
             o = al[AL_REQ_OUT, k]
             al[AL_GRANT, o] = -1
             al[AL_CHOICE, i] = -1
-        if input_first:  # each free input picks an output, each output one of its pickers
+        if prio:  # (Booksim's separable allocators under priority = age)
+            a, b = (aptr, gptr) if input_first else (gptr, aptr)
+            _arbiter_pass_by_priority(al, nset, a, base, P, input_first, False)
+            _arbiter_pass_by_priority(al, nset, b, base, P, not input_first, True)
+        elif input_first:  # each free input picks an output, each output one of its pickers
             _arbiter_pass(al, nset, aptr, base, P, True, False)
             _arbiter_pass(al, nset, gptr, base, P, False, True)
         else:  # iSLIP / separable output-first: each free output grants, each input accepts
@@ -148,6 +191,17 @@ def _first_requester(vr, al, k0, k1, ov, g):
     return first
 
 
+@kernel(inline=True)
+def _before(vr, k, pick, g, S):
+    """Whether request k comes before request ``pick`` (-1: none yet) for an output VC's
+    arbiter under priority = age: the higher priority, then round robin from input VC g."""
+    if pick < 0:
+        return True
+    if vr[VR_PRI, k] != vr[VR_PRI, pick]:
+        return vr[VR_PRI, k] > vr[VR_PRI, pick]
+    return rr_distance(vr[VR_IV, k], g, S) < rr_distance(vr[VR_IV, pick], g, S)
+
+
 @kernel
 def vc_allocate_port(free, gptr, aptr, vr, al, wf, p, r, o, k0, k1):
     """Match requests k0 .. k1-1 of ``va_req`` (input VCs in ascending order, all asking
@@ -172,6 +226,9 @@ def vc_allocate_port(free, gptr, aptr, vr, al, wf, p, r, o, k0, k1):
                             taken |= 1 << ov
                         break
         return taken
+    # Booksim's separable allocators' output arbiters prefer the older packet (``priority
+    # = age``; their input arbiters see the routing function's priority, 0); iSLIP does not
+    prio = age_priority(p) and p.va_alloc != ALLOC_ISLIP
     for it in range(p.va_iters):
         matched = 0
         if p.va_alloc == ALLOC_SEPARABLE_INPUT_FIRST:
@@ -191,7 +248,10 @@ def vc_allocate_port(free, gptr, aptr, vr, al, wf, p, r, o, k0, k1):
                 pick = -1
                 for k in range(k0, k1):
                     if al[AL_CHOICE, k] == ov:
-                        if pick < 0 or (vr[VR_IV, pick] < g <= vr[VR_IV, k]):
+                        if prio:
+                            if _before(vr, k, pick, g, S):
+                                pick = k
+                        elif pick < 0 or (vr[VR_IV, pick] < g <= vr[VR_IV, k]):
                             pick = k
                 _va_match(gptr, aptr, vr, al, p, r, o, qo, ov, pick, it)
                 taken |= 1 << ov
@@ -207,7 +267,14 @@ def vc_allocate_port(free, gptr, aptr, vr, al, wf, p, r, o, k0, k1):
             while bits != 0:
                 ov = trailing_zeros(bits)
                 bits &= bits - 1
-                k = _first_requester(vr, al, k0, k1, ov, gptr[qo, ov])
+                if prio:
+                    k = -1
+                    for j in range(k0, k1):
+                        if (al[AL_IN, j] < 0 and (vr[VR_MASK, j] >> ov) & 1
+                                and _before(vr, j, k, gptr[qo, ov], S)):
+                            k = j
+                else:
+                    k = _first_requester(vr, al, k0, k1, ov, gptr[qo, ov])
                 al[AL_GRANT, k] |= 1 << ov
             for k in range(k0, k1):
                 if al[AL_IN, k] >= 0 or al[AL_GRANT, k] == 0:

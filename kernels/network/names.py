@@ -7,3 +7,7 @@ MAX_VCS = 32
 
 ALLOCATORS = ("islip", "separable_input_first", "separable_output_first", "wavefront")
 ALLOC_ISLIP, ALLOC_SEPARABLE_INPUT_FIRST, ALLOC_SEPARABLE_OUTPUT_FIRST, ALLOC_WAVEFRONT = range(4)
+
+# What an arbiter prefers before its round robin (noc.router.priority): nothing, or the
+# older packet (Booksim's priority = age; network/state.py AgedNocParams)
+PRIORITIES = ("none", "age")

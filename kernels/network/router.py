@@ -29,7 +29,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 from .. import isa
 from ..jit import kernel
 from ..ring import ring_at, ring_next
-from .alloc import rr_distance, switch_allocate, vc_allocate_port
+from .alloc import age_priority, rr_distance, switch_allocate, vc_allocate_port
 from .names import ALLOC_WAVEFRONT
 from .state import *  # noqa: F403  (field indices)
 from .trace import trace_buffer_change, trace_link
@@ -48,6 +48,25 @@ def route_head(ns, nt, q, v, w, pkt):
         c = (nt.dateline[ns.pkt[PK_SRC, pkt], dest] >> (-1 - c)) & 1
     ns.ivc[q, v, IV_ROUTE] = nt.route[w, dest] | (
         nt.vc_mask[ns.pkt[PK_CLASS, pkt], c] << ROUTE_MASK_SHIFT)
+
+
+@kernel(inline=True)
+def vc_priority(ns, q, v):
+    """Input row q, VC v's priority under ``priority = age``: its front packet's age, the
+    earlier created the higher (Booksim's INT_MAX - creation time)."""
+    return -ns.pkt[PK_CTIME, ns.ivc[q, v, IV_FRONT] >> F_BITS]
+
+
+@kernel(inline=True)
+def _supersedes(ns, p, q, v, cur, rr):
+    """Whether VC v of input row q bids for an output instead of VC cur (Booksim's
+    ``Supersedes``): the higher priority, then the nearer in round robin from rr."""
+    if age_priority(p):
+        a = vc_priority(ns, q, v)
+        b = vc_priority(ns, q, cur)
+        if a != b:
+            return a > b
+    return rr_distance(v, rr, p.vcs) < rr_distance(cur, rr, p.vcs)
 
 
 @kernel(inline=True)
@@ -190,17 +209,21 @@ def _vc_request(ns, p, r, i, v, q, nreq):
     vr[VR_VC, nreq] = v
     vr[VR_OUT, nreq] = o
     vr[VR_MASK, nreq] = mask
+    if age_priority(p):
+        vr[VR_PRI, nreq] = vc_priority(ns, q, v)
     ns.al[AL_IN, nreq] = -1
     return True
 
 
 @kernel(inline=True)
-def _group_by_port(vr, nreq):
-    """Sort the requests by output port, keeping input VC order within a port."""
+def _group_by_port(vr, nreq, p):
+    """Sort the requests by output port, keeping input VC order within a port (their
+    priorities, the last field, move too only where there are priorities)."""
+    fields = N_VR_FIELDS if age_priority(p) else VR_PRI
     for k in range(1, nreq):
         j = k
         while j > 0 and vr[VR_OUT, j - 1] > vr[VR_OUT, j]:
-            for f in range(N_VR_FIELDS):
+            for f in range(fields):
                 x = vr[f, j]
                 vr[f, j] = vr[f, j - 1]
                 vr[f, j - 1] = x
@@ -240,7 +263,7 @@ def _vc_allocation(ns, p, r, t, nreq):
     P = p.ports
     base = r * P
     vr = ns.va_req
-    _group_by_port(vr, nreq)
+    _group_by_port(vr, nreq, p)
     k0 = 0
     while k0 < nreq:
         o = vr[VR_OUT, k0]
@@ -286,6 +309,11 @@ def _switch_allocation(ns, nt, p, r, t, nset):
             ns.sa_gptr[base + o] = i + 1 if i + 1 < P else 0
             ns.sa_aptr[base + i] = o + 1 if o + 1 < P else 0
     else:
+        if age_priority(p):  # each request's priority: that of the VC making it
+            for k in range(nset):
+                i = ns.al[AL_REQ_IN, k]
+                ns.al[AL_REQ_PRI, k] = vc_priority(ns, base + i,
+                                                   lab[i * P + ns.al[AL_REQ_OUT, k]])
         switch_allocate(lab, ns.al, nset, ns.sa_gptr, ns.sa_aptr, ns.wf, p, r)
     for k in range(nset):  # the winners, by ascending input (the order of the requests)
         i = ns.al[AL_REQ_IN, k]
@@ -366,7 +394,7 @@ def router_step(ns, nt, p, r, t):
                 ns.al[AL_REQ_IN, nset] = i
                 ns.al[AL_REQ_OUT, nset] = o
                 nset += 1
-            elif rr_distance(v, rr, V) < rr_distance(cur, rr, V):
+            elif _supersedes(ns, p, q, v, cur, rr):
                 lab[i * P + o] = v
     if nreq > 0:
         _vc_allocation(ns, p, r, t, nreq)

@@ -38,17 +38,36 @@ NOC_PARAM_FIELDS = (
 
 
 class NocParams(namedtuple("NocParams", NOC_PARAM_FIELDS)):
-    """The Params of a network without a trace. Whether the network traces is the class,
-    as for the engine's Params (``kernels/state.py: params_class``): the trace hooks
-    (``network/trace.py``) compile to nothing in an untraced network's kernels."""
+    """The Params of a network without a trace and without priorities. Whether the network
+    traces, and whether its arbiters prefer older packets (``noc.router.priority = "age"``),
+    is the class, as for the engine's Params (``kernels/state.py: params_class``): the
+    trace hooks (``network/trace.py``) and the priority tests (``alloc.age_priority``)
+    compile to nothing in a network without them."""
 
     __slots__ = ()
     traced = False
+    aged = False
 
 
 class TracedNocParams(NocParams):
     __slots__ = ()
     traced = True
+
+
+class AgedNocParams(NocParams):
+    __slots__ = ()
+    aged = True
+
+
+class TracedAgedNocParams(TracedNocParams):
+    __slots__ = ()
+    aged = True
+
+
+def noc_params_class(traced: bool, aged: bool) -> type:
+    """The NocParams class of a network that traces or not, with age priority or not."""
+    return ((TracedAgedNocParams if aged else TracedNocParams) if traced
+            else (AgedNocParams if aged else NocParams))
 
 # Read-only tables:
 #   link[LK_*, out_row]           where an output row leads and how long it takes
@@ -158,9 +177,9 @@ N_NG_FIELDS = 4
 # input an output grants this iteration; AL_CHOICE: the output an input picks;
 # AL_REQ_IN, AL_REQ_OUT: the switch requests, input and output port: kept apart, as
 # decoding one index would divide, the slowest instruction on this path)
-AL_IN, AL_OUT, AL_GRANT, AL_CHOICE, AL_REQ_IN, AL_REQ_OUT = range(6)
-N_AL_FIELDS = 6
+AL_IN, AL_OUT, AL_GRANT, AL_CHOICE, AL_REQ_IN, AL_REQ_OUT, AL_REQ_PRI, AL_BEST = range(8)
+N_AL_FIELDS = 8  # (AL_REQ_PRI: a switch request's priority; AL_BEST: that of a port's pick)
 # va_req (VR_IV: input port * vcs + vc, and apart (no division): VR_IN the input port,
 # VR_VC the VC; VR_OUT: output port; VR_MASK: the output VCs it may take, a bit set)
-VR_IV, VR_OUT, VR_MASK, VR_IN, VR_VC = range(5)
-N_VR_FIELDS = 5
+VR_IV, VR_OUT, VR_MASK, VR_IN, VR_VC, VR_PRI = range(6)
+N_VR_FIELDS = 6  # (VR_PRI, last: the requesting VC's priority, with age priority only)

@@ -19,7 +19,7 @@ from typing import Any
 from npusim.errors import NpusimError
 from npusim.kernels.isa import DATAFLOWS, VECTOR_OPS
 from npusim.kernels.names import MEMORY_TYPES, POLICIES
-from npusim.kernels.network.names import ALLOCATORS, MAX_VCS  # plain names, no numba
+from npusim.kernels.network.names import ALLOCATORS, MAX_VCS, PRIORITIES  # plain names, no numba
 from npusim.noc.topologies import NOC_TYPES  # one file per topology
 
 # ---------------------------------------------------------------------------------------
@@ -230,6 +230,9 @@ class RouterConfig:
     credit_delay: int = _int(0, 100, default=2)      # a credit's processing at its router
     # a VC is handed to a new packet only once the last credit of the previous one is back
     wait_for_tail_credit: bool = _bool(default=True)
+    # what the allocators' arbiters prefer before their round robin: nothing, or the older
+    # packet (Booksim's priority = age: the VC whose front packet was created first)
+    priority: str = _choice(PRIORITIES, default="none")
 
 
 @dataclass(frozen=True, kw_only=True)

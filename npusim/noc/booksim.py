@@ -20,6 +20,7 @@ routing_delay, vc_alloc_delay,          noc.router.routing_delay, vc_alloc_delay
 sw_alloc_delay, credit_delay            sw_alloc_delay, credit_delay
 st_prepare_delay + st_final_delay       noc.router.st_delay
 wait_for_tail_credit                    noc.router.wait_for_tail_credit
+priority none / age                     noc.router.priority (others: a note, round robin)
 flit_size (ONNXim)                      noc.flit_bytes
 traffic, packet_size, injection_rate    --traffic, --packet-flits, --rate (packets per
 (packets/node/cycle; flits with         node per cycle times packet_size = flits)
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from npusim.errors import NpusimError
-from npusim.kernels.network.names import ALLOCATORS
+from npusim.kernels.network.names import ALLOCATORS, PRIORITIES
 from npusim.noc.traffic import PATTERNS, Measurement, Traffic
 
 # Booksim's defaults (booksim_config.cpp) for every key read here
@@ -226,9 +227,11 @@ def read_booksim(path: str | Path, overrides: dict | None = None,
         notes.append(f"alloc_iters = {given['alloc_iters']} is ignored, as Booksim's IQ "
                      f"router ignores it: its allocators run {vc_iters} (VC) and {sw_iters} "
                      f"(switch) iterations; write islip({given['alloc_iters']}) for more")
-    if v["priority"] != "none":
+    if v["priority"] not in PRIORITIES:
         notes.append(f"priority = {v['priority']} is not modelled: allocators use round "
-                     f"robin only")
+                     f"robin only ({' and '.join(PRIORITIES)} are)")
+    else:
+        noc["noc.router.priority"] = v["priority"]
     noc.update({
         "noc.router.vcs": v["num_vcs"], "noc.router.vc_buffer_flits": v["vc_buf_size"],
         "noc.router.vc_allocator": vc_alloc, "noc.router.sw_allocator": sw_alloc,

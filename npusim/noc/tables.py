@@ -89,6 +89,11 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
     ``trace_ring`` > 0 turns the trace counters on: that many bins of ``trace_bin`` ticks,
     a NoC cycle being ``period`` ticks (``kernels/network/trace.py``)."""
     rc = noc.router
+    if rc.priority != "none" and "wavefront" in (rc.vc_allocator, rc.sw_allocator):
+        raise NpusimError(f"config field noc.router.priority = {rc.priority!r} is not modelled "
+                          f"with a wavefront allocator (Booksim's wavefront visits priority "
+                          f"classes in turn); use islip or separable_input_first / "
+                          f"separable_output_first, or priority = 'none'")
     sites = np.asarray(sites, dtype=np.int64)
     R, N = topo.n_routers, len(sites)
     inject_at = topo.site_in[sites]
@@ -185,7 +190,7 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
             ks.LC_DIE_TO_DIE if topo.link_d2d is not None and topo.link_d2d[k] else ks.LC_ON_DIE)
     tables = ks.NocTables(link, in_src, route, route_class, vc_lo, vc_hi, vc_mask, row_owner,
                           link_class, np.ascontiguousarray(dateline, dtype=np.int64))
-    params = (ks.TracedNocParams if trace_ring > 0 else ks.NocParams)(
+    params = ks.noc_params_class(trace_ring > 0, rc.priority == "age")(
         n_routers=R, ports=P, vcs=rc.vcs, depth=rc.vc_buffer_flits, n_nodes=N,
         routing_delay=rc.routing_delay, va_delay=rc.vc_alloc_delay, sa_delay=rc.sw_alloc_delay,
         st_delay=rc.st_delay, va_alloc=ALLOCATORS.index(rc.vc_allocator),

@@ -470,11 +470,22 @@ VARIANTS = [
      "flits": 1, "rate": 0.3, "extra": "num_vcs = 4;", "anynet": IRREGULAR_ANYNET},
     {"name": "irregular anynet, 5 routers, 4-flit", "rate": 0.2, "extra": "num_vcs = 4;",
      "anynet": IRREGULAR_ANYNET},
+    # priority = age (ONNXim's mesh_sif-age): the older packet first, then round robin
+    {"name": "4x4 uniform 4-flit, priority = age", "alloc": "separable_input_first",
+     "rate": 0.4, "extra": "priority = age; num_vcs = 4;"},
+    {"name": "4x4 uniform 4-flit, priority = age", "alloc": "separable_output_first",
+     "rate": 0.4, "extra": "priority = age; num_vcs = 4;"},
+    {"name": "4x4 uniform 4-flit, priority = age", "rate": 0.4,
+     "extra": "priority = age; num_vcs = 4;"},
     {"name": "6x6 grid as anynet (as ONNXim's anynet_file), 1-flit", "flits": 1, "rate": 0.1,
      "anynet": "".join(f"router {r} node {r}"
                        + (f" router {r + 1}" if r % 6 < 5 else "")
                        + (f" router {r + 6}" if r < 30 else "") + "\n" for r in range(36))},
 ]
+# ONNXim's mesh_sif-age.icnt on the grid above: separable input-first allocators, age first
+VARIANTS.append({**VARIANTS[-1], "name": VARIANTS[-1]["name"] + ", priority = age",
+                 "alloc": "separable_input_first", "rate": 0.2,
+                 "extra": "priority = age; wait_for_tail_credit = 0; vc_buf_size = 64;"})
 
 
 def variant_case(v: dict[str, Any]) -> tuple[dict[str, Any], float]:
