@@ -637,27 +637,36 @@ recurrent lowering and the Loop unrolling touch no graph without those ops.
 
 ## Noticed and left alone
 
-- **GlobalAveragePool costs 8.6x a ReduceMean of the same tensor on `mobile`** (2x on
-  `server`): [1, 256, 56, 56] pooled over the map takes 581,133 cycles as
-  GlobalAveragePool (what the TorchScript exporter writes for `AdaptiveAvgPool2d(1)`) and
-  67,316 as ReduceMean over axes 2, 3 (what dynamo writes). GlobalAveragePool reads the
-  map channels-last, as convolutions write it, and the row emitter
-  (`vector.emit_row_layer`) keeps whole rows of 3,136 pixels per tile, which leaves room
-  for 10 channels: every DMA run is 10 bytes, each costing a 64-byte burst. Streaming the
-  rows in chunks of whole bursts (64 channels) would cost the same traffic for a one-pass
-  reduction; ReduceMean, meanwhile, reads the NCHW-contiguous layout although the conv
-  before it wrote NHWC. Both are layout/tiling decisions of the shared row emitter
-  (attention and the fused ops use it too), so they are left for a change of their own;
-  MaxViT-T spends 1.46 M of its TorchScript file's 66.6 M cycles there (dynamo: 0.31 M).
-- **A GEMM whose weights are stored transposed loads them 3.7x slower on `mobile`**:
-  [1, 256] x [256, 768] takes 17,236 cycles as a MatMul with the weights stored C x M
-  (the Keras GRU's unrolled step) and 64,158 as the GRU lowering's step GEMM reading ONNX's
-  R, stored M x C (`GemmProblem.w_trans`: one DMA run of the reduction tile, 168 bytes
-  here, per output column, where C x M weights load as long rows); Gemm with transB = 1 (a Linear on
-  2-D input from the TorchScript exporter) takes the same path. Weights are constants: a
-  deployment would store them in the order the array reads them, as the front end already
-  folds an explicit Transpose of a weight; the recurrent lowering keeps ONNX's order, like
-  Gemm, until that is decided for both.
+- **GlobalAveragePool cost 8.6x a ReduceMean of the same tensor on `mobile`** (2x on
+  `server`), now mended: [1, 256, 56, 56] pooled over the map took 581,133 cycles as
+  GlobalAveragePool (what the TorchScript exporter writes for `AdaptiveAvgPool2d(1)`)
+  against 67,316 as ReduceMean over axes 2, 3 (what dynamo writes). GlobalAveragePool
+  reads the map channels-last, as convolutions write it, and the row emitter
+  (`vector.emit_row_layer`) kept whole rows of 3,136 pixels per tile, leaving room for 10
+  channels: every DMA run was 10 bytes, each costing a 64-byte request. The emitter now
+  streams the rows in chunks a request wide in channels (64 on `mobile`) whenever whole
+  rows would split the columns into runs shorter than a request and the streamed passes
+  move fewer requests (`vector._short_runs_cost_more`): 66,239 cycles on `mobile`, loading
+  exactly the map's 802,816 bytes as ReduceMean does; 3,764 on `server` (was 6,143;
+  ReduceMean 3,157: its 256-byte request keeps 128 channels a tile, so two of the four
+  cores share the map). Rows with contiguous columns (`I == 1`: attention's softmax, the
+  fused normalizations) are untouched by construction. Left alone: ReduceMean reads the
+  NCHW-contiguous layout although the conv before it wrote NHWC.
+- **A GEMM whose constant weights are stored transposed loaded them 3.7x slower on
+  `mobile`**, now mended: a constant operand (an initializer or a folded result) is read in
+  the order the array reads it, whatever order the graph holds it in
+  (`gemm.stored_in_read_order`, `gemm.read_transposed`), as the front end already folds a
+  weight's explicit Transpose; only an operand computed at run time (attention's K, a
+  weight fed as a graph input) pays the transposed access, one DMA run of the reduction
+  tile per output column. This covers Gemm transA/transB, FusedMatMul, Einsum (a constant
+  operand in any letter order needs no layout move) and the recurrent ops' W and R: the
+  GRU step GEMM [1, 256] x [256, 768] of R takes 16,815 cycles on `mobile` (was 64,133), a
+  Linear exported with transB = 1 the same cycles as MatMul with the pre-transposed
+  initializer. Where the output width M is not a multiple of the DMA request, C x M rows
+  split a tile's runs at unaligned offsets, so a few Linear layers now cost what their
+  MatMul spelling always cost, a little more than the transposed read did (MobileNetV2's
+  classifier [1, 1280] x [1280, 1000] on `server`: 5,620 -> 7,965 cycles); storing
+  weights blocked per tile would mend both spellings and is left for its own change.
 - **The two exporters' files of one model differ in cycles** by what their graphs really
   hold: TorchScript spells GELU as Erf, Div, Mul, Add (MaxViT-T on `mobile`: 66.6 M
   cycles against dynamo's 48.0 M; about 21.5 M of them in those ops, Erf 4.0, Div 4.0 and

@@ -374,12 +374,18 @@ def test_layer_normalization_of_rows_longer_than_the_scratchpad(tmp_path):
 def test_reduction_of_few_rows_splits_the_columns_across_cores(tmp_path):
     path = model(tmp_path, [helper.make_node("ReduceMean", ["x"], ["y"], axes=[0],
                                              keepdims=0)],
-                 [("x", (1000, 64))], [("y", (64,))])
+                 [("x", (1000, 256))], [("y", (256,))])
     r = sim(path, "mobile")
-    # [O, L, I] = [1, 1000, 64]: four tiles of 16 columns, one per core
-    assert [c["tiles"] for c in r.cores] == [1, 1, 1, 1]
-    assert busy(r) == 4 * cost(r, reduce_steps("add", 16, 1000, "mul"))
-    assert stored(r) >= 64 and loaded(r) >= 64000
+    # [O, L, I] = [1, 1000, 256]: four groups of 64 columns (a 64-byte request: whole rows
+    # split over the cores would leave 64 of them, but a request wide the rows stream in
+    # two chunks of half the scratchpad), one group per core
+    assert [c["tiles"] for c in r.cores] == [2, 2, 2, 2]
+    # rows of 64 one-byte columns a chunk: half the scratchpad less the 64 kept sums
+    l = (r.config.core.spad_kib * 1024 // 2 - 64) // 64
+    chunks = [(0, l), (l, 1000 - l)]
+    assert busy(r) == 4 * sum(cost(r, [("add", 64 * n, 1)]) for _, n in chunks) + 4 * cost(
+        r, [("reduce", 64, levels(1000)), ("mul", 64, 1)])
+    assert stored(r) >= 256 and loaded(r) == 256000  # every run a whole request
 
 
 def test_decomposed_layer_norm_costs_each_op(tmp_path):
@@ -599,3 +605,26 @@ def test_skip_ahead_gives_the_same_cycles_on_dram(tmp_path):
     a = npusim.simulate(str(path), "mobile", skip=True)
     b = npusim.simulate(str(path), "mobile", skip=False)
     assert a.total_cycles == b.total_cycles and a.layers == b.layers
+
+
+@pytest.mark.parametrize("preset", ["mobile", "server"])
+def test_global_average_pool_streams_channels_a_request_wide(tmp_path, preset):
+    """GlobalAveragePool reads the map channels-last. Whole rows of 3,136 pixels would
+    leave room for 10 channels on `mobile` (10-byte runs, each a 64-byte request; 7.2x the
+    traffic): the emitter streams the pixels in chunks of whole requests of channels
+    instead, so it loads exactly the map's bytes, as ReduceMean over the same axes does
+    (one pass: the same traffic and vector work, cycles within 5% on `mobile` where the
+    tile counts are alike; `server`'s 256-byte request keeps 128 channels a tile, so two
+    of its four cores share the map and the bound there is 1.5x)."""
+    shape = [1, 256, 56, 56]
+    gap = model(tmp_path, [helper.make_node("GlobalAveragePool", ["x"], ["y"], name="p")],
+                [("x", shape)], [("y", [1, 256, 1, 1])], name="gap")
+    mean = model(tmp_path, [helper.make_node("ReduceMean", ["x"], ["y"], name="p",
+                                             axes=[2, 3])],
+                 [("x", shape)], [("y", [1, 256, 1, 1])], name="mean")
+    a, b = npusim.simulate(str(gap), preset), npusim.simulate(str(mean), preset)
+    prec = a.config.precision
+    loaded = [sum(c["bytes_loaded"] for c in r.cores) for r in (a, b)]
+    assert loaded[0] == loaded[1] == prod(shape) * prec  # every DMA run whole requests
+    bound = 1.05 if preset == "mobile" else 1.5
+    assert a.total_cycles <= bound * b.total_cycles

@@ -946,6 +946,31 @@ class RowInput:
     base_of: Callable[[int], int] | None = None
 
 
+def _streamed_passes(phases, n_full: int, n_out: int, keep, prefix) -> int:
+    """Rows moved between DRAM and the scratchpad when a row is streamed in chunks: every
+    phase reads its rows (the first also the other full-length inputs), and every phase
+    that writes stores the outputs (a kept value is stored once, after the last pass)."""
+    reads = n_full + len(phases) - 1
+    if keep:
+        return reads
+    return reads + n_out * sum(1 for pi, (ph, _) in enumerate(phases)
+                               if ph.writes or (bool(prefix) and pi == 0))
+
+
+def _short_runs_cost_more(u: int, u_burst: int, prec: int, request: int, *, whole: int,
+                          streamed: int) -> bool:
+    """Whether whole rows of ``u`` columns each (DMA runs of ``u`` elements, one per row
+    element, when the columns are the innermost axis) move more DMA requests than streaming
+    the rows in chunks ``u_burst`` columns wide (runs of a whole request), which reads a
+    row once per phase. A run shorter than a request still costs a whole request."""
+    if u >= u_burst:
+        return False
+    # requests per element: streamed * ceil(u_burst * prec / request) / u_burst against
+    # whole * ceil(u * prec / request) / u, cross-multiplied to stay in integers
+    return (streamed * ceil(u_burst * prec / request) * u
+            < whole * ceil(u * prec / request) * u_burst)
+
+
 def emit_row_layer(em: LayerEmitter, *, O: int, L: int, I: int = 1, x: int | None,
                    y: int | tuple[int, ...], pitch: int | None = None, keep: int | None = None,
                    prefix: tuple[str, ...] = (), op: str | None = None,
@@ -962,8 +987,11 @@ def emit_row_layer(em: LayerEmitter, *, O: int, L: int, I: int = 1, x: int | Non
     input's layout.
 
     Whole rows per tile when they fit half the scratchpad, at most ``ceil(O / cores)`` per
-    tile (and the ``I`` columns split when there are fewer rows than cores). A longer row is
-    streamed in chunks by one group of tiles, one pass per phase of the op (its row steps
+    tile (and the ``I`` columns split when there are fewer rows than cores). A longer row,
+    or rows whose ``I`` columns would be split into DMA runs shorter than a request when
+    streaming them a request wide moves fewer requests (a channels-last GlobalAveragePool:
+    3,136 pixels a row leave room for 10 channels), is streamed in chunks by one group of
+    tiles, one pass per phase of the op (its row steps
     after the last chunk, the kept values held on chip and stored after the last pass; when
     there is a ``prefix``, the first pass writes its result, which later passes read back).
     The same op therefore costs the same wherever it appears: as its own node or inside
@@ -1001,15 +1029,20 @@ def emit_row_layer(em: LayerEmitter, *, O: int, L: int, I: int = 1, x: int | Non
     fixed = sum(v.elems or L for v in params + bcast)
     per_u = n_full * L + out_per_row + sum(v.elems or L for v in gathers)
 
-    if fixed + per_u <= cap:  # whole rows fit: tile along O (and I)
-        chunked, l = False, L
+    chunked = fixed + per_u > cap
+    if not chunked:  # whole rows fit: tile along O (and I)
+        l = L
         u = min(I, max(1, (cap - fixed) // per_u))
         if O < cores:  # too few rows for every core: split the columns too
             u = min(u, ceil(I / ceil(cores / O)))
         t = max(1, min(O, (cap - fixed) // (per_u * u), ceil(O / cores)))
         t = ceil(O / ceil(O / t))
         u = ceil(I / ceil(I / u))
-    else:  # stream each row in chunks of l
+        chunked = _short_runs_cost_more(u, min(I, q), prec, ctx.config.dma.request_bytes,
+                                        whole=n_full + (0 if keep else len(ys)),
+                                        streamed=_streamed_passes(phases, n_full, len(ys),
+                                                                  keep, prefix))
+    if chunked:  # stream each row in chunks of l
         chunked = True
         t, u = 1, min(I, q)
         streamed = n_full + (0 if keep else len(ys))  # rows moved chunk by chunk
