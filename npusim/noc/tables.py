@@ -118,11 +118,11 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
             out_count[a] += 1
             in_port_of_link[k] = in_count[b]
             in_count[b] += 1
-    P = int(max((out_count + (0 if topo.endpoints_first else n_eject)).max(),
-                (in_count + (0 if topo.endpoints_first else n_inject)).max(), 1))
-    if topo.endpoints_first:  # the endpoints take ports 0, 1, ... of their router
-        out_count[:] = 0
-        in_count[:] = 0
+    # the endpoints' ports: 0, 1, ... of their router, or the ones after its links
+    next_out = np.zeros(R, dtype=np.int64) if topo.endpoints_first else out_count
+    next_in = np.zeros(R, dtype=np.int64) if topo.endpoints_first else in_count
+    P = int(max((next_out + n_eject).max(), (next_in + n_inject).max(),
+                out_count.max(), in_count.max(), 1))
     out_link = np.full((R, P), -1, dtype=np.int64)
     out_node = np.full((R, P), -1, dtype=np.int64)
     out_link[topo.link_src, port_of_link] = np.arange(topo.n_links)
@@ -130,12 +130,12 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
     inject_port = np.zeros(N, dtype=np.int64)
     for n in range(N):
         r = eject_at[n]
-        out_node[r, out_count[r]] = n
-        eject_port[n] = out_count[r]
-        out_count[r] += 1
+        out_node[r, next_out[r]] = n
+        eject_port[n] = next_out[r]
+        next_out[r] += 1
         r = inject_at[n]
-        inject_port[n] = in_count[r]
-        in_count[r] += 1
+        inject_port[n] = next_in[r]
+        next_in[r] += 1
 
     rows = R * P + N
     link = np.zeros((ks.N_LK_FIELDS, rows), dtype=np.int64)
