@@ -307,26 +307,3 @@ def test_the_gemm_chooser_picks_what_one_candidate_at_a_time_would(preset, N, C,
     got = T.choose_gemm_tile.__wrapped__(b, N, C, M, batch)
     assert (got.n, got.c, got.m) == best[1]
 
-
-
-@pytest.mark.parametrize("spelling", ["gemm_trans_b", "einsum_nc_mc"])
-def test_a_constant_weight_held_transposed_costs_what_it_costs_in_read_order(tmp_path, spelling):
-    """A Linear's weight [M, C] read through Gemm(transB=1) or Einsum 'nc,mc->nm' is a
-    constant, laid out ahead of time in the order the array reads it: the same cycles and
-    bytes as MatMul with the pre-transposed [C, M] initializer. Fed at run time (a graph
-    input), the same operand is read transposed, one short DMA run per output column, and
-    costs more (what attention's K pays)."""
-    N, C, M = 1, 256, 768
-    if spelling == "gemm_trans_b":
-        node = helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=1)
-    else:
-        node = helper.make_node("Einsum", ["x", "w"], ["y"], name="fc", equation="nc,mc->nm")
-    held = save(tmp_path, [node], [("x", [N, C])], [("y", [N, M])], [("w", [M, C])], "held")
-    read_order = save(tmp_path, [helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")],
-                      [("x", [N, C])], [("y", [N, M])], [("w", [C, M])], "read_order")
-    fed = save(tmp_path, [node], [("x", [N, C]), ("w", [M, C])], [("y", [N, M])], [], "fed")
-    a, b, c = (npusim.simulate(str(p), "mobile") for p in (held, read_order, fed))
-    assert a.total_cycles == b.total_cycles
-    loaded = [sum(x["bytes_loaded"] for x in r.cores) for r in (a, b, c)]
-    assert loaded[0] == loaded[1] < loaded[2]  # C * prec runs rounded up to whole requests
-    assert c.total_cycles > 2 * a.total_cycles

@@ -123,25 +123,3 @@ def test_an_unknown_activation_is_a_clear_error(tmp_path):
     path = recurrent_model(tmp_path, "RNN", activations=["Sin"])
     with pytest.raises(NpusimError, match=r"RNN 'rnn': activation 'Sin'.*supported: Affine"):
         lowered(path)
-
-
-def test_constant_weights_are_read_in_the_order_the_gemms_read_them(tmp_path):
-    """W and R as initializers are laid out ahead of time as [I, G*H] and [H, G*H]; the
-    same LSTM with W and R fed at run time reads ONNX's [G*H, I] and [G*H, H] transposed,
-    one short DMA run per gate column, and loads more bytes (runs rounded up to requests)."""
-    S, B, I, H = 3, 1, 200, 48
-    const = recurrent_model(tmp_path, "LSTM", S=S, B=B, I=I, H=H)
-    model = onnx.load(str(const))
-    fed = [helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.dims))
-           for t in model.graph.initializer if t.name in ("W", "R")]
-    kept = [t for t in model.graph.initializer if t.name not in ("W", "R")]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
-    model.graph.input.extend(fed)
-    path = tmp_path / "fed.onnx"
-    onnx.save(model, str(path))
-    a, b = npusim.simulate(str(const), "mobile"), npusim.simulate(str(path), "mobile")
-    assert sum(x["macs"] for x in a.cores) == sum(x["macs"] for x in b.cores)
-    assert (sum(x["bytes_loaded"] for x in a.cores)
-            < sum(x["bytes_loaded"] for x in b.cores))
-    assert a.total_cycles < b.total_cycles

@@ -90,8 +90,7 @@ from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import lower_conv
-from npusim.lowering.gemm import (GemmProblem, _batch_strides, emit_gemm, lower_gemm,
-                                  read_transposed)
+from npusim.lowering.gemm import GemmProblem, _batch_strides, emit_gemm, lower_gemm
 from npusim.lowering.vector import LayerEmitter, RowInput, emit_row_layer
 from npusim.program import LayerInfo
 
@@ -607,11 +606,9 @@ def lower_fused_matmul(ctx: LoweringContext, node: Node) -> None:
         yo = np.arange(prod(out_batch), dtype=np.int64) * (N * M * prec)
         offsets = list(zip(xo.tolist(), wo.tolist(), yo.tolist()))
     y = node.outputs[0]
-    x_trans = read_transposed(ctx, node.inputs[0], ta)
     prob = GemmProblem(N=N, C=C, M=M, batch_offsets=offsets, x_addr=ctx.addr(node.inputs[0]),
-                       x_row_stride=(N if x_trans else C) * prec, x_trans=x_trans,
-                       w_addr=ctx.addr(node.inputs[1]),
-                       w_trans=read_transposed(ctx, node.inputs[1], tb), y_addr=ctx.addr(y))
+                       x_row_stride=(N if ta else C) * prec, x_trans=ta,
+                       w_addr=ctx.addr(node.inputs[1]), w_trans=tb, y_addr=ctx.addr(y))
     info = LayerInfo(name=node.name, op_type=node.op_type,
                      input_shapes=[a_shape, b_shape], output_shape=_shape(ctx, y),
                      macs=len(offsets) * N * C * M, mapping="", mapping_source="")

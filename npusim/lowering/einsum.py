@@ -4,10 +4,9 @@ Two operands: the letters split into *batch* (in both operands and the output), 
 (in both, not in the output) and *free* letters of each operand. That is a batched GEMM of
 ``N = prod(free A)`` rows, ``C = prod(contracted)`` and ``M = prod(free B)`` columns per batch
 index, costing ``batch * N * C * M`` MACs on the array (:func:`gemm.emit_gemm`).
-A constant operand is stored in the order the GEMM reads it (``gemm.stored_in_read_order``).
-An operand computed at run time already stored as [batch, rows, reduction] or [batch,
-reduction, rows] is read in place (the second as a transposed load); any other order is
-first rearranged by a move layer (``name/a_layout``, ``name/b_layout``), and an output order other than [batch, free A,
+An operand already stored as [batch, rows, reduction] or [batch, reduction, rows] is read in
+place (the second as a transposed load); any other order is first rearranged by a move layer
+(``name/a_layout``, ``name/b_layout``), and an output order other than [batch, free A,
 free B] is rearranged after the GEMM (``name/layout``), each costed like a Transpose.
 
 One operand: a permutation of the letters is a Transpose; summing letters away is one add
@@ -22,7 +21,7 @@ from math import prod
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
-from npusim.lowering.gemm import GemmProblem, emit_gemm, stored_in_read_order
+from npusim.lowering.gemm import GemmProblem, emit_gemm
 from npusim.lowering.vector import MOVE, LayerEmitter, View, emit_views, row_major
 from npusim.program import LayerInfo
 
@@ -109,18 +108,13 @@ def lower_einsum(ctx: LoweringContext, node: Node) -> None:
     seq = "".join
 
     # operand A: [batch, rows, red] in place, [batch, red, rows] as a transposed load
-    # (a constant operand is stored in the order the GEMM reads it, whatever its letters)
     x, x_trans = ins[0], False
-    if stored_in_read_order(ctx, x):
-        pass
-    elif a == seq(batch + red + free_a):
+    if a == seq(batch + red + free_a):
         x_trans = True
     elif a != seq(batch + free_a + red):
         x = _move(ctx, node, "a_layout", x, a, seq(batch + free_a + red), sizes)
     w, w_trans = ins[1], False
-    if stored_in_read_order(ctx, w):
-        pass
-    elif b == seq(batch + free_b + red):
+    if b == seq(batch + free_b + red):
         w_trans = True
     elif b != seq(batch + red + free_b):
         w = _move(ctx, node, "b_layout", w, b, seq(batch + red + free_b), sizes)

@@ -34,27 +34,10 @@ class GemmProblem:
     x_row_stride: int  # bytes between rows n (layout N x C), or between rows c if x_trans
     x_trans: bool
     w_addr: int
-    w_trans: bool  # False: W stored C x M; True: stored M x C (see ``read_transposed``)
+    w_trans: bool  # False: W stored C x M; True: stored M x C (Gemm transB)
     y_addr: int
     bias_addr: int | None = None
     bias_rows: int = 1  # 1: one bias row broadcast over N; N: a full N x M addend
-
-
-def stored_in_read_order(ctx: LoweringContext, tensor: str) -> bool:
-    """A GEMM operand that is a constant (an initializer or a folded result) is laid out
-    ahead of time by the deployment in the order the array reads it, whatever order the
-    graph holds it in, as the front end folds a weight's explicit Transpose: it costs what
-    the same weight stored in read order costs. An operand computed at run time is read
-    in the order the graph holds it."""
-    return ctx.graph.tensor(tensor).is_initializer
-
-
-def read_transposed(ctx: LoweringContext, tensor: str, transposed: bool) -> bool:
-    """Whether an operand the op holds transposed (Gemm's transA/transB, FusedMatMul's,
-    the recurrent ops' [M, C] weights) is read transposed from DRAM: only when it is
-    computed at run time (attention's K), one DMA run of the reduction tile per output
-    column; a constant is stored in read order (:func:`stored_in_read_order`)."""
-    return transposed and not stored_in_read_order(ctx, tensor)
 
 
 def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerInfo) -> None:
@@ -226,12 +209,10 @@ def lower_gemm(ctx: LoweringContext, node: Node) -> None:
         bshape = g.shape(bias)
         bias_rows = N if (len(bshape) == 2 and bshape[0] == N and N > 1) else 1
     y = node.outputs[0]
-    x_trans = read_transposed(ctx, node.inputs[0], trans_a)
     prob = GemmProblem(N=N, C=C, M=M, batch_offsets=[(0, 0, 0)],
                        x_addr=ctx.addr(node.inputs[0]),
-                       x_row_stride=(N if x_trans else C) * prec, x_trans=x_trans,
-                       w_addr=ctx.addr(node.inputs[1]),
-                       w_trans=read_transposed(ctx, node.inputs[1], trans_b), y_addr=ctx.addr(y),
+                       x_row_stride=(N if trans_a else C) * prec, x_trans=trans_a,
+                       w_addr=ctx.addr(node.inputs[1]), w_trans=trans_b, y_addr=ctx.addr(y),
                        bias_addr=ctx.addr(bias) if bias else None, bias_rows=bias_rows)
     info = _info(ctx, node, N * C * M)
     emit_gemm(ctx, node, prob, info)

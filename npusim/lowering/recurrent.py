@@ -24,10 +24,6 @@ step takes a second GEMM, ``(r * h_prev) . R_n^T``. The activations named by the
 ``activations`` attribute are costed by their own rows of the table; ``clip`` adds a
 compare pair per gate element, LSTM peepholes a multiply-add per gated element.
 
-``W`` and ``R`` are read in the order the GEMMs read them, ``[I, G*H]`` and ``[H, G*H]``
-(per gate group of a step's GEMM), not ONNX's ``[G*H, I]``: constants are laid out ahead of
-time (``gemm.stored_in_read_order``); weights fed at run time are read transposed.
-
 MACs: ``S * B * G * H * (I + H)`` per direction, the count of an unrolled graph.
 ``initial_h`` absent means zeros: the first step's GEMM still runs (on a zero state, as
 the op defines it). ``sequence_lens`` is not read (every sequence is taken as full length:
@@ -44,7 +40,7 @@ from math import ceil
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
-from npusim.lowering.gemm import GemmProblem, emit_gemm, read_transposed
+from npusim.lowering.gemm import GemmProblem, emit_gemm
 from npusim.lowering.tiling import ACC_BYTES
 from npusim.lowering.vector import (ELEMENTWISE, LayerEmitter, View, box_dmas, emit_views,
                                     row_major)
@@ -155,8 +151,7 @@ def lower_recurrent(ctx: LoweringContext, node: Node) -> None:
                    outputs=[xw])
         emit_gemm(ctx, sub, GemmProblem(
             N=S * B, C=I, M=GH, batch_offsets=[(0, d * GH * I * prec, 0)], x_addr=ctx.addr(x),
-            x_row_stride=I * prec, x_trans=False, w_addr=ctx.addr(w),
-            w_trans=read_transposed(ctx, w, True),
+            x_row_stride=I * prec, x_trans=False, w_addr=ctx.addr(w), w_trans=True,
             y_addr=ctx.address[xw], bias_addr=ctx.addr(b) + d * 2 * GH * ACC_BYTES if b else None),
             _info(sub, [x_shape, w_shape], (S, B, GH), S * B * I * GH))
         h_prev = h0 or zero_h
@@ -179,8 +174,7 @@ def lower_recurrent(ctx: LoweringContext, node: Node) -> None:
                 M, bias, rows = GH, xw_t, B
             emit_gemm(ctx, sub, GemmProblem(
                 N=B, C=H, M=M, batch_offsets=[(0, 0, 0)], x_addr=h_addr,
-                x_row_stride=h_row * prec, x_trans=False, w_addr=r_addr,
-                w_trans=read_transposed(ctx, r, True),
+                x_row_stride=h_row * prec, x_trans=False, w_addr=r_addr, w_trans=True,
                 y_addr=ctx.addr(pre), bias_addr=bias, bias_rows=rows),
                 _info(sub, [(B, H), (GH, H)], (B, M), B * H * M))
             h_out = f"{name}::h"
@@ -238,7 +232,7 @@ def _gru_reset_after(ctx, node, name, B, H, GH, d, xw, xw_t, pre, h_prev, h_addr
     emit_gemm(ctx, sub, GemmProblem(
         N=B, C=H, M=H, batch_offsets=[(0, 0, 0)], x_addr=ctx.addr(keep) + 2 * H * prec,
         x_row_stride=3 * H * prec, x_trans=False, w_addr=r_addr + 2 * H * H * prec,
-        w_trans=read_transposed(ctx, node.inputs[2], True), y_addr=ctx.addr(n_pre),
+        w_trans=True, y_addr=ctx.addr(n_pre),
         bias_addr=None if rb is None else rb + 2 * H * ACC_BYTES),
         _info(sub, [(B, H), (H, H)], (B, H), B * H * H))
     cell = Node(f"{name}/cell", node.op_type, inputs=[xw, n_pre, keep], outputs=[h_out])
