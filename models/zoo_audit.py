@@ -652,21 +652,14 @@ recurrent lowering and the Loop unrolling touch no graph without those ops.
   cores share the map). Rows with contiguous columns (`I == 1`: attention's softmax, the
   fused normalizations) are untouched by construction. Left alone: ReduceMean reads the
   NCHW-contiguous layout although the conv before it wrote NHWC.
-- **A GEMM whose constant weights are stored transposed loaded them 3.7x slower on
-  `mobile`**, now mended: a constant operand (an initializer or a folded result) is read in
-  the order the array reads it, whatever order the graph holds it in
-  (`gemm.stored_in_read_order`, `gemm.read_transposed`), as the front end already folds a
-  weight's explicit Transpose; only an operand computed at run time (attention's K, a
-  weight fed as a graph input) pays the transposed access, one DMA run of the reduction
-  tile per output column. This covers Gemm transA/transB, FusedMatMul, Einsum (a constant
-  operand in any letter order needs no layout move) and the recurrent ops' W and R: the
-  GRU step GEMM [1, 256] x [256, 768] of R takes 16,815 cycles on `mobile` (was 64,133), a
-  Linear exported with transB = 1 the same cycles as MatMul with the pre-transposed
-  initializer. Where the output width M is not a multiple of the DMA request, C x M rows
-  split a tile's runs at unaligned offsets, so a few Linear layers now cost what their
-  MatMul spelling always cost, a little more than the transposed read did (MobileNetV2's
-  classifier [1, 1280] x [1280, 1000] on `server`: 5,620 -> 7,965 cycles); storing
-  weights blocked per tile would mend both spellings and is left for its own change.
+- **A GEMM whose constant weights are stored transposed loads them 3.7x slower on
+  `mobile`** ([1, 256] x [256, 768]: 64,133 cycles as the GRU step reads ONNX's R, 17,236
+  with the weights stored C x M). A rule reading every constant in C x M order was tried
+  and reverted: which order gives long DMA runs depends on the tile's shape, and with few
+  outputs C x M is the bad one (tiny_cnn's fc, 16,384 x 10: 23,061 -> 187,826 cycles,
+  the whole model 64,367 -> 229,132). The mechanism a deployment has is storing each
+  constant in the order its tiles load it (blocked per tile); until that is built,
+  weights keep the order the graph holds them in. Left for its own change.
 - **The two exporters' files of one model differ in cycles** by what their graphs really
   hold: TorchScript spells GELU as Erf, Div, Mul, Add (MaxViT-T on `mobile`: 66.6 M
   cycles against dynamo's 48.0 M; about 21.5 M of them in those ops, Erf 4.0, Div 4.0 and
