@@ -7,6 +7,7 @@ network's ~40 arrays ran slower than inlined. Packed into one buffer
 (``router_network.py``) which builds the views it works on when it starts (a few loads
 of the layout per table).
 """
+
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 from numba.np.arrayobj import populate_array
