@@ -134,8 +134,9 @@ def router_network_step(st, rg, p, t):
 def _packed_step(ctl, mem, layout, np_, msg, tr_noc, rg, p, t):
     """The step out of line, passed the network as its buffer (``network/packed.py``: two
     arrays, not the ~40 of its tables), so that LLVM compiles it apart from the main loop's
-    DRAM and cores: ResNet-50 on a mesh 4% faster than inlined (the loop's own part got
-    faster, the network's stayed as it was; results/benchmarks/noc_engine.md)."""
+    DRAM and cores: ResNet-50 on a mesh 3-5% faster than inlined in 26 alternating rounds.
+    The loop outside the network got faster, the network itself did not (perf,
+    results/benchmarks/noc_engine.md): code generation, which an edit of the loop may move."""
     ns, nt = network_views(mem, layout)
     _network_step(RouterNetwork(ctl, ns, nt, mem, layout, np_, msg, tr_noc), rg, p, t)
 
