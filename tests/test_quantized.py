@@ -151,4 +151,4 @@ def test_a_float_input_keeps_the_op_float(tmp_path, inputs):
     body = [node, helper.make_node("QuantizeLinear", ["a", "s", "z"], ["y"], name="a_q")]
     g = _qdq_model(tmp_path, body, [("y", TensorProto.INT8, [1, 8, 8, 8])])
     assert g.node("unit").precision is None
-    assert ("x_dq" in [n.name for n in g.nodes]) == ("xd" in inputs)  # a float reader
+    assert "x_dq" in [n.name for n in g.nodes]  # read by a float op (or by nothing)
