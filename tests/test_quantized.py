@@ -104,7 +104,7 @@ def _qdq_model(tmp_path, body, outputs, name="m"):
              helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="x_dq")]
     g = helper.make_graph(nodes + body, name,
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8])],
-                          [helper.make_tensor_value_info(o, t, shape) for o, t, shape in outputs], inits)
+                          [helper.make_tensor_value_info(*out) for out in outputs], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
     m.ir_version = 9
     path = tmp_path / f"{name}.onnx"

@@ -113,7 +113,6 @@ def fold_qdq(nodes: list[Node], tensors: dict[str, TensorInfo],
              outputs: list[str]) -> list[Node]:
     """``nodes`` (after :func:`as_float_ops`) with the QDQ format read as int8 ops (see the
     module docstring): units get their precision, free Q/DQ nodes are dropped."""
-    producer = {t: n for n in nodes for t in n.outputs if t}
     readers: dict[str, list[Node]] = {}
     for n in nodes:
         for t in dict.fromkeys(n.inputs):
@@ -152,7 +151,8 @@ def fold_qdq(nodes: list[Node], tensors: dict[str, TensorInfo],
 
     units: dict[str, _Unit] = {}
     for n in nodes:
-        if n.precision is not None or n.op_type not in QDQ_UNITS or n.domain not in ("", "ai.onnx"):
+        if (n.precision is not None or n.op_type not in QDQ_UNITS
+                or n.domain not in ("", "ai.onnx")):
             continue
         data = [t for t in n.inputs if elem(t) in FLOAT_TYPES | QUANTIZED_TYPES]
         quantized = [t for t in data if t in views or stored_quantized(t)]
