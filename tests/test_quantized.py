@@ -152,3 +152,19 @@ def test_a_float_input_keeps_the_op_float(tmp_path, inputs):
     g = _qdq_model(tmp_path, body, [("y", TensorProto.INT8, [1, 8, 8, 8])])
     assert g.node("unit").precision is None
     assert "x_dq" in [n.name for n in g.nodes]  # read by a float op (or by nothing)
+
+
+def test_qoperator_ops_on_stored_integers_compute_in_int8(tmp_path):
+    """The QOperator format runs MaxPool, Reshape, Transpose straight on uint8 tensors (ORT's
+    fusion turns DQ -> MaxPool -> Q into the same): they compute at one byte, as the QDQ
+    form's unit does, on any config."""
+    u8 = TensorProto.UINT8
+    pool = helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], name="pool")
+    g = helper.make_graph([pool], "m", [helper.make_tensor_value_info("x", u8, [1, 8, 8, 8])],
+                          [helper.make_tensor_value_info("p", u8, [1, 8, 7, 7])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 9
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    assert load_graph(tmp_path / "m.onnx").node("pool").precision == 1
+    r = npusim.simulate(str(tmp_path / "m.onnx"), "server")
+    assert r.layers[0]["precision"] == 1 and r.config.precision == 2
