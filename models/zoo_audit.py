@@ -35,6 +35,8 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import zoo_quantized  # noqa: E402  (its section of the report)
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results" / "validation" / "framework_exports"
 
@@ -605,7 +607,7 @@ def report(out: Path) -> None:
     for m in models:
         if m in NOTES:
             lines.append(f"- **{m}**: {NOTES[m]}.")
-    lines += ["", AFTERWORD]
+    lines += [""] + zoo_quantized.section() + [AFTERWORD]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
@@ -668,7 +670,8 @@ recurrent lowering and the Loop unrolling touch no graph without those ops.
   Runtime's optimizer fuses most of it back (the `-ort` rows).
 - **Not covered here**: Keras beyond its LSTM, GRU, bidirectional LSTM and Conv1D models
   here and the zoo's MobileNetV2; Optimum's merged decoder (an If on `use_cache_branch`);
-  quantized (QDQ) exports.
+  quantized exports beyond the section above (QAT exports of torch's quantizer, TensorRT's
+  explicit-quantization files, 4-bit weight-only MatMulNBits).
 """
 
 

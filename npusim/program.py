@@ -28,6 +28,7 @@ class LayerInfo:
     mapping_source: str  # "heuristic" or "file:line"
     fused: list[str] = field(default_factory=list)  # names of nodes folded into this layer
     request: int = 0  # which request (model instance) of the workload it belongs to
+    precision: int | None = None  # bytes per element when not the config's (quantized ops)
 
 
 @dataclass

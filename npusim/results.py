@@ -179,5 +179,5 @@ def _layer_stats(cfg: NpuConfig, prog: Program, st, i: int, P: int) -> dict[str,
         "vector_cycles": int(ls[ks.L_VU_CYCLES, i]),
         "bound": bound,
         "mapping": info.mapping, "mapping_source": info.mapping_source,
-        "fused": info.fused,
+        "fused": info.fused, "precision": info.precision or cfg.precision,
     }

@@ -67,18 +67,24 @@ def test_variadic_ops_fold_every_input(tmp_path, op, steps):
 
 
 def test_quantize_and_dequantize(tmp_path):
+    """A Q -> DQ round trip between a float input and a float output: two conversions on a
+    2-byte config; on the int8 preset there is no float side, so neither costs anything."""
     q = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1)
     d = helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)
     nodes = [q, d]
     path = model(tmp_path, nodes, [("x", X), ("s", (8,)), ("z", (8,), TensorProto.INT8)],
                  [("y", X)])
-    r = sim(path)
+    r = sim(path, extra=["precision=2"])
     quant = [("mul", 1), ("add", 1), ("cast", 1), ("max", 1), ("min", 1)]
     assert busy(r) == cost(r, [(o, E, p) for o, p in quant + [("sub", 1), ("mul", 1)]])
     # per-channel scale and zero point (axis 1): 8 values each, once per tile (one tile
     # per layer), not per element
     assert r.cores[0]["tiles"] == 2
-    assert loaded(r) == 2 * E + 2 * 2 * requests(8)
+    assert loaded(r) == 2 * 2 * E + 2 * 2 * requests(2 * 8)
+    r = sim(path)
+    assert r.config.precision == 1 and busy(r) == loaded(r) == stored(r) == 0
+    assert [(lay["op_type"], lay["cycles"]) for lay in r.layers] == [
+        ("QuantizeLinear", 0), ("DequantizeLinear", 0)]
 
 
 def test_dynamic_quantize_linear_reduces_then_quantizes(tmp_path):

@@ -89,6 +89,9 @@ class Node:
     # op type, for results, and the bytes per element it computes in (None: the config's)
     origin: str = ""
     precision: int | None = None
+    # nodes of the file this one absorbed (a QDQ unit's DequantizeLinear and
+    # QuantizeLinear, frontend.quantized): results list them with its layer
+    fused: list[str] = field(default_factory=list)
 
 
 @dataclass

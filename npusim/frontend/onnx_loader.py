@@ -22,7 +22,7 @@ from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper, 
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Graph, Node, TensorInfo
 from npusim.frontend.ort_shapes import MS
-from npusim.frontend.quantized import as_float_ops
+from npusim.frontend.quantized import as_float_ops, fold_qdq
 from npusim.frontend.shapes import NOT_FOLDED, infer_static
 from npusim.paths import models_dir
 
@@ -419,13 +419,14 @@ def _build_graph(model: ModelProto, shaped, weights: dict[str, TensorInfo], path
     for name, t in tensors.items():  # initializers kept inline carry their value too
         if name in weights and shaped.tensors.get(name) is not None:
             t.value = shaped.tensors[name].value
-    nodes = as_float_ops(_convert_nodes(shaped.nodes))
+    outputs = [vi.name for vi in g.output]
+    nodes = fold_qdq(as_float_ops(_convert_nodes(shaped.nodes)), tensors, outputs)
     return Graph(
         name=g.name,
         nodes=nodes,
         tensors=tensors,
         inputs=[vi.name for vi in g.input if vi.name not in weights],
-        outputs=[vi.name for vi in g.output],
+        outputs=outputs,
         source_path=str(path),
         doc_string=g.doc_string,
         folded=shaped.folded,

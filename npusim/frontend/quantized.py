@@ -1,20 +1,44 @@
-"""Quantized ops as their float counterparts computing in int8.
+"""Quantized models as an int8 compiler reads them: float ops computing in int8.
 
-On an NPU a quantized convolution is the same array work as a float one on 1-byte
-elements: the zero points are subtracted and the requantization (scale, zero point,
-saturation) applied in the accumulator's output path, which costs nothing extra (as for a
-bias or an activation). So ``QLinearConv`` becomes a ``Conv`` node over its data inputs
-(x, w, bias) with ``precision = 1``, ``MatMulInteger`` a ``MatMul`` and so on; the node keeps
-its name, and results show the original op type (``Node.origin``). Scales and zero points
-are not loaded. ``DynamicQuantizeMatMul`` quantizes its float input on the fly; that pass is
-not charged (a DynamicQuantizeLinear node in the graph is).
+QOperator format. On an NPU a quantized convolution is the same array work as a float
+one on 1-byte elements: the zero points are subtracted and the requantization (scale,
+zero point, saturation) applied in the accumulator's output path, which costs nothing
+extra (as for a bias or an activation). So ``QLinearConv`` becomes a ``Conv`` node over
+its data inputs (x, w, bias) with ``precision = 1``, ``MatMulInteger`` a ``MatMul`` and so
+on; the node keeps its name, and results show the original op type (``Node.origin``).
+Scales and zero points are not loaded. ``DynamicQuantizeMatMul`` quantizes its float input
+on the fly; that pass is not charged (a DynamicQuantizeLinear node in the graph is).
+
+QDQ format (what ``quantize_static`` writes by default, and PyTorch / TensorRT QAT flows):
+the ops stay float and every quantized tensor is marked by a QuantizeLinear ->
+DequantizeLinear pair. :func:`fold_qdq` reads the pairs by structure, as ONNX Runtime's
+QDQ node-unit selectors do (scale and zero-point values are weight data, never read):
+
+- A DequantizeLinear of a constant is the constant stored in int8; the front end already
+  folds it into the weight (:mod:`.shapes`), which the op reading it loads at its width.
+- A *QDQ unit* is an op of ``QDQ_UNITS`` (the ops ONNX Runtime fuses into an integer op)
+  whose float-valued inputs are all quantized activations (read through a DQ, or stored as
+  integers) or constants, and whose output is quantized again (a Q after it; MatMul, Gemm
+  and ArgMax may write a float). It computes at the width of its quantized data (int8: 1
+  byte), exactly as its QOperator form (QLinearConv, QGemm, ...) and ORT's fusion
+  (``--optimize extended``) give. A Relu or Clip between the op and its Q belongs to the
+  unit (the Q's range clips it; ORT's ReluQuantFusion removes it and npusim fuses it into
+  a conv or GEMM anyway).
+- A Q whose producer is a unit is that unit's requantization (free, in its output path); a
+  DQ all of whose readers compute in int8 (units, QOperator ops) is free: they read the
+  integers. Both are dropped and listed in the unit's ``fused``.
+- Any other op stays float, at the config's precision: ORT keeps ReduceMean, LayerNorm,
+  Gelu, ... in float between a DQ and a Q, so an int8 compiler must convert there. A DQ
+  with a float reader, a Q of a float producer (a model input, a float op),
+  DynamicQuantizeLinear stay, as the conversions they are (the lowering charges them on
+  a config that computes in a wider type than int8: ``lowering.vector``).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
-from npusim.frontend.graph import Node
+from npusim.frontend.graph import Node, TensorInfo
 
 INT8 = 1  # bytes per element of the quantized ops
 
@@ -39,6 +63,26 @@ QUANTIZED: dict[str, tuple[str, tuple[int, ...] | None]] = {
     "QLinearConcat": ("Concat", None),
 }
 
+# ONNX Runtime's QDQ node units: the ops its QDQ selectors fuse with their DQ inputs and Q
+# output into one integer op (qdq_selector_action_transformer.cc) -> whether the unit
+# needs a Q after it. MatMul and Gemm may write a float (MatMulIntegerToFloat, QGemm
+# with a float Y); ArgMax writes indices.
+QDQ_UNITS: dict[str, bool] = {
+    "Conv": True, "MatMul": False, "Gemm": False,
+    "Add": True, "Mul": True, "Where": True, "Concat": True, "Split": True,
+    "AveragePool": True, "GlobalAveragePool": True, "LeakyRelu": True, "Sigmoid": True,
+    "Softmax": True, "ArgMax": False,
+    # ops that move or select values without changing them (ORT's "drop" rules)
+    **dict.fromkeys(["Expand", "Flatten", "Gather", "GatherElements", "Reshape", "Slice",
+                     "Squeeze", "Tile", "Transpose", "Unsqueeze", "Resize", "MaxPool",
+                     "ReduceMax", "ReduceMin"], True),
+}
+# activations between a unit and its Q, clipped by the Q's range
+CLIPPED_BY_Q = ("Relu", "Clip")
+FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+# what a Q writes and a DQ reads: 8- and 16-bit integers, float8, 4-bit types
+QUANTIZED_TYPES = {2, 3, 4, 5, 17, 18, 19, 20, 21, 22, 23}
+
 
 def as_float_ops(nodes: list[Node]) -> list[Node]:
     """``nodes`` with every quantized op replaced by its float counterpart (see above)."""
@@ -58,4 +102,112 @@ def as_float_ops(nodes: list[Node]) -> list[Node]:
     return out
 
 
-__all__ = ["QUANTIZED", "as_float_ops"]
+@dataclass
+class _Unit:
+    width: int  # bytes per element of its quantized data
+    clipped: list[Node] = field(default_factory=list)  # Relu/Clip before its Q
+    requantize: list[Node] = field(default_factory=list)  # the Q after it
+
+
+def fold_qdq(nodes: list[Node], tensors: dict[str, TensorInfo],
+             outputs: list[str]) -> list[Node]:
+    """``nodes`` (after :func:`as_float_ops`) with the QDQ format read as int8 ops (see the
+    module docstring): units get their precision, free Q/DQ nodes are dropped."""
+    readers: dict[str, list[Node]] = {}
+    for n in nodes:
+        for t in dict.fromkeys(n.inputs):
+            if t:
+                readers.setdefault(t, []).append(n)
+    graph_outputs = set(outputs)
+
+    def elem(t: str) -> int:
+        return tensors[t].elem_type if t in tensors else 0
+
+    def constant(t: str) -> bool:
+        return t in tensors and tensors[t].is_initializer
+
+    def stored_quantized(t: str) -> bool:
+        return t in tensors and not constant(t) and elem(t) in QUANTIZED_TYPES
+
+    # DQ output -> the quantized activation it reads
+    views = {n.outputs[0]: n.inputs[0] for n in nodes
+             if n.op_type == "DequantizeLinear" and stored_quantized(n.inputs[0])}
+
+    def q_readers(t: str, unit: _Unit) -> bool:
+        """Every reader of ``t`` is a Q, or a Relu/Clip whose readers are (collected)."""
+        if t in graph_outputs or not readers.get(t):
+            return False
+        for r in readers[t]:
+            if r.op_type == "QuantizeLinear" and r.inputs[0] == t:
+                unit.requantize.append(r)
+            elif (r.op_type in CLIPPED_BY_Q and r.inputs[0] == t and r.precision is None
+                  and all(not i or constant(i) for i in r.inputs[1:])):
+                unit.clipped.append(r)
+                if not q_readers(r.outputs[0], unit):
+                    return False
+            else:
+                return False
+        return True
+
+    units: dict[str, _Unit] = {}
+    for n in nodes:
+        if (n.precision is not None or n.op_type not in QDQ_UNITS
+                or n.domain not in ("", "ai.onnx")):
+            continue
+        data = [t for t in n.inputs if elem(t) in FLOAT_TYPES | QUANTIZED_TYPES]
+        quantized = [t for t in data if t in views or stored_quantized(t)]
+        if not quantized or not all(t in quantized or constant(t) for t in data):
+            continue  # no quantized input, or a float activation among them
+        unit = _Unit(max(tensors[views.get(t, t)].itemsize for t in quantized))
+        requantized = [stored_quantized(t) or q_readers(t, unit) for t in n.outputs if t]
+        if QDQ_UNITS[n.op_type] and not all(requantized):
+            continue
+        if not all(requantized):  # a float output: the Qs it feeds convert
+            unit.clipped, unit.requantize = [], []
+        units[n.name] = unit
+
+    def int8(n: Node) -> bool:  # reads quantized tensors as integers
+        return n.name in units or n.origin in QUANTIZED
+
+    dropped: set[str] = set()  # outputs of the Q/DQ nodes dropped
+    absorbed: dict[str, list[str]] = {}  # unit name -> the DQ and Q nodes it absorbs
+    for n in nodes:
+        out = n.outputs[0] if n.outputs else ""
+        users = readers.get(out, [])
+        if out in views and users and out not in graph_outputs and all(map(int8, users)):
+            dropped.add(out)
+            for u in users:
+                if u.name in units:
+                    absorbed.setdefault(u.name, []).append(n.name)
+    rename: dict[str, str] = {}  # a dropped Q's output -> the unit output it requantizes
+    for name, unit in units.items():
+        for q in unit.requantize:
+            if q.outputs[0] not in graph_outputs:
+                rename[q.outputs[0]] = q.inputs[0]
+                dropped.add(q.outputs[0])
+                absorbed.setdefault(name, []).append(q.name)
+    in_unit = {c.name: u for u in units.values() for c in u.clipped}
+
+    def resolve(t: str) -> str:
+        while t in rename:
+            t = rename[t]
+        return t
+
+    result = []
+    for n in nodes:
+        if n.outputs and n.outputs[0] in dropped:
+            continue
+        inputs = [resolve(views[t]) if t in views and int8(n) else resolve(t)
+                  for t in n.inputs]
+        if n.name in units:
+            n = replace(n, inputs=inputs, precision=units[n.name].width,
+                        fused=n.fused + absorbed.get(n.name, []))
+        elif n.name in in_unit:
+            n = replace(n, inputs=inputs, precision=in_unit[n.name].width)
+        elif inputs != n.inputs:
+            n = replace(n, inputs=inputs)
+        result.append(n)
+    return result
+
+
+__all__ = ["QDQ_UNITS", "QUANTIZED", "as_float_ops", "fold_qdq"]

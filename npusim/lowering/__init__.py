@@ -172,10 +172,14 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
         if all(graph.tensor(t).numel == 0 for t in node.outputs if t in graph.tensors):
             lower = lower_empty  # nothing to compute (a zero-sized axis)
         lower(ctx, node)
+        for layer in range(before, builder.n_layers):
+            info = builder.layer_info(layer)
+            info.precision = node.precision
+            if node.origin:  # results name the op the model has (QLinearConv, not Conv)
+                info.op_type = node.origin
         ctx.node_precision = None
-        if node.origin:  # results name the op the model has (QLinearConv, not Conv)
-            for layer in range(before, builder.n_layers):
-                builder.layer_info(layer).op_type = node.origin
+        if node.fused and builder.n_layers > before:  # a QDQ unit's Q and DQ nodes
+            builder.layer_info(builder.n_layers - 1).fused.extend(node.fused)
         layer_of[node.name] = builder.n_layers - 1
     if prefix:
         builder.prefix_names(first, prefix)

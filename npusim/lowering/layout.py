@@ -12,7 +12,8 @@ from npusim.lowering.context import LoweringContext
 from npusim.program import LayerInfo
 
 
-def lower_relabel(ctx: LoweringContext, node: Node) -> None:
+def lower_relabel(ctx: LoweringContext, node: Node, how: str = "relabel (no data moved)"
+                  ) -> None:
     g = ctx.graph
     src = node.inputs[0]
     for out in node.outputs:
@@ -20,7 +21,7 @@ def lower_relabel(ctx: LoweringContext, node: Node) -> None:
     info = LayerInfo(name=node.name, op_type=node.op_type,
                      input_shapes=[g.shape(t) for t in node.inputs if t],
                      output_shape=g.shape(node.outputs[0]), macs=0,
-                     mapping="", mapping_source="relabel (no data moved)")
+                     mapping="", mapping_source=how)
     layer = ctx.builder.begin_layer(info, ctx.preds(node))
     for out in node.outputs:
         ctx.producer_layer[out] = layer

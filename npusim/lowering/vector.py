@@ -104,7 +104,9 @@ import numpy as np
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
 from npusim.kernels import isa
+from npusim.frontend.quantized import INT8
 from npusim.lowering.context import LoweringContext
+from npusim.lowering.layout import lower_relabel
 from npusim.lowering.conv import begin_pads  # the padding rule of Conv
 from npusim.program import Instr, LayerInfo
 
@@ -183,11 +185,14 @@ ELEMENTWISE: dict[str, list[tuple[str, int]]] = {
     "ReverseSequence": [(MOVE, 1)],  # rows copied in reverse order
     # quantization: x / scale (a multiply by the reciprocal) + zero point, round, saturate
     "QuantizeLinear": [("mul", 1), ("add", 1), ("cast", 1), ("max", 1), ("min", 1)],
-    "DequantizeLinear": [("sub", 1), ("mul", 1)],
+    "DequantizeLinear": [("sub", 1), ("mul", 1)],  # CONVERSIONS: free on an int8 config
     # local response normalization: square, the sum over `size` neighbouring channels,
     # scale, bias, ^beta, divide (the window sum costs `size` add passes)
     "LRN": [("mul", 1), ("add", 1), ("mul", 1), ("add", 1), ("pow", 1), ("div", 1)],
 }
+# conversions between the config's compute type and int8 (the ones frontend.quantized
+# keeps: at a float boundary); DynamicQuantizeLinear also finds the scale, always charged
+CONVERSIONS = ("QuantizeLinear", "DequantizeLinear")
 POW_CONST = {2.0: [("mul", 1)], 0.5: [("sqrt", 1)]}  # Pow with a known constant exponent
 VARIADIC = ("Max", "Min", "Sum", "Mean")  # the first step takes number of inputs - 1 passes
 # inputs that are not data (a shape, a diagonal offset, a type template): not loaded
@@ -655,6 +660,10 @@ def _operand_views(ctx, names, out_shape) -> list[View]:
 def lower_elementwise(ctx: LoweringContext, node: Node) -> None:
     """Element-wise ops with numpy broadcasting: see ELEMENTWISE for the steps."""
     op = node.op_type
+    if op in CONVERSIONS and ctx.config.precision == INT8:
+        # float ops compute in int8 on this config: no float side to convert from or to,
+        # only a change of scale, which the neighbouring op's output path applies
+        return lower_relabel(ctx, node, "int8 config: a change of scale only")
     y = node.outputs[0]
     y_shape = _shape(ctx, y)
     steps = list(ELEMENTWISE[op])
