@@ -226,8 +226,10 @@ Crossbar = namedtuple("Crossbar", (  # crossbar.py; also the (unused) NoC of ide
 RouterNetwork = namedtuple("RouterNetwork", (  # router_network.py, network/
     "ctl",  # [NC_*]
     # the network's state, tables and parameters (network/state.py NocState, NocTables,
-    # NocParams), and per packet row what the rings need at the other end
-    "net", "net_tab", "net_p",
+    # NocParams; the state and tables are views of one buffer, net_mem, laid out as
+    # net_layout says: network/packed.py), and per packet row what the rings need at the
+    # other end
+    "net", "net_tab", "net_mem", "net_layout", "net_p",
     "net_msg",  # [M_*, packet]
     "tr_noc",  # [net, slot, core, channel]  flits per link, binned ring (tracing)
 ))

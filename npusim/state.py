@@ -156,7 +156,8 @@ def _noc(cfg: NpuConfig, p: Params, trace) -> ks.Crossbar | ks.RouterNetwork:
         network = chip_network(cfg, skip=bool(p.skip), trace_ring=trace.ring if trace else 0,
                                trace_bin=p.trace_bin, period=p.noc_period)
         return ks.RouterNetwork(
-            ctl=ctl, net=network.state, net_tab=network.tables, net_p=network.params,
+            ctl=ctl, net=network.state, net_tab=network.tables, net_mem=network.mem,
+            net_layout=network.layout, net_p=network.params,
             net_msg=aligned_table(ks.N_MSG_FIELDS, network.state.pkt.shape[1]), tr_noc=tr_noc)
     return ks.Crossbar(ctl=ctl, xb_ch=aligned_table(ks.N_XC_FIELDS, ch),
                        xb_core=aligned_table(ks.N_XP_FIELDS, C),

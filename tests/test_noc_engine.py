@@ -157,3 +157,39 @@ def test_chiplet_preset_runs_and_crosses_the_dies(tmp_path):
     assert sum(d2d) == 4
     flits = ds.noc_link_flits.values
     assert flits[d2d].min() > 0
+
+
+def test_the_steps_views_of_the_packed_network_are_pythons():
+    """The engine's NoC step builds its views of the network's one buffer from the layout
+    (kernels/network/packed.py); they must be the very tables Python built and reads:
+    the same memory, shape and strides for every table, each on a cache line of its own,
+    none overlapping another. A wrong offset, dimension or stride would have the step read
+    or write another table's entries."""
+    from numba import literal_unroll, njit
+
+    from npusim.kernels.network.packed import network_views
+    from npusim.noc.chip import chip_network
+
+    @njit
+    def describe(tables, out, k):
+        for a in literal_unroll(tables):
+            out[k] = (np.int64(a.ctypes.data), a.ndim, a.size, a.shape[0], a.shape[-1], a.strides[0])
+            k += 1
+        return k
+
+    @njit
+    def kernel_views(mem, layout, out):
+        ns, nt = network_views(mem, layout)
+        describe(nt, out, describe(ns, out, 0))
+
+    net = chip_network(load_config("server", ["noc.type=mesh"]), trace_ring=4)
+    tables = tuple(net.state) + tuple(net.tables)
+    out = np.zeros((len(tables), 6), dtype=np.int64)
+    kernel_views(net.mem, net.layout, out)
+    python = [(a.ctypes.data, a.ndim, a.size, a.shape[0], a.shape[-1], a.strides[0])
+              for a in tables]
+    assert [tuple(row) for row in out] == python
+    spans = sorted((a.ctypes.data, a.ctypes.data + a.nbytes) for a in tables)
+    assert all(start % 64 == 0 for start, _ in spans)
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:]))
+    assert all(np.shares_memory(a, net.mem) for a in tables)

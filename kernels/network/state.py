@@ -25,6 +25,8 @@ cycle but holds its slot, which its sender's credit already paid for. Times are 
 
 from collections import namedtuple
 
+import numpy as np
+
 from .names import MAX_VCS
 
 # Scalar parameters of a network, fixed for a run.
@@ -81,51 +83,67 @@ def noc_params_class(traced: bool, aged: bool) -> type:
 #   row_owner[row]                router (or n_routers + node) of a row: index into busy/wake
 #   link_class[row]               what an output row drives: LC_* (energy, traces; the
 #                                 kernels do not read it)
-NocTables = namedtuple("NocTables", ("link", "in_src", "route", "route_class", "vc_lo",
-                                     "vc_hi", "vc_mask", "row_owner", "link_class",
-                                     "dateline"))
+NOC_TABLES = (("link", 2), ("in_src", 1), ("route", 2), ("route_class", 2), ("vc_lo", 2),
+              ("vc_hi", 2), ("vc_mask", 2), ("row_owner", 1), ("link_class", 1),
+              ("dateline", 2))  # (name, dimensions)
+NocTables = namedtuple("NocTables", [name for name, _ in NOC_TABLES])
 # link_class: no link (an unused port); a link into an endpoint or out of one; a link
 # between two routers on one die; a die-to-die link
 LC_NONE, LC_ENDPOINT, LC_ON_DIE, LC_DIE_TO_DIE = range(4)
 (LK_DST, LK_LAT, LK_GAP, LK_CREDIT_DELAY) = range(4)
 N_LK_FIELDS = 4
 
-NOC_STATE_TABLES = (
-    "ivc",      # [row, vc, IV_*]            input VCs
-    "fb",       # [row, vc, depth, FB_*]     flit buffers (rings) of the flits behind
-                #                            each VC's front flit (IV_FRONT)
-    "ovc",      # [row, vc, OV_*]            downstream VCs seen from an output
-    "ov_free",  # [row]                      bit v set: downstream VC v has no owner
-    "out_free",  # [row]                     cycle an output link takes its next flit
-    "cr",       # [row, k]                   credits on their way back, a ring per output
-                #                            row: due cycle << CR_VC_BITS | VC
-    "cr_ctl",   # [CR_*, row]
-    "cr_wait",  # [row]                      1: a flit waits for the next credit sent here
-    "occ",      # [row]                      bit v set: input VC v holds flits
-    "busy",     # [router + node]            flits a router (then a NIC) holds or expects
-    "wake",     # [router + node]            first cycle it may have something to do
-    "va_gptr",  # [row, vc]                  VC allocator: output VC grant pointers,
-    "va_aptr",  # [row, vc]                  input VC accept pointers
-    "sa_gptr",  # [row]                      switch allocator: per output, per input
-    "sa_aptr",  # [row]
-    "sw_rr",    # [row]                      round robin over an input's VCs
-    "wf",       # [2, router]                wavefront priority diagonals (VC, switch)
-    "nic",      # [node, NI_*]               packet being injected
-    "pkt",      # [PK_*, packet]
-    "pkt_free",  # [k]                       free packet rows (a stack)
-    "glob",     # [NG_*]
-    "link_flits",  # [row]                   flits sent out of each output row
-    "router_flits",  # [router]              flits through each router's switch
+NOC_STATE_TABLES = (  # (name, dimensions)
+    ("ivc", 3),           # [row, vc, IV_*]     input VCs
+    ("fb", 4),            # [row, vc, depth, FB_*]
+                          #                     flit buffers (rings) of the flits behind
+                          #                     each VC's front flit (IV_FRONT)
+    ("ovc", 3),           # [row, vc, OV_*]     downstream VCs seen from an output
+    ("ov_free", 1),       # [row]               bit v set: downstream VC v has no owner
+    ("out_free", 1),      # [row]               cycle an output link takes its next flit
+    ("cr", 2),            # [row, k]            credits on their way back, a ring per output
+                          #                     row: due cycle << CR_VC_BITS | VC
+    ("cr_ctl", 2),        # [CR_*, row]
+    ("cr_wait", 1),       # [row]               1: a flit waits for the next credit sent here
+    ("occ", 1),           # [row]               bit v set: input VC v holds flits
+    ("busy", 1),          # [router + node]     flits a router (then a NIC) holds or expects
+    ("wake", 1),          # [router + node]     first cycle it may have something to do
+    ("va_gptr", 2),       # [row, vc]           VC allocator: output VC grant pointers,
+    ("va_aptr", 2),       # [row, vc]           input VC accept pointers
+    ("sa_gptr", 1),       # [row]               switch allocator: per output, per input
+    ("sa_aptr", 1),       # [row]
+    ("sw_rr", 1),         # [row]               round robin over an input's VCs
+    ("wf", 2),            # [2, router]         wavefront priority diagonals (VC, switch)
+    ("nic", 2),           # [node, NI_*]        packet being injected
+    ("pkt", 2),           # [PK_*, packet]
+    ("pkt_free", 1),      # [k]                 free packet rows (a stack)
+    ("glob", 1),          # [NG_*]
+    ("link_flits", 1),    # [row]               flits sent out of each output row
+    ("router_flits", 1),  # [router]            flits through each router's switch
     # tracing (network/trace.py; one-element placeholders when off)
-    "tr_link",  # [slot, row]                flits out of each output row, binned ring
-    "tr_occ",   # [slot, router]             buffer occupancy (flits x cycles), binned ring
-    "tr_since",  # [router]                  cycle tr_occ is added up to
+    ("tr_link", 2),       # [slot, row]         flits out of each output row, binned ring
+    ("tr_occ", 2),        # [slot, router]      buffer occupancy (flits x cycles), binned
+                          #                     ring
+    ("tr_since", 1),      # [router]            cycle tr_occ is added up to
     # allocator scratch, reused by every router (S = ports * vcs)
-    "sa_label",  # [ports * ports]           switch requests: input i -> output o, by VC
-    "al",       # [AL_*, S]                  match state of allocator inputs and outputs
-    "va_req",   # [VR_*, S]                  input VCs requesting an output VC
+    ("sa_label", 1),      # [ports * ports]     switch requests: input i -> output o, by VC
+    ("al", 2),            # [AL_*, S]           match state of allocator inputs and outputs
+    ("va_req", 2),        # [VR_*, S]           input VCs requesting an output VC
 )
-NocState = namedtuple("NocState", NOC_STATE_TABLES)
+NocState = namedtuple("NocState", [name for name, _ in NOC_STATE_TABLES])
+
+# A network's state and tables are views of one int64 buffer (``network/packed.py``): the
+# NocState tables, then the NocTables, table k at offset ``layout[k, 0]`` of the buffer
+# with shape ``layout[k, 1:1 + dims]``, each starting on a cache line.
+PACKED_TABLES = NOC_STATE_TABLES + NOC_TABLES
+N_LAYOUT_FIELDS = 5  # offset, then up to four dimensions
+
+
+def packed_tables(mem: np.ndarray, layout: np.ndarray) -> tuple[NocState, NocTables]:
+    """The NocState and NocTables of a packed network, as numpy views of its buffer."""
+    views = [mem[lay[0]:lay[0] + np.prod(lay[1:1 + d])].reshape(lay[1:1 + d])
+             for (_, d), lay in zip(PACKED_TABLES, layout)]
+    return NocState(*views[:len(NOC_STATE_TABLES)]), NocTables(*views[len(NOC_STATE_TABLES):])
 
 # ivc
 # (IV_FRONT, IV_FRONT_ARR: the front flit (an FB_FLIT word) and its arrival cycle, kept

@@ -23,7 +23,7 @@ from npusim.kernels.isa import NEVER
 from npusim.kernels.network import state as ks
 from npusim.kernels.network.names import ALLOCATORS
 from npusim.noc.topology import Topology
-from npusim.state import aligned_table
+from npusim.state import CACHE_LINE, aligned_table
 
 ENDPOINT_LINK_LATENCY = 1
 
@@ -34,13 +34,17 @@ def _ceil_div(a, b):
 
 @dataclass
 class Network:
-    """Everything a router kernel needs, plus what Python needs to read it back."""
+    """Everything a router kernel needs, plus what Python needs to read it back. ``state``
+    and ``tables`` are views of one buffer, ``mem`` (laid out as ``layout`` says:
+    ``kernels/network/state.py``)."""
 
     topo: Topology
     sites: np.ndarray       # [endpoint]: its site
     params: ks.NocParams
     tables: ks.NocTables
     state: ks.NocState
+    mem: np.ndarray
+    layout: np.ndarray
     out_port_link: np.ndarray   # [router, port]: link of an output port (-1: ejection/none)
     out_port_node: np.ndarray   # [router, port]: endpoint an output port ejects to (-1)
     msg_classes: int
@@ -198,8 +202,29 @@ def build_network(topo: Topology, sites, noc, msg_classes: int = 1, skip: bool =
         sa_iters=rc.sw_alloc_iters,
         wait_tail=int(rc.wait_for_tail_credit), skip=int(skip),
         trace_bin=int(trace_bin), period=int(period))
-    return Network(topo, sites, params, tables, make_state(params, rows, trace_ring), out_link,
-                   out_node, msg_classes)
+    mem, layout = pack(make_state(params, rows, trace_ring), tables)
+    state, tables = ks.packed_tables(mem, layout)
+    return Network(topo, sites, params, tables, state, mem, layout, out_link, out_node,
+                   msg_classes)
+
+
+def pack(state: ks.NocState, tables: ks.NocTables) -> tuple[np.ndarray, np.ndarray]:
+    """A copy of a network's state and tables in one buffer, each table on a cache line of
+    its own; returns the buffer and its layout (``ks.packed_tables`` reads them)."""
+    arrays = tuple(state) + tuple(tables)
+    line = CACHE_LINE // 8
+    layout = np.zeros((len(arrays), ks.N_LAYOUT_FIELDS), dtype=np.int64)
+    n = 0
+    for lay, a, (name, dims) in zip(layout, arrays, ks.PACKED_TABLES):
+        assert a.ndim == dims and a.dtype == np.int64, name
+        lay[0] = n
+        lay[1:1 + dims] = a.shape
+        n += -(-a.size // line) * line
+    mem = aligned_table(n)
+    views, tabs = ks.packed_tables(mem, layout)
+    for a, view in zip(arrays, views + tabs):
+        view[...] = a
+    return mem, layout
 
 
 def make_state(p: ks.NocParams, rows: int, trace_ring: int = 0) -> ks.NocState:
