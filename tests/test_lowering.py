@@ -210,7 +210,7 @@ def test_bias_add_after_matmul_is_fused_but_a_second_consumer_prevents_it(tmp_pa
                  [("w", [64, 32]), ("bias", [32])], name="mm_bias_out")
     from npusim.frontend import load_graph
     from npusim.lowering.fusion import plan_fusions
-    assert plan_fusions(load_graph(path2)) == {}
+    assert plan_fusions(load_graph(path2)) == ({}, {})
 
 
 def test_choosers_remember_answers_and_pick_the_same_tile_each_time():

@@ -148,13 +148,13 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
     graph.check_shapes()
     ctx = LoweringContext(graph=graph, config=config, builder=builder, mapping=mapping)
     first = builder.n_layers
-    fused = plan_fusions(graph)
+    fused, ctx.waits = plan_fusions(graph)
     for name, root in fused.items():
         node = graph.node(name)
         if node.op_type == "BatchNormalization":
             ctx.folded_bias.setdefault(root, node.inputs[2])  # its shift B
         elif node.op_type == "Add":
-            src = graph.node(root).outputs[0]
+            src = fused_input(graph, node)
             ctx.folded_bias.setdefault(root, next(t for t in node.inputs if t != src))
     layer_of: dict[str, int] = {}
     for node in graph.nodes:

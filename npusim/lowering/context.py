@@ -27,6 +27,9 @@ class LoweringContext:
     # bytes per element of the node being lowered when it differs from the config's (a
     # quantized QLinearConv / MatMulInteger computes in int8: Node.precision)
     node_precision: int | None = None
+    # tensors computed at run time that a node's output path reads (node name -> tensors:
+    # an integer GEMM's dequantization scale, fusion.plan_fusions): its layer waits for them
+    waits: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def budget(self) -> Budget:
@@ -63,8 +66,9 @@ class LoweringContext:
         self.address[tensor] = self.addr(same_as)
 
     def preds(self, node: Node) -> list[int]:
-        """Layers producing this node's inputs."""
-        return sorted({self.producer_layer[t] for t in node.inputs if t in self.producer_layer})
+        """Layers producing this node's inputs (and what its output path reads)."""
+        tensors = [*node.inputs, *self.waits.get(node.name, ())]
+        return sorted({self.producer_layer[t] for t in tensors if t in self.producer_layer})
 
     def lookup_mapping(self, key: LoopCounts) -> Mapping | None:
         return self.mapping.lookup(key) if self.mapping is not None else None

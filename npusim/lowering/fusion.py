@@ -5,6 +5,12 @@ activation), so a Relu or Clip right after a Conv, MatMul or Gemm costs nothing 
 a BatchNormalization right after a Conv is folded into its weights and bias before
 deployment. Such a node becomes part of its producer's layer (listed in the layer's
 ``fused``) when it is that producer's only consumer and reads nothing else that changes.
+
+An integer GEMM or convolution (ConvInteger, MatMulInteger: its result is the raw int32
+accumulator) is dequantized in that same stage, as an int8 compiler emits it: the Cast to
+float, the Mul by the scale (one value, or one per output channel; ONNX Runtime's dynamic
+quantizer computes it at run time as the input's scale times the weight's, so the layer
+waits for it: ``plan_fusions``' second result), then the bias Add and the activation.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from npusim.frontend.graph import Graph, Node
 
 PRODUCERS = {"Conv", "MatMul", "Gemm", "FusedConv", "FusedGemm"}
 ACTIVATIONS = {"Relu", "Clip", "LeakyRelu"}
+INTEGER_ACCUMULATORS = {"ConvInteger", "MatMulInteger"}  # origins writing the raw int32 sums
 
 
 def _constant_inputs_only(graph: Graph, node: Node, first: str) -> bool:
@@ -31,9 +38,26 @@ def fused_input(graph: Graph, node: Node) -> str:
     return src
 
 
-def plan_fusions(graph: Graph) -> dict[str, str]:
-    """Node name -> name of the node whose output path absorbs it."""
+def _per_output_channel(graph: Graph, root: Node, src: str, other: str) -> bool:
+    """``other`` holds one value, or one per output channel of ``root`` broadcast along
+    its channel axis (a GEMM's last, a convolution's second)."""
+    shape, out = graph.shape(other), graph.shape(src)
+    if not out or len(shape) > len(out):
+        return False
+    if root.op_type in ("Conv", "FusedConv"):
+        aligned = (1,) * (len(out) - len(shape)) + tuple(shape)
+        return len(out) >= 2 and all(d in (1, out[1]) if i == 1 else d == 1
+                                     for i, d in enumerate(aligned))
+    return len(shape) <= 1 and graph.tensor(other).numel in (1, out[-1])
+
+
+def plan_fusions(graph: Graph) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Node name -> name of the node whose output path absorbs it; and root name -> the
+    tensors computed at run time that its output path reads (its layer waits for them)."""
     fused: dict[str, str] = {}
+    waits: dict[str, list[str]] = {}
+    made_at = {t: i for i, n in enumerate(graph.nodes) for t in n.outputs}
+    order = {n.name: i for i, n in enumerate(graph.nodes)}
     outputs = set(graph.outputs)
     for node in graph.nodes:
         src = fused_input(graph, node)
@@ -43,18 +67,35 @@ def plan_fusions(graph: Graph) -> dict[str, str]:
         if producer is None or src in outputs or len(graph.consumers(src)) != 1:
             continue
         root = fused.get(producer.name, producer.name)
-        root_op = graph.node(root).op_type
-        if root_op not in PRODUCERS or not _constant_inputs_only(graph, node, src):
+        root_node = graph.node(root)
+        root_op = root_node.op_type
+        if root_op not in PRODUCERS:
             continue
         op = node.op_type
+        other = next((t for t in node.inputs if t and t != src), "")
+        # the dequantization of an integer accumulator: only Casts and scales before it
+        dequantizing = (root_node.origin in INTEGER_ACCUMULATORS and all(
+            graph.node(n).op_type in ("Cast", "Mul") for n, r in fused.items() if r == root))
+        if dequantizing and op == "Cast":
+            fused[node.name] = root
+            continue
+        if (dequantizing and op == "Mul" and len(node.inputs) == 2 and other
+                and _per_output_channel(graph, root_node, src, other)):
+            if graph.tensor(other).is_initializer:
+                fused[node.name] = root
+            elif made_at.get(other, len(graph.nodes)) < order[root]:  # computed before root
+                fused[node.name] = root
+                waits.setdefault(root, []).append(other)
+            continue
+        if not _constant_inputs_only(graph, node, src):
+            continue
         if op in ACTIVATIONS:
             fused[node.name] = root
         elif op == "BatchNormalization" and root_op in ("Conv", "FusedConv") \
                 and producer.name == root:
             fused[node.name] = root
-        elif op == "Add" and root_op in ("MatMul", "Gemm") and producer.name == root:
-            other = node.inputs[1] if node.inputs[0] == src else node.inputs[0]
-            out_cols = graph.shape(src)[-1] if graph.shape(src) else 0
-            if len(graph.shape(other)) <= 1 and graph.tensor(other).numel in (1, out_cols):
+        elif op == "Add" and len(node.inputs) == 2 and (
+                (root_op in ("MatMul", "Gemm") and producer.name == root) or dequantizing):
+            if _per_output_channel(graph, root_node, src, other):
                 fused[node.name] = root  # a bias added in the accumulator
-    return fused
+    return fused, waits
