@@ -3,7 +3,7 @@
 The mapping is a list of bit fields (``amap[field] = (shift, width)``) over the address
 in burst units. The low column bits that a multi-burst request spans are kept lowest, so
 one request stays in one row of one channel; above them, by default, come the channel
-bits, then column, rank, bank, bank group and row (``RoBgBaRaCoCh`` from the most
+bits, then bank group, column, rank, bank and row (``RoBaRaCoBgCh`` from the most
 significant bit). With IPOLY hashing the channel is instead the address polynomial modulo
 an irreducible polynomial over GF(2) (Rau's pseudo-random interleaving): ``ipoly[j]`` is
 the channel contribution of address bit j.

@@ -16,8 +16,12 @@ state is the open row.
 The controller of each channel keeps a read and a write queue, drains writes between a
 high and a low watermark, refreshes every rank every tREFI (all-bank refresh, preceded by
 a precharge-all), and schedules FR-FCFS: the oldest request whose next command is a legal
-row hit, else the oldest request with any legal next command. Open page by default;
-closed page uses auto-precharge reads and writes. One command per channel per cycle.
+row hit, else the oldest request with any legal next command. A row opened for a request
+stays open until that request is served: no PRE or refresh PREA closes it before, and the
+request stays eligible while the other queue drains or its rank waits for a refresh (an
+ACT undone before its column access is work thrown away; Ramulator's controller keeps such
+requests in its "active buffer" for the same reason). Open page by default; closed page
+uses auto-precharge reads and writes. One command per channel per cycle.
 
 A channel with nothing legal to issue reports the first cycle at which something becomes
 legal (``DC_WAKE``), so the main loop skips straight there. One scan finds both that cycle
@@ -293,12 +297,14 @@ def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
         st.dch[DC_ACTS, ch] += 1
     elif cmd == PRE or cmd == RDA or cmd == WRA:
         st.dbank[B_OPEN_ROW, ch, nb] = -1
+        st.dbank[B_OPENED_FOR, ch, nb] = 0
         _bank_row_changed(st, ch, nb)
         if cmd == PRE:
             st.dch[DC_PRES, ch] += 1
     elif cmd == PREA:
         for i in range(rank * G * B, (rank + 1) * G * B):
             st.dbank[B_OPEN_ROW, ch, i] = -1
+            st.dbank[B_OPENED_FOR, ch, i] = 0
             _bank_row_changed(st, ch, i)
         st.dch[DC_PRES, ch] += 1
     elif cmd == REF:
@@ -393,7 +399,10 @@ def _accept(st, rg, mt, p, ch, t):
 def _retire(st, p, ch, k, write):
     """Remove request slot k from its queue and give the slot back."""
     side = 1 if write else 0
-    _bank_unlink(st, ch, side, st.dreq[ch, k, E_NB], k)
+    nb = st.dreq[ch, k, E_NB]
+    if st.dbank[B_OPENED_FOR, ch, nb] == k + 1:
+        st.dbank[B_OPENED_FOR, ch, nb] = 0
+    _bank_unlink(st, ch, side, nb, k)
     n = st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch]
     st.dfree[ch, side, (p.d_wq if write else p.d_rq) - n] = k
     st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch] = n - 1
@@ -419,12 +428,16 @@ def _refresh(st, mt, p, ch, cyc):
                 nxt = min(nxt, st.drank[RK_NEXT_REF, ch, r])
                 continue
         any_open = False
+        opened = False
         G = p.d_bankgroups
         B = p.d_banks
         for i in range(r * G * B, (r + 1) * G * B):
-            if st.dbank[B_OPEN_ROW, ch, i] >= 0:
-                any_open = True
-                break
+            any_open = any_open or st.dbank[B_OPEN_ROW, ch, i] >= 0
+            opened = opened or st.dbank[B_OPENED_FOR, ch, i] > 0
+        if opened:
+            # rows opened for requests are served first (_choose_opened); look again after
+            nxt = min(nxt, cyc + 1)
+            continue
         cmd = PREA if any_open else REF
         e = _earliest(st, p, ch, r, 0, 0, cmd)
         if e <= cyc:
@@ -472,7 +485,7 @@ def _candidate(st, p, ch, k, cyc, out_full):
     hit = st.dreq[ch, k, E_ROW] == open_row
     cmd = _command_for(p, st.dreq[ch, k, E_DIR] == 1, hit, open_row, st.dreq[ch, k, E_BURSTS],
                        out_full)
-    if cmd < 0:
+    if cmd < 0 or (cmd == PRE and st.dbank[B_OPENED_FOR, ch, nb] > 0):
         return -1, isa.NEVER, False
     return cmd, max(_bank_earliest(st, ch, rank, st.dreq[ch, k, E_RBG], nb, cmd), cyc), hit
 
@@ -501,7 +514,9 @@ def _choose_by_picks(st, p, ch, cyc, side):
             g_pre = isa.NEVER if waits else max(r_pre, st.rdy_group[ch, g, PRE])
             for nb in range(unsigned(g * B), unsigned((g + 1) * B)):
                 st.dgroup[GB_COLUMN, ch, nb] = g_col
-                st.dgroup[GB_OTHER, ch, nb] = g_act if st.dbank[B_OPEN_ROW, ch, nb] < 0 else g_pre
+                # no PRE closes a row before the request it was opened for is served
+                pre = isa.NEVER if st.dbank[B_OPENED_FOR, ch, nb] > 0 else g_pre
+                st.dgroup[GB_OTHER, ch, nb] = g_act if st.dbank[B_OPEN_ROW, ch, nb] < 0 else pre
     n_banks = st.dpick.shape[3]
     first_hit = isa.NEVER
     first_other = isa.NEVER
@@ -555,6 +570,8 @@ def _choose_by_walk(st, p, ch, cyc, side, out_full):
         k = kh if hit else ko
         while k >= 0:
             cmd = _command_for(p, side == 1, hit, open_row, st.dreq[ch, k, E_BURSTS], out_full)
+            if cmd == PRE and st.dbank[B_OPENED_FOR, ch, nb] > 0:
+                cmd = -1  # the row waits for the request it was opened for
             if cmd >= 0:
                 at = max(_bank_earliest(st, ch, rank, rbg, nb, cmd), cyc)
                 if at <= best_at:
@@ -568,6 +585,31 @@ def _choose_by_walk(st, p, ch, cyc, side, out_full):
             else:
                 k = _oldest_after(st, ch, st.dreq[ch, k, E_NEXT], open_row, True)
     return best, best_cmd, best_at, best_hit
+
+
+@kernel
+def _choose_opened(st, p, ch, cyc, out_full):
+    """(request, column command, first legal cycle >= cyc) of the oldest among the earliest
+    legal requests whose rows were opened for them, in either queue and whether or not
+    their rank waits for a refresh (-1, -1, isa.NEVER if none): they join FR-FCFS as row
+    hits wherever the controller is looking."""
+    best = -1
+    best_cmd = -1
+    best_at = isa.NEVER
+    for nb in range(st.dpick.shape[3]):
+        if st.dbank[B_OPENED_FOR, ch, nb] == 0:
+            continue
+        k = st.dbank[B_OPENED_FOR, ch, nb] - 1
+        cmd = _command_for(p, st.dreq[ch, k, E_DIR] == 1, True, st.dbank[B_OPEN_ROW, ch, nb],
+                           st.dreq[ch, k, E_BURSTS], out_full)
+        if cmd < 0:
+            continue
+        at = max(_bank_earliest(st, ch, st.dreq[ch, k, E_RANK], st.dreq[ch, k, E_RBG], nb,
+                                cmd), cyc)
+        if best < 0 or at < best_at or (
+                at == best_at and st.dreq[ch, k, E_SEQ] < st.dreq[ch, best, E_SEQ]):
+            best, best_cmd, best_at = k, cmd, at
+    return best, best_cmd, best_at
 
 
 @kernel(inline=True)
@@ -587,6 +629,10 @@ def _choose(st, rg, p, ch, cyc):
         best, best_cmd, best_at, best_hit = _choose_by_walk(st, p, ch, cyc, side, out_full)
     else:
         best, best_cmd, best_at, best_hit = _choose_by_picks(st, p, ch, cyc, side)
+    k, cmd, at = _choose_opened(st, p, ch, cyc, out_full)
+    if k >= 0 and (best < 0 or at < best_at or (at == best_at and (
+            not best_hit or st.dreq[ch, k, E_SEQ] < st.dreq[ch, best, E_SEQ]))):
+        best, best_cmd, best_at, best_hit = k, cmd, at, True
     st.dch[DC_CAND_VALID, ch] = 1
     st.dch[DC_CAND_K, ch] = best
     st.dch[DC_CAND_CMD, ch] = best_cmd
@@ -637,6 +683,8 @@ def _schedule(st, rg, mt, p, ch, cyc):
     dram_issue(st, mt, p, ch, rank, rbg - rank * p.d_bankgroups, nb - rbg * p.d_banks,
                st.dreq[ch, k, E_ROW], st.dreq[ch, k, E_COL], cmd, cyc, st.dreq[ch, k, E_CORE],
                st.dreq[ch, k, E_ENTRY])
+    if cmd == ACT:
+        st.dbank[B_OPENED_FOR, ch, nb] = k + 1
     if cmd == RD or cmd == WR or cmd == RDA or cmd == WRA:
         st.dreq[ch, k, E_BURSTS] -= 1
         st.dreq[ch, k, E_COL] += 1

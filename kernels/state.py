@@ -326,10 +326,11 @@ GB_COLUMN, GB_OTHER = range(2)
 N_GB_FIELDS = 2
 # dbank (B_HITS, B_MISSES, B_CONFLICTS in class order; B_READS, B_WRITES in dir order;
 #  B_ACT_CYCLE: the DRAM cycle of the bank's last ACT, B_AUTO_CLOSE: the cycle the last
-#  auto-precharge (RDA / WRA) closed or will close the bank)
+#  auto-precharge (RDA / WRA) closed or will close the bank, B_OPENED_FOR: 1 + the request
+#  slot whose ACT opened the open row while that request is queued, else 0)
 (B_OPEN_ROW, B_HITS, B_MISSES, B_CONFLICTS, B_READS, B_WRITES, B_ACT_CYCLE,
- B_AUTO_CLOSE) = range(8)
-N_DBANK_FIELDS = 8
+ B_AUTO_CLOSE, B_OPENED_FOR) = range(9)
+N_DBANK_FIELDS = 9
 # drank (RK_OPEN_BANKS..RK_ACTIVE_CYCLES: time with at least one bank of the rank active,
 #  for DRAM background energy, kept at command issue (kernels/dram.py _bank_state_time):
 #  banks open with no close in sight, the cycle the rank stays active until by closes

@@ -172,6 +172,20 @@ def test_refresh_interval_check():
     assert len(bad) == 1 and "since the previous refresh" in bad[0]
 
 
+def test_rows_closed_unused_are_reported_on_request():
+    """An ACT undone by a PRE or PREA before any column command used its row: legal, so
+    reported only with check_unused_activates (CLEAN's last ACT at 619 is such a row)."""
+    std = load_standard(DDR4)
+    bad = check_command_log(log(*CLEAN), std, channels=1, check_unused_activates=True)
+    assert len(bad) == 1 and "cycle 658" in bad[0] and "PREA" in bad[0] and "bg2 bank1" in bad[0]
+    rows = [(0, 0, 0, 0, 0, 5, 0, "ACT"), (39, 0, 0, 0, 0, 5, 0, "PRE"),
+            (55, 0, 0, 0, 0, 6, 0, "ACT"), (71, 0, 0, 0, 0, 6, 0, "RD"),
+            (94, 0, 0, 0, 0, 6, 0, "PRE")]
+    bad = check_command_log(log(*rows), std, channels=1, check_unused_activates=True)
+    assert len(bad) == 1 and "cycle 39" in bad[0] and "bg0 bank0" in bad[0]
+    assert check_command_log(log(*rows), std, channels=1) == []
+
+
 def test_rank_wide_rules_in_other_standards():
     """LPDDR4 all-bank precharge uses tRPab and tPPD; HBM2 pseudo channels are channels."""
     lp4 = load_standard("LPDDR4-3200_8Gb_x16")   # RCD 29 RAS 68 RPab 34 RP 29 PPD 4

@@ -65,7 +65,7 @@ def test_long_random_run_has_no_timing_violation(name):
     log = _log(st)
     assert len(log) >= 3000
     violations = check_command_log(log, load_standard(name), cfg.memory.channels,
-                                   ranks=cfg.memory.ranks)
+                                   ranks=cfg.memory.ranks, check_unused_activates=True)
     assert violations == []
 
 
@@ -120,23 +120,56 @@ def test_ipoly_spreads_a_power_of_two_stride_over_all_channels():
     assert s_hash["dram_cycles"] < s_plain["dram_cycles"] / 4
 
 
-def _fr_fcfs_by_definition(st, rg, p, ch, cyc):
-    """FR-FCFS from its definition, over every request of the queue being served (slots not
-    on the free stack): the first cycle some request's next command is legal, and among the
-    requests legal then the oldest row hit, else the oldest. (request, command, cycle)."""
-    from npusim.kernels import dram as kd
+@pytest.mark.parametrize("mapping, fields", [
+    # address bit of each field's lowest bit, 64 B requests, 2 channels, DDR4 x8:
+    # 128 columns (7 bits), 4 bank groups, 4 banks, one rank
+    ("RoBaRaCoBgCh", {"ch": 6, "bg": 7, "col": 9, "bank": 16, "row": 18}),  # the default
+    ("RoBaBgRaCoCh", {"ch": 6, "col": 7, "bg": 14, "bank": 16, "row": 18}),  # Ramulator's
+])
+def test_address_mapping_bit_order(mapping, fields):
+    """Each field of memory.controller.address_mapping sits where its name says, from the
+    most significant end (the README's and npusim.dram.addressing's description)."""
+    from dram_helpers import bare_state
+    from npusim.kernels.addrmap import dram_channel, dram_decode
 
-    side = int(st.dch[ks.DC_DRAINING, ch])
+    overrides = [] if mapping == "RoBaRaCoBgCh" else [
+        f"memory.controller.address_mapping={mapping}"]
+    _, mt, p = bare_state(dram_config("DDR4-2400R_8Gb_x8", *overrides, channels=2))
+    names = ("rank", "bg", "bank", "row", "col")
+    for field, bit in fields.items():
+        addr = 1 << bit
+        got = {"ch": int(dram_channel(addr, p, mt)),
+               **dict(zip(names, (int(v) for v in dram_decode(addr, p, mt))))}
+        assert got == {k: int(k == field) for k in ("ch", *names)}, (field, got)
+        below = {"ch": int(dram_channel(addr >> 1, p, mt)),
+                 **dict(zip(names, (int(v) for v in dram_decode(addr >> 1, p, mt))))}
+        assert below[field] == 0
+
+
+def _queued(st, p, ch, side):
+    """Request slots queued on ``side`` (not on its free stack)."""
     cap, base = (p.d_wq, p.d_rq) if side else (p.d_rq, 0)
     n = int(st.dch[ks.DC_WQ_COUNT if side else ks.DC_RQ_COUNT, ch])
     free = set(st.dfree[ch, side, :cap - n].tolist())
+    return [k for k in range(base, base + cap) if k not in free]
+
+
+def _fr_fcfs_by_definition(st, rg, p, ch, cyc):
+    """FR-FCFS from its definition, over every request of the queue being served (slots not
+    on the free stack) whose rank is not waiting for a refresh, and every request a row was
+    opened for (B_OPENED_FOR, either queue, refresh or not); no PRE to a row opened for a
+    request still queued: the first cycle some request's next command is legal, and among
+    the requests legal then the oldest row hit, else the oldest. (request, command, cycle)."""
+    from npusim.kernels import dram as kd
+
+    side = int(st.dch[ks.DC_DRAINING, ch])
+    opened = {int(v) - 1 for v in st.dbank[ks.B_OPENED_FOR, ch] if v > 0}
     out_full = rg.mport[ks.MP_OUT_COUNT, ch] >= rg.ch_out.shape[2]
     best = (None, -1, -1, -1)
-    for k in range(base, base + cap):
-        if k in free:
-            continue
+    for k in _queued(st, p, ch, 0) + _queued(st, p, ch, 1):
         rank, rbg, nb = (int(st.dreq[ch, k, f]) for f in (ks.E_RANK, ks.E_RBG, ks.E_NB))
-        if st.drank[ks.RK_PENDING, ch, rank]:
+        write = int(st.dreq[ch, k, ks.E_DIR]) == 1
+        if k not in opened and (write != side or st.drank[ks.RK_PENDING, ch, rank]):
             continue
         open_row, bursts = st.dbank[ks.B_OPEN_ROW, ch, nb], st.dreq[ch, k, ks.E_BURSTS]
         hit = st.dreq[ch, k, ks.E_ROW] == open_row
@@ -144,9 +177,11 @@ def _fr_fcfs_by_definition(st, rg, p, ch, cyc):
             continue  # its response would not fit
         if hit:
             last = p.d_closed_page == 1 and bursts == 1
-            cmd = (kd.WRA if last else kd.WR) if side else (kd.RDA if last else kd.RD)
+            cmd = (kd.WRA if last else kd.WR) if write else (kd.RDA if last else kd.RD)
         else:
             cmd = kd.ACT if open_row < 0 else kd.PRE
+            if cmd == kd.PRE and st.dbank[ks.B_OPENED_FOR, ch, nb] > 0:
+                continue  # the row waits for the request it was opened for
         at = max(st.rdy_rank[ch, rank, cmd], st.rdy_group[ch, rbg, cmd],
                  st.rdy_bank[ch, nb, cmd], cyc)
         key = (at, not hit, st.dreq[ch, k, ks.E_SEQ])
@@ -158,8 +193,9 @@ def _fr_fcfs_by_definition(st, rg, p, ch, cyc):
 @pytest.mark.parametrize("page", ["open", "closed"])
 def test_fr_fcfs_choice_matches_its_definition(page):
     """The controller finds its choice through per-bank lists; after random arrivals,
-    departures, row changes, bursts served, drain flips, a full response ring and refresh
-    waits, it must equal FR-FCFS computed from scratch over every queued request."""
+    departures, row changes, rows opened for a request, bursts served, drain flips, a full
+    response ring and refresh waits, it must equal FR-FCFS computed from scratch over every
+    queued request."""
     from dram_helpers import bare_state
     from npusim.kernels import dram as kd
     from npusim.kernels.addrmap import dram_decode
@@ -173,7 +209,7 @@ def test_fr_fcfs_choice_matches_its_definition(page):
     pool = [a for a in range(0, 1 << 20, 64)
             if dram_decode(a, p, mt)[:4] in {(0, 0, b, r) for b in (0, 1) for r in (0, 1)}]
     assert len(pool) > 100
-    cyc, checked, kinds = 0, 0, set()
+    cyc, checked, kinds, opened_elsewhere = 0, 0, set(), 0
     for _ in range(1500):
         cyc += int(rng.integers(0, 8))
         action = int(rng.integers(0, 10))
@@ -203,6 +239,10 @@ def test_fr_fcfs_choice_matches_its_definition(page):
             cmd = kd.PRE if st.dbank[ks.B_OPEN_ROW, 0, nb] >= 0 else kd.ACT
             row = int(rng.integers(0, 2))
             kd.dram_issue(st, mt, p, 0, rank, bg, bank, row, 0, cmd, cyc, 0, 0)
+            mine = [k for k in _queued(st, p, 0, 0) + _queued(st, p, 0, 1)
+                    if st.dreq[0, k, ks.E_NB] == nb and st.dreq[0, k, ks.E_ROW] == row]
+            if cmd == kd.ACT and mine and rng.random() < 0.5:  # opened for a request
+                st.dbank[ks.B_OPENED_FOR, 0, nb] = mine[int(rng.integers(0, len(mine)))] + 1
         elif action == 8:  # bursts served, drain mode, response ring
             k = int(rng.integers(0, p.d_rq + p.d_wq))
             st.dreq[0, k, ks.E_BURSTS] = int(rng.integers(1, 4))
@@ -219,8 +259,17 @@ def test_fr_fcfs_choice_matches_its_definition(page):
             assert got == tuple(int(x) for x in want)
             checked += 1
             kinds.add(want[1])
+            k = int(want[0])
+            nb = int(st.dreq[0, k, ks.E_NB])
+            if st.dbank[ks.B_OPENED_FOR, 0, nb] == k + 1 and (
+                    st.dreq[0, k, ks.E_DIR] != st.dch[ks.DC_DRAINING, 0]
+                    or st.drank[ks.RK_PENDING, 0, 0]):
+                opened_elsewhere += 1
         else:
             assert got[0] == -1
     # the walk met every kind of choice many times
     assert checked > 500
+    # ... including requests served because their row was opened for them, from the queue
+    # not being served or while their rank waits for a refresh
+    assert opened_elsewhere > 50
     assert {kd.ACT, kd.PRE} <= kinds and (kinds & {kd.RD, kd.RDA}) and (kinds & {kd.WR, kd.WRA})

@@ -1,8 +1,10 @@
 """Address mapping tables for the DRAM kernel (``kernels/addrmap.py`` reads them).
 
 The address, in bursts, is cut into bit fields named in ``memory.controller.address_mapping``
-from the most significant end (default ``RoBgBaRaCoCh``: row, bank group, bank, rank,
-column, channel). The low column bits a multi-burst request covers stay below all fields,
+from the most significant end (default ``RoBaRaCoBgCh``: row, bank, rank, column, bank
+group, channel, so a sequential stream alternates channels, then bank groups; Ramulator 2's
+``RoBaRaCoCh`` is ``RoBaBgRaCoCh`` here). The low column bits a multi-burst request covers
+stay below all fields,
 so a request never straddles channels or rows. IPOLY hashing replaces the channel by the
 address polynomial modulo an irreducible polynomial of degree log2(channels) over GF(2)
 (Rau, "Pseudo-randomly interleaved memory", ISCA 1991).

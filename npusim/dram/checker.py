@@ -24,7 +24,10 @@ Checks, each reported as one human-readable line:
 * log sanity: indices in range, cycles non-decreasing per channel, and (``command_bus``,
   default on) at most one command per channel per cycle;
 * refresh (``check_refresh``, default off): no rank goes more than 9 x tREFI (8 postponed
-  refreshes, JESD79-4) without a REF, counting from cycle 0 to the last command.
+  refreshes, JESD79-4) without a REF, counting from cycle 0 to the last command;
+* wasted activates (``check_unused_activates``, default off): no row is closed (PRE, PREA)
+  before a column command has used it since its ACT. Legal by JEDEC, but a controller that
+  does it opened the row for a request and took it away again: work thrown away.
 
 A log that starts mid-run (a trace window) passes the banks' open rows at its start as
 ``initial_open_rows`` ([channel, rank * bank groups * banks], -1 = closed); timing history
@@ -73,7 +76,8 @@ def _as_rows(log) -> list[list[int]]:
 
 def check_command_log(log, standard: DramStandard, channels: int, *, ranks: int | None = None,
                       command_bus: bool = True, check_refresh: bool = False,
-                      max_violations: int = 1000, initial_open_rows=None) -> list[str]:
+                      check_unused_activates: bool = False, max_violations: int = 1000,
+                      initial_open_rows=None) -> list[str]:
     """Violations of ``standard``'s rules and bank-state legality in ``log`` (empty = clean).
 
     ``channels`` is the number of npusim channels the log may address (HBM2 pseudo channels
@@ -102,6 +106,7 @@ def check_command_log(log, standard: DramStandard, channels: int, *, ranks: int 
             raise NpusimError(f"initial_open_rows must have shape (channels, ranks x bank "
                               f"groups x banks) = {(channels, R * G * B)}; got {initial.shape}")
         open_row = initial.reshape(-1).tolist()
+    used = [True] * n_nodes[_BK]           # the open row has had a column command
     last_cycle = [-1] * channels
     last_ref = [0] * n_nodes[_RK]
     refi_limit = 9 * standard.timing["REFI"]
@@ -170,12 +175,22 @@ def check_command_log(log, standard: DramStandard, channels: int, *, ranks: int 
                         report(f"{here}: violates {text}: {nth}{COMMANDS[p]} at cycle {tp} "
                                f"({LEVELS[lv]} node {node}), earliest legal cycle {tp + lat}")
 
+        # ---- rows closed unused
+        if check_unused_activates and cmd in (_PRE, _PREA):
+            banks = range(bg0 * B, (bg0 + G) * B) if cmd == _PREA else (bk_node,)
+            unused = [k - bg0 * B for k in banks if open_row[k] >= 0 and not used[k]]
+            if unused:
+                report(f"{here}: closes row(s) opened and never accessed at "
+                       f"{', '.join(f'bg{k // B} bank{k % B}' for k in unused)}")
+
         # ---- bank state
         if cmd == _ACT:
+            used[bk_node] = False
             if open_row[bk_node] >= 0:
                 report(f"{here} row {row}: bank already open (row {open_row[bk_node]})")
             open_row[bk_node] = row
         elif cmd in _CAS:
+            used[bk_node] = True
             if open_row[bk_node] < 0:
                 report(f"{here} row {row}: bank is closed")
             elif open_row[bk_node] != row:
