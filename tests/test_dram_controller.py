@@ -106,6 +106,43 @@ def test_writes_drain_between_watermarks():
     assert (stats["reads"], stats["writes"]) == (int((writes == 0).sum()), int(writes.sum()))
 
 
+def test_a_row_opened_for_a_read_serves_it_while_writes_drain():
+    """A read activates bank 0 at cycle 0; at cycle 1 enough writes to another row of the
+    same bank arrive to start draining. The read's row stays open for it and it is served
+    as soon as tRCD allows: latency RCD + CL + BL, two ACTs in all (its row, the writes').
+    (Before, a write's PRE closed the row unused at tRAS and the read waited for the drain
+    and a second ACT.)"""
+    from dram_helpers import bare_state
+    from npusim.kernels import dram as kd
+    from npusim.kernels.addrmap import dram_decode
+    from npusim.kernels.ports import ch_in_push, ch_out_pop
+
+    std = load_standard("DDR4-2400R_8Gb_x8")
+    t = std.timing
+    cfg = dram_config(std.name, "memory.controller.refresh=false")
+    chip, mt, p = bare_state(cfg)
+    st, rg = chip.mem, chip.rings
+    row1 = [a for a in range(std.row_bytes * std.banks, 2 * std.row_bytes * std.banks, 64)
+            if tuple(dram_decode(a, p, mt)[:4]) == (0, 0, 0, 1)][:26]
+    assert len(row1) == 26 and 26 >= p.d_wq_high
+
+    def arrive(addr, write, cyc):
+        ch_in_push(rg, p, 0, cyc * p.mem_period, cyc * p.mem_period, 0, write, 0, 0, addr)
+
+    arrive(0, 0, 0)
+    kd.dram_channel_step(st, rg, mt, p, 0, 0)
+    assert st.dch[ks.DC_ACTS, 0] == 1
+    for a in row1:
+        arrive(a, 1, 1)
+    for cyc in range(1, 3000):
+        while rg.mport[ks.MP_OUT_COUNT, 0]:
+            ch_out_pop(rg, p, 0, cyc * p.mem_period)
+        kd.dram_channel_step(st, rg, mt, p, 0, cyc * p.mem_period)
+    assert (st.dch[ks.DC_READS, 0], st.dch[ks.DC_WRITES, 0]) == (1, 26)
+    assert st.dch[ks.DC_LAT_SUM, 0] == t["RCD"] + t["CL"] + t["BL"]
+    assert st.dch[ks.DC_ACTS, 0] == 2
+
+
 def test_ipoly_spreads_a_power_of_two_stride_over_all_channels():
     # a stride of 16 channels' worth of interleaving hits one channel without hashing
     stride = 64 * 16
