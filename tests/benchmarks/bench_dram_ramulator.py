@@ -389,8 +389,9 @@ src/dram/impl/DDR4.cpp and HBM2.cpp, src/frontend/impl/memory_trace/loadstore_tr
   opened for a read when the controller flipped to draining writes (a write's PRE) or a
   refresh fell due (the PREA) before the read's column command: the read activated again
   later (on 20,000 random 80/20 requests 3.4% more ACTs than requests and 4.5% more DDR4
-  cycles than Ramulator; 0.9% after the change). Ramulator moves a request whose ACT has issued to an "active buffer" that is
-  served first and blocks any precharge of its bank. npusim now keeps such a row for its
+  cycles than Ramulator; 0.9% after the change). Ramulator moves a request whose ACT has
+  issued to an "active buffer" that is served first and blocks any precharge of its bank.
+  npusim now keeps such a row for its
   request (``B_OPENED_FOR``): the request joins FR-FCFS as a row hit whichever queue is being
   served and while its rank waits for refresh, no PRE or PREA closes its bank first; every
   random case now issues exactly one ACT per request, as Ramulator does.
@@ -446,6 +447,26 @@ src/dram/impl/DDR4.cpp and HBM2.cpp, src/frontend/impl/memory_trace/loadstore_tr
   at half their ns value (nCL 7 at 1 GHz: 7 ns where JESD235 parts have 14 ns) and nBL 4
   (BL4 takes 2 clocks at DDR), halving a pseudo channel's bandwidth; the runs above use
   npusim's values.
+* **Effect of the fix on the bundled models** (``python tests/benchmarks/census.py --cases
+  models,engine`` at 1adb3a5 and at 6de5e38; every Gemmini case identical, no DRAM there):
+
+  | case | cycles before | after | change | ACTs before | after | read latency before | after |
+  |---|--:|--:|--:|--:|--:|--:|--:|
+  | models/resnet50/batch=1/server | 677,701 | 673,500 | -0.620% | 228,667 | 203,407 | 254.5 | 249.1 |
+  | models/resnet50/batch=8/server | 3,773,384 | 3,773,689 | +0.008% | 2,119,755 | 2,009,103 | 254.1 | 253.1 |
+  | models/resnet18/batch=1/server | 364,166 | 363,929 | -0.065% | 56,154 | 50,466 | 247.1 | 244.8 |
+  | models/mobilenetv2/batch=1/server | 172,242 | 170,525 | -0.997% | 55,128 | 48,647 | 195.6 | 190.5 |
+  | models/bert_base/batch=1/seq=512/server | 3,838,919 | 3,822,854 | -0.418% | 3,695,035 | 3,445,545 | 256.1 | 255.1 |
+  | models/resnet50/batch=1/mobile | 23,403,312 | 23,310,768 | -0.395% | 423,304 | 395,827 | 165.7 | 164.9 |
+  | models/resnet50/batch=8/mobile | 178,425,984 | 178,194,646 | -0.130% | 3,312,154 | 3,248,204 | 166.5 | 165.9 |
+  | models/resnet18/batch=1/mobile | 8,911,278 | 8,912,937 | +0.019% | 109,397 | 113,914 | 167.2 | 168.3 |
+  | models/mobilenetv2/batch=1/mobile | 3,865,871 | 3,853,664 | -0.316% | 67,754 | 61,962 | 188.0 | 185.2 |
+  | models/bert_base/batch=1/seq=512/mobile | 265,289,201 | 265,784,996 | +0.187% | 3,792,628 | 3,715,479 | 159.2 | 159.4 |
+  | matmul_512x768x768 | 1,319,953 | 1,322,619 | +0.202% | 11,457 | 11,726 | 157.2 | 157.3 |
+  | matmul_1024 | 30,583 | 30,575 | -0.026% | 11,436 | 10,741 | 263.2 | 262.0 |
+  | conv_resnet18_layer1 | 466,058 | 466,058 | +0.000% | 1,229 | 1,236 | 146.3 | 146.3 |
+  | tiny_cnn | 64,367 | 64,437 | +0.109% | 798 | 638 | 173.7 | 174.1 |
+
 * **Frontend.** LoadStoreTrace offers one request per cycle and retries a refused one, so
   the controller queue stays full, as npusim's replay (which may enter several in one
   cycle) does; both stop a stream at the first request that finds its queue full.
