@@ -76,7 +76,8 @@ its RMS form) with the op's own step list, tiling and chunked passes, so a softm
 inside these ops costs exactly what the plain node costs.
 
 Not supported: DecoderMaskedMultiHeadAttention, PackedAttention, PackedMultiHeadAttention,
-SparseAttention, PagedAttention, quantized contrib ops (QAttention, MatMulNBits, ...).
+SparseAttention, PagedAttention, quantized attention (QAttention). MatMulNBits is a GEMM
+with a narrow weight (``gemm.lower_matmul_nbits``).
 """
 
 from __future__ import annotations

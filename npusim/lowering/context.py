@@ -40,10 +40,12 @@ class LoweringContext:
     def precision(self) -> int:
         return self.node_precision or self.config.precision
 
-    def addr(self, tensor: str) -> int:
-        """DRAM base address of a tensor, allocated on first use."""
+    def addr(self, tensor: str, nbytes: int | None = None) -> int:
+        """DRAM base address of a tensor, allocated on first use (``nbytes``: its size when
+        not one element per ``precision`` bytes, e.g. a weight stored in 4 bits)."""
         if tensor not in self.address:
-            nbytes = self.graph.tensor(tensor).numel * self.precision
+            if nbytes is None:
+                nbytes = self.graph.tensor(tensor).numel * self.precision
             self.address[tensor] = self.builder.allocate(nbytes)
         return self.address[tensor]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from npusim.frontend.graph import Graph, Node
 
-PRODUCERS = {"Conv", "MatMul", "Gemm", "FusedConv", "FusedGemm"}
+PRODUCERS = {"Conv", "MatMul", "Gemm", "FusedConv", "FusedGemm", "MatMulNBits"}
 ACTIVATIONS = {"Relu", "Clip", "LeakyRelu"}
 INTEGER_ACCUMULATORS = {"ConvInteger", "MatMulInteger"}  # origins writing the raw int32 sums
 
