@@ -84,11 +84,13 @@ MAC_RULE = ("multiply-accumulates of every matrix product and convolution (MatMu
 # --------------------------------------------------------------------------- graph-only files
 
 
-def graph_only(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
+def graph_only(model: onnx.ModelProto, name: str, drop=frozenset()) -> onnx.ModelProto:
     """Drop weight data: big initializers point at an external file that is never written.
 
     Large constants some exporters leave as ``Constant`` nodes become initializers first
-    (the same graph), so they are dropped as well."""
+    (the same graph), so they are dropped as well; so are the initializers named in
+    ``drop`` (quantized weights, which are small integer tensors) of more than SMALL
+    elements."""
     g = model.graph
     keep_nodes = []
     for node in g.node:
@@ -108,7 +110,8 @@ def graph_only(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
     offset = 0
     location = f"{name}.weights.bin"
     for t in g.initializer:
-        if t.data_location == TensorProto.EXTERNAL or _drop(t):
+        if t.data_location == TensorProto.EXTERNAL or _drop(t) or (
+                t.name in drop and math.prod(t.dims) > SMALL):
             nbytes = math.prod(t.dims) * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
             dims, dtype, tname = list(t.dims), t.data_type, t.name
             t.Clear()
