@@ -47,8 +47,9 @@ FORMATS = {
 }
 TINY = dict(hidden=128, inter=344, heads=4, kv_heads=2, vocab=512, layers=1)
 TOKENS = 16  # llama_tiny's static prompt
-# llama_small's dims: a prompt, and one decode step over a cache of 127 tokens
-PHASES = {"prefill": {"batch_size": 1, "sequence_length": 128, "past_sequence_length": 0},
+# llama_small's dims: a 128-token prompt (after one cached token: every dim is positive),
+# and one decode step over a cache of 127 tokens
+PHASES = {"prefill": {"batch_size": 1, "sequence_length": 128, "past_sequence_length": 1},
           "decode": {"batch_size": 1, "sequence_length": 1, "past_sequence_length": 127}}
 # ops whose initializer inputs are quantized weights: their data is dropped too
 QUANTIZED_READERS = ("MatMulNBits", "DequantizeLinear", "GatherBlockQuantized")
@@ -230,8 +231,8 @@ block 32, as `MatMulNBits` (`nbits4`) and as an int4 constant through a blocked
 `DequantizeLinear` into the float MatMul (`qdq4`, `quant_format=QDQ`), and 8 bits as
 `MatMulNBits` (`nbits8`); activations stay float. `llama_tiny` is the test files' model
 (`tests/data/zoo/quantized`); `llama_small` is the zoo's small Llama (2 layers, hidden 256,
-GQA 8/2 heads, vocabulary 32,000) with its KV cache, at a 128-token prompt and one decode
-step after 127 tokens. The weight GEMMs are the projections and the LM head (every layer
+GQA 8/2 heads, vocabulary 32,000) with its KV cache, at a 128-token prompt (after one cached
+token) and one decode step after 127 tokens. The weight GEMMs are the projections and the LM head (every layer
 reading a constant weight). Rebuild: `python models/zoo_weight_only.py export --work DIR`
 (torch 2.13 CPU, transformers 5.23, onnxruntime 1.32), then `python
 models/zoo_weight_only.py check --work DIR` in npusim's environment and `python
