@@ -14,8 +14,11 @@ the ops stay float and every quantized tensor is marked by a QuantizeLinear ->
 DequantizeLinear pair. :func:`fold_qdq` reads the pairs by structure, as ONNX Runtime's
 QDQ node-unit selectors do (scale and zero-point values are weight data, never read):
 
-- A DequantizeLinear of a constant is the constant stored in int8; the front end already
-  folds it into the weight (:mod:`.shapes`), which the op reading it loads at its width.
+- A DequantizeLinear of a constant is the constant stored quantized; the front end folds
+  it into the weight (:mod:`.shapes`) and records how the file stores it
+  (:func:`stored_after`: bits, the blocks sharing a scale, zero points). A unit reads it
+  at the unit's width; a float op (its activation not quantized: weight-only
+  quantization) reads it at the stored width (``lowering/weights.py``).
 - A *QDQ unit* is an op of ``QDQ_UNITS`` (the ops ONNX Runtime fuses into an integer op)
   whose float-valued inputs are all quantized activations (read through a DQ, or stored as
   integers) or constants, and whose output is quantized again (a Q after it; MatMul, Gemm

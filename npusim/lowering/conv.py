@@ -171,8 +171,9 @@ def _emit(ctx: LoweringContext, node: Node, s: ConvShape, tile: ConvTile, in_dim
     y = node.outputs[0]
     wf = b.weight
     pitch = int(b.weight_bytes(s.C * K))  # one output channel's weights
-    x_addr, y_addr = ctx.addr(node.inputs[0]), ctx.addr(y)
+    x_addr = ctx.addr(node.inputs[0])
     w_addr = ctx.addr(node.inputs[1], None if wf is None else Mtot * pitch)
+    y_addr = ctx.addr(y)
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     bias = bias or ctx.folded_bias.get(node.name)
     bias_addr = ctx.addr(bias) if bias else 0
