@@ -190,6 +190,19 @@ def test_qdq_and_matmulnbits_forms_are_the_same_work(cfg):
     assert [lay["op_type"] for lay in qdq.layers if lay["weight_bits"] == 4] == ["MatMul"] * 8
 
 
+def test_onnx_runtime_fuses_the_qdq_form_into_the_same_matmulnbits():
+    """ONNX Runtime's own optimizer (``--optimize extended``) turns each blocked
+    DequantizeLinear + MatMul of the QDQ file into MatMulNBits: the same 8 layers and
+    cycles as the MatMulNBits file through the same optimizer (whose int4 external data
+    must be sized packed, 2 elements a byte, or ONNX Runtime refuses the file)."""
+    nb = npusim.simulate(TINY["nbits4"], "server", optimize="extended")
+    qdq = npusim.simulate(TINY["qdq4"], "server", optimize="extended")
+    assert [lay["op_type"] for lay in qdq.layers if lay["weight_bits"] == 4] == \
+        ["MatMulNBits"] * 8
+    assert nb.total_cycles == qdq.total_cycles
+    assert _gemm_timeline(nb) == _gemm_timeline(qdq)
+
+
 def test_the_llama_files_move_their_weights_at_the_stored_width():
     """On server (bf16) the 8 weight GEMMs (q, k, v, o, gate, up, down, LM head) of the float
     file read 16-bit weights, the 4-bit file's 4 + 20 / 32 bits per weight (a bf16 scale
