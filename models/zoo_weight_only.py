@@ -197,9 +197,13 @@ def table(rows: list[dict]) -> str:
     """Markdown: per model, phase and format, total cycles and the weight GEMMs' cycles and
     loaded bytes on both configs, each against the float file."""
     by = {(r["model"], r["phase"], r["format"], r["config"]): r for r in rows}
+    order = {fmt: i for i, fmt in enumerate(("float",) + tuple(FORMATS))}
     lines = ["| model | phase | format | config | cycles (x float) | weight GEMM cycles "
              "(x float) | weight GEMM bytes loaded (x float) |", "|---|---|---|---|---|---|---|"]
-    for (model, phase, fmt, config), r in by.items():
+    for (model, phase, fmt, config), r in sorted(
+            by.items(), key=lambda kv: (list(MODELS).index(kv[0][0]), kv[0][1] != "prompt"
+                                        and kv[0][1] != "prefill", kv[0][3],
+                                        order[kv[0][2]])):
         f = by.get((model, phase, "float", config), {})
         if "error" in r:
             lines.append(f"| {model} | {phase} | {fmt} | {config} | error: {r['error'][:150]} "
@@ -241,14 +245,35 @@ models/zoo_audit.py report`. Before this change npusim refused the `MatMulNBits`
 """
 
 FINDINGS = """
-- **Each weight is read at its stored width**: the weight GEMMs of a 4-bit file load the
-  packed weights plus one scale (at the layer's precision) and one 4-bit zero point per
-  block of 32 per output column: 4 + (8 + 4) / 32 = 4.375 bits per weight on `mobile`
-  (int8 precision), 4 + (16 + 4) / 32 = 4.625 on `server` (bf16); 8-bit files 8.375 and
-  8.625. The dequantization is free (a weight decoder in front of the array,
-  `lowering/tiling.WeightFormat`).
-- **`qdq4` is `nbits4`**: the same layers, bytes and cycles, as ONNX Runtime itself
-  fuses a blocked DequantizeLinear and its MatMul into MatMulNBits.
+- **Before**: `main` (1adb3a5) refused the `nbits4` and `nbits8` files (MatMulNBits: an op
+  it could not lower) and read the `qdq4` weights at the float width, so `qdq4` cost what
+  the float file costs (llama_tiny 71,993 / 13,289 cycles on mobile / server, llama_small
+  decode 975,466 / 72,380, prefill 7,429,607 / 133,164). The float files' cycles are
+  unchanged by this change.
+- **Each weight is read at its stored width**: a 4-bit weight GEMM loads the packed weights
+  plus, per block of 32 of each output column, a scale at the layer's precision and a
+  4-bit zero point: 4 + (8 + 4) / 32 = 4.375 bits per weight on `mobile` (int8), 4 + (16
+  + 4) / 32 = 4.625 on `server` (bf16); 8-bit files 8.375 and 8.625. The dequantization is
+  free (a weight decoder in front of the array, `lowering/tiling.WeightFormat`). The bytes
+  column counts the activation rows too (reloaded per column tile), so prompts move less
+  than the weights' ratio.
+- **A decode step on `mobile` is bound by its weight bytes**: 4 bits take 0.57 of the float
+  model's cycles (the weight GEMMs 0.52 of its bytes and cycles); 8 bits 0.99 (`mobile`
+  computes in int8 already, so only the scales are added, and the weights are laid out in
+  tile order).
+- **On `server` a 4-bit decode step is bound by the array's preloads**, not by HBM: the
+  weight GEMMs load 0.27 of the bytes but take 0.59 of the cycles. A weight-stationary
+  array uses each preloaded weight for the one row of a decode step, and four 128 x 128
+  arrays preload 512 weights per cycle (the LM head's 8.2 M weights: at least 16,000
+  cycles; it takes 20,991, against 38,455 in bf16). Batching decode rows, or an array
+  that preloads faster, is what would use the narrower weights there.
+- **`qdq4` is `nbits4`**: the same layers, bytes and cycles; ONNX Runtime's own optimizer
+  (`--optimize extended`) fuses each blocked DequantizeLinear and its MatMul into
+  MatMulNBits, and both files then give the same cycles (llama_tiny on `server`: 10,118).
+- **llama_tiny on `mobile` at 8 bits loads 0.72 of the float file's bytes** though its
+  weights are no narrower: the tile search picks other tiles (the float file's q, k, v, o
+  and down projections split the 16 rows in two, each half loading every weight; the
+  8-bit file's split only the columns). Not a width effect; left alone.
 """
 
 
