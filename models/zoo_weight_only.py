@@ -236,8 +236,9 @@ block 32, as `MatMulNBits` (`nbits4`) and as an int4 constant through a blocked
 `MatMulNBits` (`nbits8`); activations stay float. `llama_tiny` is the test files' model
 (`tests/data/zoo/quantized`); `llama_small` is the zoo's small Llama (2 layers, hidden 256,
 GQA 8/2 heads, vocabulary 32,000) with its KV cache, at a 128-token prompt (after one cached
-token) and one decode step after 127 tokens. The weight GEMMs are the projections and the LM head (every layer
-reading a constant weight). Rebuild: `python models/zoo_weight_only.py export --work DIR`
+token) and one decode step after 127 tokens. The weight GEMMs are the projections and the
+LM head (every layer reading a constant weight); their cycles are the sum of their
+durations (layers overlap, so the sum may pass the total). Rebuild: `python models/zoo_weight_only.py export --work DIR`
 (torch 2.13 CPU, transformers 5.23, onnxruntime 1.32), then `python
 models/zoo_weight_only.py check --work DIR` in npusim's environment and `python
 models/zoo_audit.py report`. Before this change npusim refused the `MatMulNBits` files
