@@ -238,10 +238,10 @@ block 32, as `MatMulNBits` (`nbits4`) and as an int4 constant through a blocked
 GQA 8/2 heads, vocabulary 32,000) with its KV cache, at a 128-token prompt (after one cached
 token) and one decode step after 127 tokens. The weight GEMMs are the projections and the
 LM head (every layer reading a constant weight); their cycles are the sum of their
-durations (layers overlap, so the sum may pass the total). Rebuild: `python models/zoo_weight_only.py export --work DIR`
-(torch 2.13 CPU, transformers 5.23, onnxruntime 1.32), then `python
-models/zoo_weight_only.py check --work DIR` in npusim's environment and `python
-models/zoo_audit.py report`. Before this change npusim refused the `MatMulNBits` files
+durations (layers overlap, so the sum may pass the total). Rebuild: `python
+models/zoo_weight_only.py export --work DIR` (torch 2.13 CPU, transformers 5.23,
+onnxruntime 1.32), then `python models/zoo_weight_only.py check --work DIR` in npusim's
+environment and `python models/zoo_audit.py report`. Before this change npusim refused the `MatMulNBits` files
 (unsupported op) and read the `qdq4` weights at the float width.
 """
 

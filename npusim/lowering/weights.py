@@ -41,8 +41,10 @@ def dequantized_weight(ctx, node: Node, tensor: str, k_axes: tuple[int, ...],
                        n_axis: int) -> WeightFormat | None:
     """The format a float ``node`` reads its constant weight ``tensor`` in when the file
     stores it quantized; None otherwise. ``k_axes``: the weight's reduction axes (in the
-    order the reduction walks them), ``n_axis``: its output axis. A scale shared by
-    several output columns (per tensor) is a register, no load: no header."""
+    order the reduction walks them), ``n_axis``: its output axis. Only scales of one
+    output column each are loaded with the weights (as block headers); a scale several
+    columns share (per tensor, or one per reduction row, K values at most) is not
+    charged."""
     info = ctx.graph.tensors.get(tensor)
     stored = info.stored if info is not None else None
     if stored is None or node.precision is not None:
