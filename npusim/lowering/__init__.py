@@ -17,7 +17,7 @@ from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import SPATIAL_RANKS, lower_conv
 from npusim.lowering.gemm import lower_gemm, lower_matmul, lower_matmul_nbits
 from npusim.lowering import attention, conv_transpose, einsum, movement, recurrent, vector
-from npusim.lowering.fusion import fused_input, plan_fusions
+from npusim.lowering.fusion import fused_input, plan_fusions, vector_chains
 from npusim.lowering.layout import lower_empty, lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
 from npusim.program import Program, ProgramBuilder
@@ -154,6 +154,7 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
     ctx = LoweringContext(graph=graph, config=config, builder=builder, mapping=mapping)
     first = builder.n_layers
     fused, ctx.waits = plan_fusions(graph)
+    ctx.chains = vector_chains(graph, fused)
     for name, root in fused.items():
         node = graph.node(name)
         if node.op_type == "BatchNormalization":

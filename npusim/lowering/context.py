@@ -30,6 +30,9 @@ class LoweringContext:
     # tensors computed at run time that a node's output path reads (node name -> tensors:
     # an integer GEMM's dequantization scale, fusion.plan_fusions): its layer waits for them
     waits: dict[str, list[str]] = field(default_factory=dict)
+    # an element-wise op -> the activations that run as further steps of its vector pass
+    # (fusion.vector_chains)
+    chains: dict[str, list[Node]] = field(default_factory=dict)
 
     @property
     def budget(self) -> Budget:
