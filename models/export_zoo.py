@@ -74,6 +74,10 @@ LAYERS = 2  # transformer layers kept per model (widths are the real ones)
 # constants, position ids) and any tensor up to SMALL elements (scalars, eps, scales).
 KEEP_INT_MAX = 1 << 16
 SMALL = 16
+# element types stored packed, several per byte: bits per element (INT4, UINT4, FLOAT4E2M1,
+# UINT2, INT2): an external tensor's length is its packed size, as ONNX Runtime checks
+PACKED_BITS = {TensorProto.UINT4: 4, TensorProto.INT4: 4, TensorProto.FLOAT4E2M1: 4,
+               TensorProto.UINT2: 2, TensorProto.INT2: 2}
 
 MAC_RULE = ("multiply-accumulates of every matrix product and convolution (MatMul, Gemm, "
             "Conv, grouped and depthwise too), including attention scores Q.K^T and context "
@@ -84,11 +88,13 @@ MAC_RULE = ("multiply-accumulates of every matrix product and convolution (MatMu
 # --------------------------------------------------------------------------- graph-only files
 
 
-def graph_only(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
+def graph_only(model: onnx.ModelProto, name: str, drop=frozenset()) -> onnx.ModelProto:
     """Drop weight data: big initializers point at an external file that is never written.
 
     Large constants some exporters leave as ``Constant`` nodes become initializers first
-    (the same graph), so they are dropped as well."""
+    (the same graph), so they are dropped as well; so are the initializers named in
+    ``drop`` (quantized weights, which are small integer tensors) of more than SMALL
+    elements."""
     g = model.graph
     keep_nodes = []
     for node in g.node:
@@ -108,8 +114,13 @@ def graph_only(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
     offset = 0
     location = f"{name}.weights.bin"
     for t in g.initializer:
-        if t.data_location == TensorProto.EXTERNAL or _drop(t):
-            nbytes = math.prod(t.dims) * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        if t.data_location == TensorProto.EXTERNAL or _drop(t) or (
+                t.name in drop and math.prod(t.dims) > SMALL):
+            n = math.prod(t.dims)
+            if t.data_type in PACKED_BITS:
+                nbytes = -(-n * PACKED_BITS[t.data_type] // 8)
+            else:
+                nbytes = n * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
             dims, dtype, tname = list(t.dims), t.data_type, t.name
             t.Clear()
             t.name, t.data_type = tname, dtype

@@ -191,12 +191,15 @@ def table(rows: list[dict]) -> str:
 
 def section() -> list[str]:
     """The framework-export report's section on quantized exports (``zoo_audit.py report``
-    adds it), from ``results/validation/quantized_exports.json``."""
+    adds it), from ``results/validation/quantized_exports.json``, and the weight-only
+    exports' (``zoo_weight_only.py``)."""
+    import zoo_weight_only
+
     if not RESULT.is_file():
-        return []
+        return zoo_weight_only.section()
     rows = json.loads(RESULT.read_text())["rows"]
     return ["## Quantized exports: QDQ, QOperator, dynamic", "", SECTION.strip(), "",
-            table(rows), "", FINDINGS.strip(), ""]
+            table(rows), "", FINDINGS.strip(), ""] + zoo_weight_only.section()
 
 
 SECTION = """

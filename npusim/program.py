@@ -29,6 +29,7 @@ class LayerInfo:
     fused: list[str] = field(default_factory=list)  # names of nodes folded into this layer
     request: int = 0  # which request (model instance) of the workload it belongs to
     precision: int | None = None  # bytes per element when not the config's (quantized ops)
+    weight_bits: int | None = None  # bits per weight element read (GEMM and conv layers)
 
 
 @dataclass

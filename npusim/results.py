@@ -180,4 +180,5 @@ def _layer_stats(cfg: NpuConfig, prog: Program, st, i: int, P: int) -> dict[str,
         "bound": bound,
         "mapping": info.mapping, "mapping_source": info.mapping_source,
         "fused": info.fused, "precision": info.precision or cfg.precision,
+        "weight_bits": info.weight_bits,
     }

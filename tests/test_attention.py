@@ -275,6 +275,29 @@ def test_fused_conv_sum_input_adds_on_the_vector_unit(tmp_path):
     assert [l["name"] for l in r.layers] == ["conv", "conv/sum"]
 
 
+def test_residual_add_and_relu_cost_what_a_fused_conv_with_a_sum_input_costs(tmp_path):
+    # A raw export's Conv -> Add(residual) -> Relu and ONNX Runtime's FusedConv with the
+    # residual as Z and activation Relu are the same work: the conv, then one vector pass
+    # that adds and rectifies (the Relu is a step of the Add's pass, fusion.vector_chains)
+    shapes = [vi("x", [1, 8, 6, 6]), vi("z", [1, 16, 6, 6])], [vi("y", [1, 16, 6, 6])]
+    raw = save(tmp_path, [helper.make_node("Conv", ["x", "w"], ["c"], name="conv",
+                                           kernel_shape=[1, 1]),
+                          helper.make_node("Add", ["c", "z"], ["s"], name="add"),
+                          helper.make_node("Relu", ["s"], ["y"], name="relu")],
+               *shapes, [("w", [16, 8, 1, 1])], name="raw")
+    ort = save(tmp_path, [helper.make_node("FusedConv", ["x", "w", "", "z"], ["y"], name="conv",
+                                           domain=MS, kernel_shape=[1, 1], activation="Relu")],
+               *shapes, [("w", [16, 8, 1, 1])], name="ort")
+    a = npusim.simulate(raw, "mobile", overrides=SCALAR_VU)
+    b = npusim.simulate(ort, "mobile", overrides=SCALAR_VU)
+    assert [l["name"] for l in a.layers] == ["conv", "add"]
+    assert a.layers[1]["fused"] == ["relu"]
+    assert vector_busy(a) == vector_busy(b) == 36 * 16 * (LAT["add"] + LAT["max"])
+    for key in ("bytes_loaded", "bytes_stored"):
+        assert [l[key] for l in a.layers] == [l[key] for l in b.layers]
+    assert a.total_cycles == b.total_cycles
+
+
 def test_fused_gemm_costs_the_gemm(tmp_path):
     def gemm(op, **kw):
         node = helper.make_node(op, ["x", "w", "b"], ["y"], name="fc", transB=1, **kw)

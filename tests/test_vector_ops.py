@@ -532,8 +532,9 @@ def test_gather_of_one_index_along_an_inner_axis(tmp_path):
 # --------------------------------------------------------------------------- layers, tiles
 
 def test_matmul_bias_relu_softmax_run_in_order(tmp_path):
-    # the bias is a graph input here, so the Add (and the Relu after it) are not folded
-    # into the MatMul's output path: four layers, each starting after the one before
+    # the bias is a graph input here, so the Add is not folded into the MatMul's output
+    # path: it is a vector pass of its own, and the Relu is one more step of that pass
+    # (fusion.vector_chains): three layers, each starting after the one before
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
              helper.make_node("Add", ["h", "b"], ["hb"], name="bias"),
              helper.make_node("Relu", ["hb"], ["a"], name="relu"),
@@ -541,7 +542,10 @@ def test_matmul_bias_relu_softmax_run_in_order(tmp_path):
     r = sim(model(tmp_path, nodes, [("x", (16, 32)), ("b", (64,))], [("y", (16, 64))],
                   [("w", [32, 64])]))
     names = [l["name"] for l in r.layers]
-    assert names == ["mm", "bias", "relu", "softmax"]
+    assert names == ["mm", "bias", "softmax"]
+    assert r.layers[1]["fused"] == ["relu"]
+    # the pass stores a once, at the layer's precision (the Relu's own pass is gone)
+    assert r.layers[1]["bytes_stored"] == 16 * 64 * r.layers[1]["precision"]
     for prev, nxt in zip(r.layers, r.layers[1:]):
         assert nxt["start_cycle"] >= prev["end_cycle"]
     assert r.layers[0]["macs"] == 16 * 32 * 64 == sum(c["macs"] for c in r.cores)

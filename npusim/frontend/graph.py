@@ -41,6 +41,18 @@ _ITEMSIZE = {
 }
 
 
+@dataclass(frozen=True)
+class Stored:
+    """How the file stores a constant it dequantizes (a DequantizeLinear of a quantized
+    constant, folded by the front end): ``bits`` per element, per axis how many elements
+    share one scale (the whole axis: one scale along it), and the zero point's bits (0:
+    none)."""
+
+    bits: int
+    blocks: tuple[int, ...]
+    zero_point_bits: int = 0
+
+
 @dataclass
 class TensorInfo:
     """Name, static shape and element type of one tensor (activation or weight)."""
@@ -52,6 +64,8 @@ class TensorInfo:
     # a small constant's value (numpy array) when the front end knows it (shape tensors,
     # axes, scales, position ids): lowering reads Slice starts or a Pow exponent from it
     value: Any = field(default=None, compare=False, repr=False)
+    # a constant the file stores quantized and dequantizes (None: stored as elem_type)
+    stored: Stored | None = None
 
     @property
     def numel(self) -> int:

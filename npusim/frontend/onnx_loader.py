@@ -413,7 +413,7 @@ def _build_graph(model: ModelProto, shaped, weights: dict[str, TensorInfo], path
         if name in weights:
             tensors[name] = weights[name]
             continue
-        tensors[name] = TensorInfo(name, t.shape, t.elem_type, t.constant, t.value)
+        tensors[name] = TensorInfo(name, t.shape, t.elem_type, t.constant, t.value, t.stored)
     for name, info in weights.items():
         tensors.setdefault(name, info)
     for name, t in tensors.items():  # initializers kept inline carry their value too

@@ -34,6 +34,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from npusim.errors import NpusimError
+from npusim.frontend.quantized import STORED_BITS
 
 LEVELS = ("none", "basic", "extended")
 _ORT_LEVEL = {"none": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
@@ -75,6 +76,12 @@ def _itemsize(data_type: int) -> int:
         return 0
 
 
+def _nbytes(data_type: int, n: int, size: int) -> int:
+    """Bytes of ``n`` elements as ONNX stores them: sub-byte types (int4, int2, ...) packed."""
+    bits = STORED_BITS.get(data_type, 8)
+    return -(-n * bits // 8) if bits < 8 else n * size
+
+
 def _has_inline_data(t: TensorProto) -> bool:
     return bool(t.raw_data) or any(len(getattr(t, f)) for f in (
         "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data"))
@@ -106,6 +113,7 @@ def fill_zero_weights(model: onnx.ModelProto, src_dir: Path, out_dir: Path) -> i
             continue
         size = _itemsize(t.data_type)
         n = _numel(t)
+        nbytes = _nbytes(t.data_type, n, size)
         if size == 0:
             raise NpusimError(f"initializer '{t.name}' has element type {t.data_type}, which "
                               "cannot be zero-filled for ONNX Runtime")
@@ -115,8 +123,8 @@ def fill_zero_weights(model: onnx.ModelProto, src_dir: Path, out_dir: Path) -> i
             if info.get("location") and f.is_file():
                 with open(f, "rb") as fh:
                     fh.seek(int(info.get("offset", 0)))
-                    data = fh.read(int(info.get("length", n * size)))
-                if len(data) == n * size:
+                    data = fh.read(int(info.get("length", nbytes)))
+                if len(data) == nbytes:
                     del t.external_data[:]
                     t.data_location = TensorProto.DEFAULT
                     t.raw_data = data
@@ -126,8 +134,8 @@ def fill_zero_weights(model: onnx.ModelProto, src_dir: Path, out_dir: Path) -> i
             t.data_location = TensorProto.DEFAULT
             t.raw_data = b""
             continue
-        _set_external(t, ZEROS_FILE, offset, n * size)
-        offset += -(-(n * size) // _ALIGN) * _ALIGN
+        _set_external(t, ZEROS_FILE, offset, nbytes)
+        offset += -(-nbytes // _ALIGN) * _ALIGN
     with open(out_dir / ZEROS_FILE, "wb") as fh:
         fh.truncate(offset)  # sparse: reads as zeros, takes no disk blocks
     return offset

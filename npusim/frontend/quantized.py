@@ -14,8 +14,11 @@ the ops stay float and every quantized tensor is marked by a QuantizeLinear ->
 DequantizeLinear pair. :func:`fold_qdq` reads the pairs by structure, as ONNX Runtime's
 QDQ node-unit selectors do (scale and zero-point values are weight data, never read):
 
-- A DequantizeLinear of a constant is the constant stored in int8; the front end already
-  folds it into the weight (:mod:`.shapes`), which the op reading it loads at its width.
+- A DequantizeLinear of a constant is the constant stored quantized; the front end folds
+  it into the weight (:mod:`.shapes`) and records how the file stores it
+  (:func:`stored_after`: bits, the blocks sharing a scale, zero points). A unit reads it
+  at the unit's width; a float op (its activation not quantized: weight-only
+  quantization) reads it at the stored width (``lowering/weights.py``).
 - A *QDQ unit* is an op of ``QDQ_UNITS`` (the ops ONNX Runtime fuses into an integer op)
   whose float-valued inputs are all quantized activations (read through a DQ, or stored as
   integers) or constants, and whose output is quantized again (a Q after it; MatMul, Gemm
@@ -38,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from npusim.frontend.graph import Node, TensorInfo
+from npusim.frontend.graph import Node, Stored, TensorInfo
 
 INT8 = 1  # bytes per element of the quantized ops
 
@@ -82,6 +85,46 @@ CLIPPED_BY_Q = ("Relu", "Clip")
 FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
 # what a Q writes and a DQ reads: 8- and 16-bit integers, float8, 4-bit types
 QUANTIZED_TYPES = {2, 3, 4, 5, 17, 18, 19, 20, 21, 22, 23}
+
+
+# bits per element of the integer and small-float types a DequantizeLinear reads
+STORED_BITS = {2: 8, 3: 8, 4: 16, 5: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4, 23: 4,
+               25: 2, 26: 2}
+
+
+def stored_after(node, ins, shape) -> Stored | None:
+    """How the file stores the constant a folded ``node`` (an ``onnx.NodeProto``; ``ins``:
+    what the shape pass knows of its inputs) makes, when it dequantizes one: a
+    DequantizeLinear of a quantized constant (per tensor, per axis or blocked), or a
+    Transpose or Identity of such a constant (a deployment stores the result quantized
+    too). None otherwise."""
+    if not shape or not ins or ins[0] is None:
+        return None
+    op = node.op_type
+    if op == "Identity":
+        return ins[0].stored
+    if op == "Transpose" and ins[0].stored is not None:
+        perm = [a.ints for a in node.attribute if a.name == "perm"]
+        perm = list(perm[0]) if perm else list(reversed(range(len(shape))))
+        return replace(ins[0].stored, blocks=tuple(ins[0].stored.blocks[p] for p in perm))
+    if op != "DequantizeLinear" or ins[0].elem_type not in STORED_BITS:
+        return None
+    scale = ins[1].shape if len(ins) > 1 and ins[1] is not None else None
+    if scale is None:
+        return None
+    attrs = {a.name: a.i for a in node.attribute}
+    rank = len(shape)
+    axis = attrs.get("axis", 1)
+    axis = axis + rank if axis < 0 else axis
+    if len(scale) == rank and rank > 1 or attrs.get("block_size", 0):  # blocked
+        blocks = tuple(-(-d // max(1, s)) for d, s in zip(shape, scale))
+    elif len(scale) == 1 and scale[0] > 1 and 0 <= axis < rank:  # one scale per index
+        blocks = tuple(1 if a == axis else d for a, d in enumerate(shape))
+    else:  # one scale for the tensor
+        blocks = tuple(shape)
+    zero = len(ins) > 2 and ins[2] is not None and len(node.input) > 2 and node.input[2]
+    bits = STORED_BITS[ins[0].elem_type]
+    return Stored(bits, blocks, bits if zero else 0)
 
 
 def as_float_ops(nodes: list[Node]) -> list[Node]:
@@ -210,4 +253,4 @@ def fold_qdq(nodes: list[Node], tensors: dict[str, TensorInfo],
     return result
 
 
-__all__ = ["QDQ_UNITS", "QUANTIZED", "as_float_ops", "fold_qdq"]
+__all__ = ["QDQ_UNITS", "QUANTIZED", "STORED_BITS", "as_float_ops", "fold_qdq", "stored_after"]

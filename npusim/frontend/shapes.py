@@ -39,6 +39,8 @@ import onnx
 from onnx import AttributeProto, TensorProto, TypeProto, defs, helper, numpy_helper
 
 from npusim.errors import NpusimError
+from npusim.frontend.graph import Stored
+from npusim.frontend.quantized import stored_after
 
 STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 
@@ -74,6 +76,7 @@ class Tensor:
     shape: tuple[int, ...] | None  # None: rank or some dim unknown
     constant: bool = False  # a weight, a graph constant or a folded result
     value: np.ndarray | None = None  # known small constant value
+    stored: Stored | None = None  # a folded dequantization: how the file stores the data
 
 
 @dataclass
@@ -274,13 +277,18 @@ class _Pass:
             return
         out_types = self.infer(node, ins)
         if self.foldable(node, ins):
-            if self.evaluate(node, ins, out_types):
-                return
-            if all(_known(out_types.get(i)) for i, o in enumerate(node.output) if o):
+            folded = self.evaluate(node, ins, out_types)
+            if not folded and all(_known(out_types.get(i))
+                                  for i, o in enumerate(node.output) if o):
                 for i, o in enumerate(node.output):
                     if o:
                         self.tensors[o] = Tensor(out_types[i][0], out_types[i][1], True)
                 self.folded += 1
+                folded = True
+            if folded:
+                out = self.tensors.get(node.output[0]) if node.output else None
+                if out is not None:
+                    out.stored = stored_after(node, ins, out.shape)
                 return
         self.nodes.append(node)
         for i, o in enumerate(node.output):

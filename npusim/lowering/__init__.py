@@ -15,9 +15,9 @@ from npusim.frontend.graph import Graph, Node
 from npusim.frontend.shapes import ALWAYS_FOLDED
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import SPATIAL_RANKS, lower_conv
-from npusim.lowering.gemm import lower_gemm, lower_matmul
+from npusim.lowering.gemm import lower_gemm, lower_matmul, lower_matmul_nbits
 from npusim.lowering import attention, conv_transpose, einsum, movement, recurrent, vector
-from npusim.lowering.fusion import fused_input, plan_fusions
+from npusim.lowering.fusion import fused_input, plan_fusions, vector_chains
 from npusim.lowering.layout import lower_empty, lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
 from npusim.program import Program, ProgramBuilder
@@ -25,6 +25,7 @@ from npusim.program import Program, ProgramBuilder
 LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
     "MatMul": lower_matmul,
     "Gemm": lower_gemm,
+    "MatMulNBits": lower_matmul_nbits,  # ONNX Runtime's weight-only quantized MatMul
     "Conv": lower_conv,
     "Reshape": lower_relabel,
     "Flatten": lower_relabel,
@@ -66,6 +67,10 @@ CANNOT_LOWER: dict[str, str] = {
     **dict.fromkeys(["StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
                      "TfIdfVectorizer", "ImageDecoder", "SoftmaxCrossEntropyLoss",
                      "NegativeLogLikelihoodLoss"], _NOT_NPU),
+    # ONNX Runtime's 4-bit embedding table (MatMulNBitsQuantizer on a Gather)
+    "GatherBlockQuantized": ("a gather of rows stored in 4 bits: the row copier moves whole "
+                             "elements; quantize MatMul only (op_types_to_quantize="
+                             "('MatMul',), the quantizer's default) or keep the float Gather"),
     **dict.fromkeys(["DFT", "STFT", "Det", "RoiAlign", "MaxRoiPool", "GridSample",
                      "AffineGrid", "DeformConv", "Col2Im", "MaxUnpool", "LinearAttention",
                      "CausalConvWithState"], _NOT_YET),
@@ -149,6 +154,7 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
     ctx = LoweringContext(graph=graph, config=config, builder=builder, mapping=mapping)
     first = builder.n_layers
     fused, ctx.waits = plan_fusions(graph)
+    ctx.chains = vector_chains(graph, fused)
     for name, root in fused.items():
         node = graph.node(name)
         if node.op_type == "BatchNormalization":

@@ -76,7 +76,8 @@ its RMS form) with the op's own step list, tiling and chunked passes, so a softm
 inside these ops costs exactly what the plain node costs.
 
 Not supported: DecoderMaskedMultiHeadAttention, PackedAttention, PackedMultiHeadAttention,
-SparseAttention, PagedAttention, quantized contrib ops (QAttention, MatMulNBits, ...).
+SparseAttention, PagedAttention, quantized attention (QAttention). MatMulNBits is a GEMM
+with a narrow weight (``gemm.lower_matmul_nbits``).
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import lower_conv
 from npusim.lowering.gemm import GemmProblem, _batch_strides, emit_gemm, lower_gemm
-from npusim.lowering.vector import LayerEmitter, RowInput, emit_row_layer
+from npusim.lowering.vector import (ELEMENTWISE, LayerEmitter, RowInput, emit_elementwise,
+                                    emit_row_layer)
 from npusim.program import LayerInfo
 
 MS = "com.microsoft"
@@ -538,40 +540,30 @@ def lower_attention(ctx: LoweringContext, node: Node) -> None:
 # --------------------------------------------------------------------------- fused GEMM/conv
 
 
-# the activation of a FusedConv with a sum input, applied after the add on the vector unit
-ACTIVATION_STEPS = {"Relu": ["max"], "Clip": ["max", "min"], "LeakyRelu": ["mul", "max"],
-                    "Sigmoid": ["sigmoid"], "Tanh": ["tanh"],
-                    "HardSigmoid": ["mul", "add", "max", "min"]}
-
-
 def _activation_note(node: Node) -> str:
     act = _attr_str(node, "activation", "")
     return f"{act} (activation in the output path)" if act else ""
 
 
 def lower_fused_conv(ctx: LoweringContext, node: Node) -> None:
-    """FusedConv: Conv (+ bias) with its activation applied on the way out (free); the
-    optional sum input Z costs an add + activation pass over the output."""
+    """FusedConv: Conv (+ bias) with its activation applied on the way out (free). With
+    a sum input Z (a residual) the activation comes after the add: one element-wise pass
+    of the vector unit over the output that adds Z and applies it, the pass a raw
+    export's Add and activation make (``vector.emit_elementwise``, one cost rule)."""
     conv = Node(name=node.name, op_type=node.op_type, domain=node.domain,
                 inputs=node.inputs[:3], outputs=list(node.outputs), attrs=dict(node.attrs))
     lower_conv(ctx, conv)
     y = node.outputs[0]
-    lid = ctx.producer_layer[y]
-    note = _activation_note(node)
-    if note:
-        _layer_info(ctx, lid).fused.append(note)
     z = _opt(node, 3)
-    if z is None:
-        return
-    # Z (a residual) is added to the conv output: NHWC rows of M channels
-    ys = _shape(ctx, y)
-    rows, cols = prod(ys[:-3]) * ys[-2] * ys[-1], ys[-3]
     act = _attr_str(node, "activation")
-    act_ops = ACTIVATION_STEPS.get(act, ["max"]) if act else []
-    emit_rows(ctx, node, name=f"{node.name}/sum", rows=rows, cols=cols, x=ctx.addr(y),
-              y=ctx.addr(y), prefix=("add", *act_ops), inputs=(RowInput(ctx.addr(z)),),
-              preds=_preds(ctx, [y, z]), outputs=[y], input_shapes=[ys, _shape(ctx, z)],
-              output_shape=ys)
+    if z is None:
+        note = _activation_note(node)
+        if note:
+            _layer_info(ctx, ctx.producer_layer[y]).fused.append(note)
+        return
+    steps = ELEMENTWISE["Add"] + (ELEMENTWISE.get(act, ELEMENTWISE["Relu"]) if act else [])
+    emit_elementwise(ctx, Node(name=f"{node.name}/sum", op_type=node.op_type,
+                               domain=node.domain, inputs=[y, z], outputs=[y]), steps)
 
 
 def lower_fused_gemm(ctx: LoweringContext, node: Node) -> None:

@@ -30,6 +30,9 @@ class LoweringContext:
     # tensors computed at run time that a node's output path reads (node name -> tensors:
     # an integer GEMM's dequantization scale, fusion.plan_fusions): its layer waits for them
     waits: dict[str, list[str]] = field(default_factory=dict)
+    # an element-wise op -> the activations that run as further steps of its vector pass
+    # (fusion.vector_chains)
+    chains: dict[str, list[Node]] = field(default_factory=dict)
 
     @property
     def budget(self) -> Budget:
@@ -40,10 +43,12 @@ class LoweringContext:
     def precision(self) -> int:
         return self.node_precision or self.config.precision
 
-    def addr(self, tensor: str) -> int:
-        """DRAM base address of a tensor, allocated on first use."""
+    def addr(self, tensor: str, nbytes: int | None = None) -> int:
+        """DRAM base address of a tensor, allocated on first use (``nbytes``: its size when
+        not one element per ``precision`` bytes, e.g. a weight stored in 4 bits)."""
         if tensor not in self.address:
-            nbytes = self.graph.tensor(tensor).numel * self.precision
+            if nbytes is None:
+                nbytes = self.graph.tensor(tensor).numel * self.precision
             self.address[tensor] = self.builder.allocate(nbytes)
         return self.address[tensor]
 

@@ -23,6 +23,7 @@ moves the output out while the next tile computes. Edge tiles are cut to the lay
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import product
 from math import ceil, prod
 
@@ -31,8 +32,9 @@ from npusim.frontend.graph import Node
 from npusim.lowering.array import Block, Stream, emit_schedule, wait_for
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.mapping import LoopCounts, Mapping
-from npusim.lowering.tiling import (ACC_BYTES, ConvShape, ConvTile, choose_conv_tile,
+from npusim.lowering.tiling import (ACC_BYTES, Budget, ConvShape, ConvTile, choose_conv_tile,
                                     conv_tile_fits)
+from npusim.lowering.weights import dequantized_weight
 from npusim.program import Instr, LayerInfo
 
 SPATIAL_RANKS = (1, 2, 3)
@@ -120,7 +122,9 @@ def lower_conv(ctx: LoweringContext, node: Node) -> None:
         return lower_pool(ctx, node)
     s = ConvShape(N=Nb, C=Cg, M=Mtot // groups, groups=groups, out=out_dims, kernel=kernel,
                   strides=strides, dilations=dil, inputs=in_dims)
-    b = ctx.budget
+    # a weight stored narrower (weights.py): each output channel's C/g x kernel elements
+    wf = dequantized_weight(ctx, node, node.inputs[1], tuple(range(1, rank + 2)), 0)
+    b = ctx.budget if wf is None else replace(ctx.budget, weight=wf)
     info = LayerInfo(name=node.name, op_type=node.op_type,
                      input_shapes=[g.shape(t) for t in node.inputs if t], output_shape=y_shape,
                      macs=Nb * prod(out_dims) * Mtot * Cg * prod(kernel), mapping="",
@@ -150,22 +154,26 @@ def lower_conv(ctx: LoweringContext, node: Node) -> None:
         tile = choose_conv_tile(b, s)
         info.mapping = tile.mapping(s)
         info.mapping_source = "heuristic"
-    _emit(ctx, node, s, tile, in_dims, pads, info)
+    info.weight_bits = ctx.precision * 8 if wf is None else wf.bits
+    _emit(ctx, node, s, tile, in_dims, pads, info, b)
 
 
 def _emit(ctx: LoweringContext, node: Node, s: ConvShape, tile: ConvTile, in_dims, pads,
-          info: LayerInfo) -> None:
+          info: LayerInfo, b: Budget) -> None:
     from npusim.lowering.vector import box_dmas  # the one box-to-DMA cutter
 
     builder = ctx.builder
     layer = builder.begin_layer(info, ctx.preds(node))
-    b = ctx.budget
     prec = ctx.precision
     dataflow = ctx.config.core.systolic.dataflow
     Ctot, Mtot = s.C * s.groups, s.M * s.groups
     K = s.kernel_positions
     y = node.outputs[0]
-    x_addr, w_addr, y_addr = ctx.addr(node.inputs[0]), ctx.addr(node.inputs[1]), ctx.addr(y)
+    wf = b.weight
+    pitch = int(b.weight_bytes(s.C * K))  # one output channel's weights
+    x_addr = ctx.addr(node.inputs[0])
+    w_addr = ctx.addr(node.inputs[1], None if wf is None else Mtot * pitch)
+    y_addr = ctx.addr(y)
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     bias = bias or ctx.folded_bias.get(node.name)
     bias_addr = ctx.addr(bias) if bias else 0
@@ -173,7 +181,7 @@ def _emit(ctx: LoweringContext, node: Node, s: ConvShape, tile: ConvTile, in_dim
     x_strides = [prod(in_dims[d + 1:]) * Ctot for d in range(len(in_dims))] + [1]
     y_strides = [prod(s.out[d + 1:]) * Mtot for d in range(len(s.out))] + [1]
 
-    def template(box, walk, ct, mt, first, last):
+    def template(box, walk, ct, mt, first, last, c0):
         """``walk``: (count, step) of the input positions loaded along each spatial dim."""
         def build():
             out = []
@@ -190,8 +198,13 @@ def _emit(ctx: LoweringContext, node: Node, s: ConvShape, tile: ConvTile, in_dim
             weights = []  # one load per block of output channels: ct x kernel of each
             for mb in range(n_mb):
                 mw = min(b.width, mt - mb * b.width)
-                out.append(Instr.dma(True, 1, mb * b.width * s.C * K * prec, mw,
-                                     s.C * K * prec, 1, 0, ct * K * prec))
+                if wf is not None:  # the tile's channels, one run (WeightFormat's layout)
+                    start, run = wf.span_bytes(c0 * K, (c0 + ct) * K)
+                    out.append(Instr.dma(True, 1, mt * start + mb * b.width * run, 1, 0, 1,
+                                         0, mw * run))
+                else:
+                    out.append(Instr.dma(True, 1, mb * b.width * s.C * K * prec, mw,
+                                         s.C * K * prec, 1, 0, ct * K * prec))
                 weights.append(len(out) - 1)
             stream = Stream(rows=box[-1], segs=prod(box[:-1]), deps=wait_for(out, inputs))
             blocks = [Block(min(b.height, ct - cb), min(b.width, mt - mb * b.width),
@@ -206,7 +219,7 @@ def _emit(ctx: LoweringContext, node: Node, s: ConvShape, tile: ConvTile, in_dim
                                          dma.n_inner, dma.inner_stride, dma.run,
                                          deps=last_gemm))
             return out
-        return builder.template(("conv", layer, box, walk, ct, mt, first, last), build)
+        return builder.template(("conv", layer, box, walk, ct, mt, first, last, c0), build)
 
     ranges = [[(o0, min(t, o - o0)) for o0 in range(0, o, t)] for o, t in zip(s.out, tile.out)]
     for n in range(s.N):
@@ -227,10 +240,14 @@ def _emit(ctx: LoweringContext, node: Node, s: ConvShape, tile: ConvTile, in_dim
                         cabs = gi * s.C + c0
                         first, last = c0 == 0, c0 + ct >= s.C
                         xb = x_addr + (n * prod(in_dims) * Ctot + x_pos + cabs) * prec
-                        wb = w_addr + (mabs * s.C + c0) * K * prec
+                        if wf is not None:  # c0 is in the template
+                            wb = w_addr + mabs * pitch
+                        else:
+                            wb = w_addr + (mabs * s.C + c0) * K * prec
                         bb = bias_addr + mabs * ACC_BYTES
                         yb = y_addr + (n * prod(s.out) * Mtot + y_pos + mabs) * prec
-                        builder.add_tile(template(box, walk, ct, mt, first, last),
+                        builder.add_tile(template(box, walk, ct, mt, first, last,
+                                                  c0 if wf is not None else 0),
                                          (xb, wb, bb, yb))
     for out in node.outputs:
         ctx.producer_layer[out] = layer

@@ -11,15 +11,25 @@ accumulator) is dequantized in that same stage, as an int8 compiler emits it: th
 float, the Mul by the scale (one value, or one per output channel; ONNX Runtime's dynamic
 quantizer computes it at run time as the input's scale times the weight's, so the layer
 waits for it: ``plan_fusions``' second result), then the bias Add and the activation.
+
+The vector unit's element-wise passes end in the same kind of stage: an activation right
+after an Add, Sub, Mul, Div, Max, Min, Sum, Mean or a BatchNormalization of its own (a
+ResNet's residual Add and its Relu, a DenseNet's BatchNormalization and Relu) is one more
+step of that pass (Gemmini's ``tiled_resadd_auto`` takes a ``relu`` flag; ONNX Runtime's
+FusedConv with a sum input Z is the same add-then-activation pass). Unlike the GEMM's, it
+is not free: the vector unit spends the activation's steps on every element (the cost
+table's, ``vector.ELEMENTWISE``), but the tensor is not stored and loaded again.
 """
 
 from __future__ import annotations
 
 from npusim.frontend.graph import Graph, Node
 
-PRODUCERS = {"Conv", "MatMul", "Gemm", "FusedConv", "FusedGemm"}
+PRODUCERS = {"Conv", "MatMul", "Gemm", "FusedConv", "FusedGemm", "MatMulNBits"}
 ACTIVATIONS = {"Relu", "Clip", "LeakyRelu"}
 INTEGER_ACCUMULATORS = {"ConvInteger", "MatMulInteger"}  # origins writing the raw int32 sums
+# element-wise passes of the vector unit an activation may end (their steps, then its)
+VECTOR_PASSES = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean", "BatchNormalization"}
 
 
 def _constant_inputs_only(graph: Graph, node: Node, first: str) -> bool:
@@ -69,6 +79,10 @@ def plan_fusions(graph: Graph) -> tuple[dict[str, str], dict[str, list[str]]]:
         root = fused.get(producer.name, producer.name)
         root_node = graph.node(root)
         root_op = root_node.op_type
+        if root_op in VECTOR_PASSES:
+            if node.op_type in ACTIVATIONS and _constant_inputs_only(graph, node, src):
+                fused[node.name] = root  # more steps of the root's pass: vector_chains
+            continue
         if root_op not in PRODUCERS:
             continue
         op = node.op_type
@@ -99,3 +113,13 @@ def plan_fusions(graph: Graph) -> tuple[dict[str, str], dict[str, list[str]]]:
             if _per_output_channel(graph, root_node, src, other):
                 fused[node.name] = root  # a bias added in the accumulator
     return fused, waits
+
+
+def vector_chains(graph: Graph, fused: dict[str, str]) -> dict[str, list[Node]]:
+    """Root name -> the activations (in order) that run as further steps of its vector
+    pass (``plan_fusions`` put them there: their root is an element-wise op)."""
+    chains: dict[str, list[Node]] = {}
+    for name, root in fused.items():
+        if graph.node(root).op_type in VECTOR_PASSES:
+            chains.setdefault(root, []).append(graph.node(name))
+    return chains

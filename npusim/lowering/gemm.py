@@ -8,7 +8,7 @@ the array walks its weight blocks reduction-outer (``lowering/array.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import ceil, prod
 
 import numpy as np
@@ -18,7 +18,9 @@ from npusim.frontend.graph import Node
 from npusim.lowering.array import Block, Stream, emit_schedule
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.mapping import LoopCounts
-from npusim.lowering.tiling import ACC_BYTES, GemmTile, choose_gemm_tile, gemm_tile_fits
+from npusim.lowering.tiling import (ACC_BYTES, GemmTile, WeightFormat, choose_gemm_tile,
+                                    gemm_tile_fits)
+from npusim.lowering.weights import dequantized_weight, nbits_weight
 from npusim.program import Instr, LayerInfo
 
 
@@ -38,6 +40,9 @@ class GemmProblem:
     y_addr: int
     bias_addr: int | None = None
     bias_rows: int = 1  # 1: one bias row broadcast over N; N: a full N x M addend
+    # the weights' own width and layout when narrower than the layer's precision (stored
+    # per output column, so w_trans); None: at the precision, as stored
+    weight: WeightFormat | None = None
 
 
 def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerInfo) -> None:
@@ -45,6 +50,14 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
     b = ctx.budget
     prec = ctx.precision
     N, C, M = prob.N, prob.C, prob.M
+    wf = prob.weight
+    info.weight_bits = prec * 8 if wf is None else wf.bits
+    if wf is not None:
+        if not prob.w_trans:
+            raise NpusimError(f"'{node.name}': a weight in {wf.bits} bits is laid out per "
+                              f"output column (GemmProblem.w_trans)")
+        b = replace(b, weight=wf)
+        pitch = int(wf.column_bytes(C))  # one output column's bytes, headers included
     mapping = ctx.lookup_mapping(LoopCounts(N=N, C=C, M=M))
     if mapping is not None:
         tile = GemmTile(min(mapping.inner.N, N), min(mapping.inner.C, C), min(mapping.inner.M, M))
@@ -66,7 +79,7 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
     # DRAM runs); compute walks the chunks in order, so it starts after the first chunk
     max_chunks = max(1, ctx.config.core.ld_queue - 2)
 
-    def template(nt: int, ct: int, mt: int, first: bool, last: bool):
+    def template(nt: int, ct: int, mt: int, first: bool, last: bool, c0: int):
         def build():
             rows = []
             if prob.x_trans:  # X stored C x N
@@ -85,7 +98,10 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
             for cb0 in range(0, n_cb, per_chunk):
                 c_lo = cb0 * H
                 kc = min(per_chunk * H, ct - c_lo)
-                if prob.w_trans:  # W stored M x C: one run of kc per output column
+                if wf is not None:  # the chunk's columns, one run (WeightFormat's layout)
+                    start, run = wf.span_bytes(c0 + c_lo, c0 + c_lo + kc)
+                    rows.append(Instr.dma(True, 1, mt * start, 1, 0, 1, 0, mt * run))
+                elif prob.w_trans:  # W stored M x C: one run of kc per output column
                     rows.append(Instr.dma(True, 1, c_lo * prec, mt, C * prec, 1, 0, kc * prec))
                 else:
                     rows.append(Instr.dma(True, 1, c_lo * M * prec, kc, M * prec, 1, 0, mt * prec))
@@ -97,7 +113,7 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
                 rows.append(Instr.dma(False, 3, 0, nt, M * prec, 1, 0, mt * prec,
                                       deps=(len(rows) - 1,)))
             return rows
-        return builder.template(("gemm", layer, nt, ct, mt, first, last), build)
+        return builder.template(("gemm", layer, nt, ct, mt, first, last, c0), build)
 
     for (xo, wo, yo) in prob.batch_offsets:
         for n0 in range(0, N, tile.n):
@@ -112,7 +128,9 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
                         xb = prob.x_addr + xo + c0 * prob.x_row_stride + n0 * prec
                     else:
                         xb = prob.x_addr + xo + n0 * prob.x_row_stride + c0 * prec
-                    if prob.w_trans:
+                    if wf is not None:  # c0 is in the template (WeightFormat's layout)
+                        wb = prob.w_addr + wo + m0 * pitch
+                    elif prob.w_trans:
                         wb = prob.w_addr + wo + m0 * C * prec + c0 * prec
                     else:
                         wb = prob.w_addr + wo + c0 * M * prec + m0 * prec
@@ -122,7 +140,8 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
                         if prob.bias_rows != 1:
                             bb += n0 * M * ACC_BYTES
                     yb = prob.y_addr + yo + n0 * M * prec + m0 * prec
-                    builder.add_tile(template(nt, ct, mt, first, last), (xb, wb, bb, yb))
+                    builder.add_tile(template(nt, ct, mt, first, last,
+                                              c0 if wf is not None else 0), (xb, wb, bb, yb))
     for out in node.outputs:
         ctx.producer_layer[out] = layer
 
@@ -184,12 +203,40 @@ def lower_matmul(ctx: LoweringContext, node: Node) -> None:
         yo = np.arange(prod(out_batch), dtype=np.int64) * (N * M * prec)
         offsets = list(zip(xo.tolist(), wo.tolist(), yo.tolist()))
     bias = ctx.folded_bias.get(node.name)  # a bias Add folded into this MatMul
+    rank = len(b_shape)
+    wf = dequantized_weight(ctx, node, node.inputs[1], (rank - 2,), rank - 1) \
+        if len(b2) == 2 and rank >= 2 else None
     prob = GemmProblem(N=N, C=C, M=M, batch_offsets=offsets,
                        x_addr=ctx.addr(node.inputs[0]), x_row_stride=C * prec, x_trans=False,
-                       w_addr=ctx.addr(node.inputs[1]), w_trans=False, y_addr=ctx.addr(y),
-                       bias_addr=ctx.addr(bias) if bias else None)
+                       w_addr=_weight_addr(ctx, node.inputs[1], wf, C, M),
+                       w_trans=wf is not None, y_addr=ctx.addr(y),
+                       bias_addr=ctx.addr(bias) if bias else None, weight=wf)
     info = _info(ctx, node, len(offsets) * N * C * M)
     emit_gemm(ctx, node, prob, info)
+
+
+def _weight_addr(ctx: LoweringContext, w: str, wf: WeightFormat | None, C: int,
+                 M: int) -> int:
+    """DRAM address of a weight: ``M`` columns of ``C`` in ``wf``'s layout, or as stored."""
+    return ctx.addr(w) if wf is None else ctx.addr(w, M * int(wf.column_bytes(C)))
+
+
+def lower_matmul_nbits(ctx: LoweringContext, node: Node) -> None:
+    """ONNX Runtime's MatMulNBits (A [.., K] float, B packed [N, blocks, blob], scales,
+    zero points, bias): a GEMM of every row of A with B, its weights read in ``bits``
+    (:func:`weights.nbits_weight`)."""
+    wf = nbits_weight(ctx, node)
+    K, N = int(node.attrs["K"]), int(node.attrs["N"])
+    a, y = node.inputs[0], node.outputs[0]
+    rows = prod(ctx.graph.shape(a)[:-1])
+    bias = node.inputs[5] if len(node.inputs) > 5 and node.inputs[5] else None
+    bias = bias or ctx.folded_bias.get(node.name)
+    prob = GemmProblem(N=rows, C=K, M=N, batch_offsets=[(0, 0, 0)], x_addr=ctx.addr(a),
+                       x_row_stride=K * ctx.precision, x_trans=False,
+                       w_addr=_weight_addr(ctx, node.inputs[1], wf, K, N), w_trans=True,
+                       y_addr=ctx.addr(y), bias_addr=ctx.addr(bias) if bias else None,
+                       weight=wf)
+    emit_gemm(ctx, node, prob, _info(ctx, node, rows * K * N))
 
 
 def lower_gemm(ctx: LoweringContext, node: Node) -> None:
@@ -209,11 +256,14 @@ def lower_gemm(ctx: LoweringContext, node: Node) -> None:
         bshape = g.shape(bias)
         bias_rows = N if (len(bshape) == 2 and bshape[0] == N and N > 1) else 1
     y = node.outputs[0]
+    wf = dequantized_weight(ctx, node, node.inputs[1], (int(trans_b),), 1 - int(trans_b))
     prob = GemmProblem(N=N, C=C, M=M, batch_offsets=[(0, 0, 0)],
                        x_addr=ctx.addr(node.inputs[0]),
                        x_row_stride=(N if trans_a else C) * prec, x_trans=trans_a,
-                       w_addr=ctx.addr(node.inputs[1]), w_trans=trans_b, y_addr=ctx.addr(y),
-                       bias_addr=ctx.addr(bias) if bias else None, bias_rows=bias_rows)
+                       w_addr=_weight_addr(ctx, node.inputs[1], wf, C, M),
+                       w_trans=trans_b or wf is not None, y_addr=ctx.addr(y),
+                       bias_addr=ctx.addr(bias) if bias else None, bias_rows=bias_rows,
+                       weight=wf)
     info = _info(ctx, node, N * C * M)
     emit_gemm(ctx, node, prob, info)
 

@@ -32,6 +32,53 @@ ACC_BYTES = 4  # accumulator elements are 32-bit (int32 / fp32), whatever the in
 
 
 @dataclass(frozen=True)
+class WeightFormat:
+    """A weight operand stored narrower than the array computes: ``bits`` per element, and
+    per ``block`` reduction elements of one output column a header of ``header_bits`` (the
+    block's scale at the layer's precision, and its zero point at the stored width).
+
+    Layout (a deployment's: a compiler lays a constant out in the order its tiles load it,
+    and low-bit formats such as GGUF's keep each block's scale with the block): per tile of
+    output columns, per reduction chunk the tile loads, the chunk's slice of each column,
+    whose blocks each hold their header then their ``block`` packed elements. So every
+    weight load is one contiguous run that carries the scales and zero points of the
+    blocks it holds, and each weight and scale byte moves once per use. ``block`` 0: no
+    per-column header (a per-tensor scale sits in a register).
+
+    Dequantization (the one cost rule, here and in the README): free. Hardware that takes
+    low-bit weights widens them between the scratchpad and the array (a weight decoder in
+    front of the array, as Arm Ethos-U's and Intel's NPU weight decompression): a PRELOAD
+    reads the block's rows at the stored width, and per array column one subtract of the
+    zero point and one multiply by the block's scale feed the array at its width, in the
+    pipeline of the preload's one row per cycle. So the weight moves and is held at
+    ``bits``, and the array time is the float GEMM's."""
+
+    bits: int
+    block: int = 0
+    header_bits: int = 0
+
+    def position_bits(self, c):
+        """Bit offset of reduction element ``c`` from its column's start (a block's first
+        element: the block's header). Elementwise over arrays."""
+        if not self.block:
+            return c * self.bits
+        whole, rest = c // self.block, c % self.block
+        return (whole * (self.header_bits + self.block * self.bits)
+                + np.where(rest > 0, self.header_bits + rest * self.bits, 0))
+
+    def span_bytes(self, lo: int, hi: int) -> tuple[int, int]:
+        """(byte offset, bytes) of reduction elements ``lo`` to ``hi`` of one column, with
+        the headers of the blocks that start among them."""
+        start = int(self.position_bits(lo)) // 8
+        return start, -(-int(self.position_bits(hi)) // 8) - start
+
+    def column_bytes(self, c):
+        """Bytes ``c`` reduction elements of one column hold from a block's start (whole
+        bytes). Elementwise over arrays."""
+        return -(-self.position_bits(c) // 8)
+
+
+@dataclass(frozen=True)
 class Budget:
     """Per-tile capacity and the machine numbers the cost model needs."""
 
@@ -44,10 +91,20 @@ class Budget:
     cores: int
     load_bytes_per_cycle: float  # DRAM bytes a core can load per core cycle
     request_bytes: int  # DMA granule: a shorter run still moves a whole request
+    weight: WeightFormat | None = None  # None: weights at ``precision`` like the rest
 
     def run_bytes(self, elements: int) -> int:
         """DRAM bytes one contiguous run of ``elements`` costs, in whole requests."""
-        return -(-elements * self.precision // self.request_bytes) * self.request_bytes
+        return self.requests_of(elements * self.precision)
+
+    def requests_of(self, nbytes):
+        """``nbytes`` (one contiguous run) in whole requests, as bytes."""
+        return -(-nbytes // self.request_bytes) * self.request_bytes
+
+    def weight_bytes(self, c):
+        """Bytes one output column of ``c`` reduction elements of weights takes (in DRAM
+        and in the scratchpad). Elementwise over arrays."""
+        return c * self.precision if self.weight is None else self.weight.column_bytes(c)
 
     @staticmethod
     def of(cfg: NpuConfig) -> "Budget":
@@ -133,9 +190,10 @@ class GemmTile:
 
 def gemm_occupancy(b: Budget, n, c, m):
     """(scratchpad bytes, accumulator bytes) of a GEMM tile: ``n`` input rows of ``c`` (in
-    rows of ``height``) and ``c`` weight rows of ``m`` columns (in rows of ``width``), and
-    ``n`` accumulator rows of ``m``. Elementwise over arrays of candidates."""
-    spad = (n * padded(c, b.height) + c * padded(m, b.width)) * b.precision
+    rows of ``height``) and ``c`` weight rows of ``m`` columns (in rows of ``width``; at
+    the weight's own width, ``Budget.weight``), and ``n`` accumulator rows of ``m``.
+    Elementwise over arrays of candidates."""
+    spad = n * padded(c, b.height) * b.precision + padded(m, b.width) * b.weight_bytes(c)
     return spad, n * padded(m, b.width) * ACC_BYTES
 
 
@@ -165,7 +223,7 @@ def choose_gemm_tile(b: Budget, N: int, C: int, M: int, batch: int = 1) -> GemmT
     grid = np.meshgrid(np.array(_aligned_options(N, b.height), np.int64),
                        np.array(_aligned_options(M, b.width), np.int64), indexing="ij")
     n, m = (g.ravel() for g in grid)
-    c_max = b.spad_half // ((n + padded(m, b.width)) * b.precision)
+    c_max = _reduction_bound(b, n * b.precision, padded(m, b.width))
     c = _reduction_tile(C, c_max, b.height, lambda c: _within(b, *gemm_occupancy(b, n, c, m)))
     ok = np.flatnonzero(c > 0)  # (a tile whose accumulator rows do not fit has no c either)
     if not len(ok):
@@ -177,6 +235,18 @@ def choose_gemm_tile(b: Budget, N: int, C: int, M: int, batch: int = 1) -> GemmT
     n, m, c = n[ok], m[ok], c[ok]
     best = _best(_gemm_estimate(b, N, C, M, batch, n, c, m), n * m * c)
     return GemmTile(int(n[best]), int(c[best]), int(m[best]))
+
+
+def _reduction_bound(b: Budget, input_bytes, weight_columns):
+    """The most reduction elements a tile can hold when each costs ``input_bytes`` of
+    inputs and ``weight_columns`` weight elements (their headers spread evenly): exact for
+    weights at ``precision``, a bound the chooser then checks (``_reduction_tile``)."""
+    if b.weight is None:
+        return b.spad_half // (input_bytes + weight_columns * b.precision)
+    w = b.weight
+    per_block = w.block or 1
+    bits = w.bits * per_block + w.header_bits
+    return b.spad_half * 8 * per_block // (input_bytes * 8 * per_block + weight_columns * bits)
 
 
 def _gemm_estimate(b: Budget, N: int, C: int, M: int, batch: int, n, c, m) -> np.ndarray:
@@ -193,7 +263,12 @@ def _gemm_estimate(b: Budget, N: int, C: int, M: int, batch: int, n, c, m) -> np
     compute = groups * blocks * _block_cycles_each(b, n, 1) / par
     # rows of X (c long) and W (m long) and of the output, in whole requests
     x_rows = n * ((tc - 1) * b.run_bytes(c) + b.run_bytes(c_last))
-    traffic = groups * (x_rows + C * b.run_bytes(m)) + batch * N * tm * b.run_bytes(m)
+    if b.weight is None:
+        w_rows = C * b.run_bytes(m)
+    else:  # one run per reduction tile (WeightFormat's layout)
+        w_rows = ((tc - 1) * b.requests_of(m * b.weight_bytes(c))
+                  + b.requests_of(m * b.weight_bytes(c_last)))
+    traffic = groups * (x_rows + w_rows) + batch * N * tm * b.run_bytes(m)
     memory = traffic / (b.load_bytes_per_cycle * par)
     fill = b.width + b.height + b.height  # pipeline fill and drain of each tile
     return np.maximum(compute, memory) + fill * groups * tc / par
@@ -262,8 +337,8 @@ def conv_occupancy(b: Budget, s: ConvShape, t: ConvTile) -> tuple[int, int, int]
     """(input pixels held, scratchpad bytes, accumulator bytes) of a tile; of each candidate
     when the tile's sizes are arrays of candidates (the chooser's use)."""
     pixels = prod(s.window(d, n) for d, n in enumerate(t.out))
-    spad = (pixels * padded(t.c, b.height)
-            + s.kernel_positions * t.c * padded(t.m, b.width)) * b.precision
+    spad = (pixels * padded(t.c, b.height) * b.precision
+            + padded(t.m, b.width) * b.weight_bytes(s.kernel_positions * t.c))
     acc = prod(t.out) * padded(t.m, b.width) * ACC_BYTES
     return pixels, spad, acc
 
@@ -309,7 +384,7 @@ def choose_conv_tile(b: Budget, s: ConvShape) -> ConvTile:
                        indexing="ij")
     m, *out = (g.ravel() for g in grid)
     pixels, _, acc = conv_occupancy(b, s, ConvTile(tuple(out), s.C, m))
-    c_max = b.spad_half // (b.precision * (pixels + K * padded(m, b.width)))
+    c_max = _reduction_bound(b, pixels * b.precision, K * padded(m, b.width))
 
     def fits(c):
         return _within(b, *conv_occupancy(b, s, ConvTile(tuple(out), c, m))[1:])

@@ -681,14 +681,25 @@ def lower_elementwise(ctx: LoweringContext, node: Node) -> None:
         steps = [(steps[0][0], max(1, len([t for t in operands if t]) - 1))] + steps[1:]
     elif op == "LRN":
         steps[1] = ("add", int(node.attrs["size"]))
-    elif op == "BatchNormalization":
+    for act in ctx.chains.get(node.name, ()):  # activations ending this pass (fusion.py)
+        steps += ELEMENTWISE[act.op_type]
+    if op == "BatchNormalization":
         _check_batchnorm(ctx, node)
         return _lower_batchnorm(ctx, node, steps)
-    em = LayerEmitter(ctx, node, "vector unit")
     if op in ("QuantizeLinear", "DequantizeLinear"):
-        sources = _quant_views(ctx, node, y_shape)
-    else:
-        sources = _operand_views(ctx, operands, y_shape)
+        return emit_elementwise(ctx, node, steps, _quant_views(ctx, node, y_shape))
+    emit_elementwise(ctx, node, steps, _operand_views(ctx, operands, y_shape))
+
+
+def emit_elementwise(ctx: LoweringContext, node: Node, steps: list[tuple[str, int]],
+                     sources: list[View] | None = None) -> None:
+    """One vector-unit layer of ``steps`` per element of the node's output, reading
+    ``sources`` (default: the node's inputs, broadcast to the output's shape)."""
+    y = node.outputs[0]
+    y_shape = _shape(ctx, y)
+    if sources is None:
+        sources = _operand_views(ctx, [t for t in node.inputs if t], y_shape)
+    em = LayerEmitter(ctx, node, "vector unit")
     emit_views(em, y_shape, sources, [View(ctx.addr(y), row_major(y_shape))], steps)
     em.finish()
 
