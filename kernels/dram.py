@@ -297,14 +297,14 @@ def dram_issue(st, mt, p, ch, rank, bg, bank, row, col, cmd, cyc, core, entry):
         st.dch[DC_ACTS, ch] += 1
     elif cmd == PRE or cmd == RDA or cmd == WRA:
         st.dbank[B_OPEN_ROW, ch, nb] = -1
-        st.dbank[B_OPENED_FOR, ch, nb] = 0
+        _opened_served(st, ch, nb)
         _bank_row_changed(st, ch, nb)
         if cmd == PRE:
             st.dch[DC_PRES, ch] += 1
     elif cmd == PREA:
         for i in range(rank * G * B, (rank + 1) * G * B):
             st.dbank[B_OPEN_ROW, ch, i] = -1
-            st.dbank[B_OPENED_FOR, ch, i] = 0
+            _opened_served(st, ch, i)
             _bank_row_changed(st, ch, i)
         st.dch[DC_PRES, ch] += 1
     elif cmd == REF:
@@ -401,7 +401,7 @@ def _retire(st, p, ch, k, write):
     side = 1 if write else 0
     nb = st.dreq[ch, k, E_NB]
     if st.dbank[B_OPENED_FOR, ch, nb] == k + 1:
-        st.dbank[B_OPENED_FOR, ch, nb] = 0
+        _opened_served(st, ch, nb)
     _bank_unlink(st, ch, side, nb, k)
     n = st.dch[DC_WQ_COUNT if write else DC_RQ_COUNT, ch]
     st.dfree[ch, side, (p.d_wq if write else p.d_rq) - n] = k
@@ -587,6 +587,24 @@ def _choose_by_walk(st, p, ch, cyc, side, out_full):
     return best, best_cmd, best_at, best_hit
 
 
+@kernel(inline=True)
+def _opened_served(st, ch, nb):
+    """Bank nb's row no longer waits for the request it was opened for (served, or closed)."""
+    k = st.dbank[B_OPENED_FOR, ch, nb] - 1
+    if k >= 0:
+        st.dch[DC_OPENED_R + st.dreq[ch, k, E_DIR], ch] -= 1
+        st.dbank[B_OPENED_FOR, ch, nb] = 0
+
+
+@kernel(inline=True)
+def _refresh_pending(st, p, ch):
+    """Whether some rank of channel ch waits for a refresh (its requests are held back)."""
+    for r in range(p.d_ranks):
+        if st.drank[RK_PENDING, ch, r] == 1:
+            return True
+    return False
+
+
 @kernel
 def _choose_opened(st, p, ch, cyc, out_full):
     """(request, column command, first legal cycle >= cyc) of the oldest among the earliest
@@ -629,7 +647,12 @@ def _choose(st, rg, p, ch, cyc):
         best, best_cmd, best_at, best_hit = _choose_by_walk(st, p, ch, cyc, side, out_full)
     else:
         best, best_cmd, best_at, best_hit = _choose_by_picks(st, p, ch, cyc, side)
-    k, cmd, at = _choose_opened(st, p, ch, cyc, out_full)
+    # a request whose row was opened for it is a row hit in the queue being served, found
+    # above, unless its rank waits for a refresh; the other queue's are looked at here
+    k, cmd, at = -1, -1, isa.NEVER
+    if st.dch[DC_OPENED_R + 1 - side, ch] > 0 or (st.dch[DC_OPENED_R + side, ch] > 0
+                                                  and _refresh_pending(st, p, ch)):
+        k, cmd, at = _choose_opened(st, p, ch, cyc, out_full)
     if k >= 0 and (best < 0 or at < best_at or (at == best_at and (
             not best_hit or st.dreq[ch, k, E_SEQ] < st.dreq[ch, best, E_SEQ]))):
         best, best_cmd, best_at, best_hit = k, cmd, at, True
@@ -683,8 +706,9 @@ def _schedule(st, rg, mt, p, ch, cyc):
     dram_issue(st, mt, p, ch, rank, rbg - rank * p.d_bankgroups, nb - rbg * p.d_banks,
                st.dreq[ch, k, E_ROW], st.dreq[ch, k, E_COL], cmd, cyc, st.dreq[ch, k, E_CORE],
                st.dreq[ch, k, E_ENTRY])
-    if cmd == ACT:
+    if cmd == ACT:  # the row stays open until request k is served
         st.dbank[B_OPENED_FOR, ch, nb] = k + 1
+        st.dch[DC_OPENED_R + st.dreq[ch, k, E_DIR], ch] += 1
     if cmd == RD or cmd == WR or cmd == RDA or cmd == WRA:
         st.dreq[ch, k, E_BURSTS] -= 1
         st.dreq[ch, k, E_COL] += 1

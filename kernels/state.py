@@ -293,13 +293,14 @@ N_CHAN_FIELDS = 6
 #  DC_ACTIVE_*: how many banks have requests in each queue (dact);
 #  DC_RD_CMDS..DC_WRA_CMDS: column commands issued, DC_BANK_CLOSES: banks that went from
 #  open to precharged (PRE, each open bank of a PREA, the auto-precharge of RDA / WRA), as
-#  DRAMPower counts precharges)
+#  DRAMPower counts precharges; DC_OPENED_R / _W: banks whose open row waits for the read /
+#  write it was opened for, B_OPENED_FOR)
 (DC_WAKE, DC_RQ_COUNT, DC_WQ_COUNT, DC_DRAINING, DC_READS, DC_WRITES, DC_READ_BYTES,
  DC_WRITE_BYTES, DC_ACTS, DC_PRES, DC_REFS, DC_CMDS, DC_BUS_BUSY, DC_LAT_SUM,
  DC_LAT_N, DC_CAND_VALID, DC_CAND_K, DC_CAND_CMD, DC_CAND_AT, DC_CAND_HIT,
  DC_CAND_OUT_FULL, DC_SEQ, DC_ACTIVE_R, DC_ACTIVE_W, DC_RD_CMDS, DC_WR_CMDS, DC_RDA_CMDS,
- DC_WRA_CMDS, DC_BANK_CLOSES) = range(29)
-N_DCH_FIELDS = 29
+ DC_WRA_CMDS, DC_BANK_CLOSES, DC_OPENED_R, DC_OPENED_W) = range(31)
+N_DCH_FIELDS = 31
 # dreq
 # (E_RBG/E_NB: flat bank-group and bank index; E_SEQ: arrival number, which orders the
 #  requests by age; E_NEXT/E_PREV: the next younger / older request of the same bank and

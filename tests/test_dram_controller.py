@@ -279,7 +279,9 @@ def test_fr_fcfs_choice_matches_its_definition(page):
             mine = [k for k in _queued(st, p, 0, 0) + _queued(st, p, 0, 1)
                     if st.dreq[0, k, ks.E_NB] == nb and st.dreq[0, k, ks.E_ROW] == row]
             if cmd == kd.ACT and mine and rng.random() < 0.5:  # opened for a request
-                st.dbank[ks.B_OPENED_FOR, 0, nb] = mine[int(rng.integers(0, len(mine)))] + 1
+                k = mine[int(rng.integers(0, len(mine)))]  # (as _schedule's ACT notes it)
+                st.dbank[ks.B_OPENED_FOR, 0, nb] = k + 1
+                st.dch[ks.DC_OPENED_R + int(st.dreq[0, k, ks.E_DIR]), 0] += 1
         elif action == 8:  # bursts served, drain mode, response ring
             k = int(rng.integers(0, p.d_rq + p.d_wq))
             st.dreq[0, k, ks.E_BURSTS] = int(rng.integers(1, 4))
