@@ -278,7 +278,7 @@ def test_fused_conv_sum_input_adds_on_the_vector_unit(tmp_path):
 def test_residual_add_and_relu_cost_what_a_fused_conv_with_a_sum_input_costs(tmp_path):
     # A raw export's Conv -> Add(residual) -> Relu and ONNX Runtime's FusedConv with the
     # residual as Z and activation Relu are the same work: the conv, then one vector pass
-    # that adds and rectifies (the Relu is a step of the Add's pass, fusion.vector_chains)
+    # that adds and rectifies (the Relu is a step of the Add's pass, fusion.vector_groups)
     shapes = [vi("x", [1, 8, 6, 6]), vi("z", [1, 16, 6, 6])], [vi("y", [1, 16, 6, 6])]
     raw = save(tmp_path, [helper.make_node("Conv", ["x", "w"], ["c"], name="conv",
                                            kernel_shape=[1, 1]),

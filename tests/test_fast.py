@@ -16,7 +16,11 @@ from npusim.lowering import lower_graph
 from npusim.simulation import simulate_requests
 from npusim.workload import Request
 
-BERT = dict(model="bert_base", config="server", dims={"batch": 1, "seq": 128})
+# sequence 512, the case: a block takes about 240 k cycles, long against the few
+# hundred cycles by which the DRAM refresh's phase moves a block's time; at sequence 128 a
+# block is 65 k cycles and consecutive blocks differ by up to 1.5%, beyond the fixed point's
+# 1% tolerance, so that run takes AIDG's mean of oscillating periods instead (test below)
+BERT = dict(model="bert_base", config="server", dims={"batch": 1, "seq": 512})
 
 
 def _pair(model, config, dims=None, overrides=()):
@@ -60,7 +64,8 @@ def test_bert_encoder_blocks_are_one_region_of_twelve():
     blocks = [r for r in regions if r.sequential]
     assert len(blocks) == 1
     r = blocks[0]
-    assert (r.iterations, r.period) == (12, 28)
+    # 23 layers a block: the 1/sqrt(d) scale rides in the scores, the GELU is one pass
+    assert (r.iterations, r.period) == (12, 23)
     assert prog.layers[r.first].name == "encoder.layer.0.attention.self.query.matmul"
     assert prog.layers[r.end - 1].name == "encoder.layer.11.output.LayerNorm"
 
@@ -171,6 +176,14 @@ def test_fidelity_is_a_validated_config_field_and_a_cli_option(tmp_path):
     assert data["config"]["fidelity"] == "fast" and data["fidelity"]["fidelity"] == "fast"
     res = CliRunner().invoke(app, ["simulate", "tiny_cnn", "--fidelity", "medium"])
     assert res.exit_code != 0 and "fidelity" in res.output
+
+
+def test_bert_with_jittering_blocks_takes_the_mean_and_stays_within_one_percent():
+    full, fast = _pair(BERT["model"], BERT["config"], {"batch": 1, "seq": 128})
+    assert _rel(full.total_cycles, fast.total_cycles) < 0.01
+    region = fast.to_dict()["fidelity"]["regions"][0]
+    assert region["outcome"] == "fixed point" or region["outcome"].startswith("mean of")
+    assert region["iterations_extrapolated"] > 0
 
 
 def test_a_trace_of_a_fast_run_lists_what_it_extrapolated(tmp_path):

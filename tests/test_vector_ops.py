@@ -131,14 +131,62 @@ def test_silu_and_swish_op_types(tmp_path, op):
     assert busy(r) == (E // 8) * (LAT["sigmoid"] + LAT["mul"])
 
 
-def test_sigmoid_mul_graph_is_two_layers(tmp_path):
+def test_sigmoid_mul_graph_is_one_pass_as_silu_is(tmp_path):
+    # an exporter's SiLU (Sigmoid, then Mul by the same x) is one pass of the vector unit
+    # (fusion.vector_groups): x loaded once, s never stored, the cost of the fused op
     nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="sig"),
              helper.make_node("Mul", ["x", "s"], ["y"], name="mul")]
     r = sim(model(tmp_path, nodes, [("x", X)], [("y", X)]))
-    assert busy(r) == (E // 8) * (LAT["sigmoid"] + LAT["mul"])
-    sig, mul = r.layers
-    assert mul["start_cycle"] >= sig["end_cycle"]
-    assert mul["bytes_loaded"] == 2 * E
+    silu = sim(model(tmp_path, [helper.make_node("Silu", ["x"], ["y"], domain="com.example")],
+                     [("x", X)], [("y", X)], domains=["com.example"], name="silu"))
+    assert busy(r) == busy(silu) == (E // 8) * (LAT["sigmoid"] + LAT["mul"])
+    assert [(l["name"], l["fused"]) for l in r.layers] == [("sig", ["mul"])]
+    assert loaded(r) == loaded(silu) == E and stored(r) == stored(silu) == E
+    assert r.total_cycles == silu.total_cycles
+
+
+def test_a_gelu_spelled_out_is_one_pass_over_its_input(tmp_path):
+    # x * 0.5 * (1 + erf(x / sqrt 2)) as an exporter writes it: five element-wise nodes,
+    # one vector pass (fusion.vector_groups): x loaded once, y stored once, every node's
+    # steps charged per element; the constants are immediates
+    nodes = [const("half", 0.5, F), const("r2", 1.4142135, F), const("one", 1.0, F),
+             helper.make_node("Mul", ["x", "half"], ["h"], name="half_x"),
+             helper.make_node("Div", ["x", "r2"], ["d"], name="div"),
+             helper.make_node("Erf", ["d"], ["e"], name="erf"),
+             helper.make_node("Add", ["e", "one"], ["a"], name="add"),
+             helper.make_node("Mul", ["h", "a"], ["y"], name="mul")]
+    r = sim(model(tmp_path, nodes, [("x", X)], [("y", X)]))
+    assert [(l["name"], l["fused"]) for l in r.layers] == [
+        ("half_x", ["div", "erf", "add", "mul"])]
+    assert busy(r) == cost(r, [(o, E, 1) for o in ("mul", "div", "erf", "add", "mul")])
+    assert loaded(r) == E and stored(r) == E
+
+
+def test_a_pass_never_swallows_a_path_that_leaves_it(tmp_path):
+    # a -> softmax -> b and a -> b: b reads what the Softmax makes after a, so b cannot run
+    # in a's pass (the two would wait for each other); a's output, read by the Softmax, is
+    # stored; c = relu(b) does join b's pass
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"], name="a"),
+             helper.make_node("Softmax", ["a"], ["s"], axis=-1, name="softmax"),
+             helper.make_node("Mul", ["a", "s"], ["b"], name="b"),
+             helper.make_node("Relu", ["b"], ["y"], name="c")]
+    r = sim(model(tmp_path, nodes, [("x", X)], [("y", X)]))
+    assert [(l["name"], l["fused"]) for l in r.layers] == [
+        ("a", []), ("softmax", []), ("b", ["c"])]
+    for prev, nxt in zip(r.layers, r.layers[1:]):
+        assert nxt["start_cycle"] >= prev["end_cycle"]
+    assert [l["bytes_stored"] for l in r.layers] == [E, E, E]
+
+
+def test_a_tensor_read_outside_the_pass_is_stored_by_it(tmp_path):
+    # s = sigmoid(x) is read by the Mul in its pass and by a Softmax outside: the pass
+    # stores both s and y (a second destination), and loads x once
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="sig"),
+             helper.make_node("Mul", ["x", "s"], ["y"], name="mul"),
+             helper.make_node("Softmax", ["s"], ["z"], axis=-1, name="softmax")]
+    r = sim(model(tmp_path, nodes, [("x", X)], [("y", X), ("z", X)]))
+    assert [(l["name"], l["fused"]) for l in r.layers] == [("sig", ["mul"]), ("softmax", [])]
+    assert r.layers[0]["bytes_loaded"] == E and r.layers[0]["bytes_stored"] == 2 * E
 
 
 def test_cast(tmp_path):
@@ -176,7 +224,7 @@ def test_same_operand_twice_is_loaded_once(tmp_path):
 @pytest.mark.parametrize("exponent,steps,extra_load", [
     (2.0, [("mul", 1)], 0),      # x * x: the exponent is never loaded
     (0.5, [("sqrt", 1)], 0),
-    (3.0, [("pow", 1)], R),      # a general power loads the exponent (a scalar)
+    (3.0, [("pow", 1)], 0),      # a general power: the constant exponent is an immediate
 ])
 def test_pow_with_a_constant_exponent(tmp_path, exponent, steps, extra_load):
     nodes = [const("e", exponent, F), helper.make_node("Pow", ["x", "e"], ["y"], name="pow")]
@@ -189,15 +237,21 @@ def test_pow_with_an_unknown_exponent_is_a_pow(tmp_path):
     path = model(tmp_path, [helper.make_node("Pow", ["x", "e"], ["y"])], [("x", X)], [("y", X)],
                  [("e", [])])
     r = sim(path)
-    assert busy(r) == (E // 8) * LAT["pow"] and loaded(r) == E + R
+    # a constant of one element is an immediate of the instruction: not loaded
+    assert busy(r) == (E // 8) * LAT["pow"] and loaded(r) == E
 
 
-def test_clip_loads_its_bounds(tmp_path):
+def test_clip_takes_constant_bounds_as_immediates_and_loads_runtime_ones(tmp_path):
     path = model(tmp_path, [helper.make_node("Clip", ["x", "lo", "hi"], ["y"], name="relu6")],
                  [("x", X)], [("y", X)], [("lo", []), ("hi", [])])
     r = sim(path)
     assert busy(r) == (E // 8) * (LAT["max"] + LAT["min"])
-    assert loaded(r) == E + 2 * R
+    assert loaded(r) == E
+    path = model(tmp_path, [helper.make_node("Clip", ["x", "lo", "hi"], ["y"], name="relu6")],
+                 [("x", X), ("lo", ()), ("hi", ())], [("y", X)], name="runtime")
+    r = sim(path)
+    assert busy(r) == (E // 8) * (LAT["max"] + LAT["min"])
+    assert loaded(r) == E + 2 * R  # one request each
 
 
 def test_where_selects_with_one_pass(tmp_path):
@@ -534,7 +588,7 @@ def test_gather_of_one_index_along_an_inner_axis(tmp_path):
 def test_matmul_bias_relu_softmax_run_in_order(tmp_path):
     # the bias is a graph input here, so the Add is not folded into the MatMul's output
     # path: it is a vector pass of its own, and the Relu is one more step of that pass
-    # (fusion.vector_chains): three layers, each starting after the one before
+    # (fusion.vector_groups): three layers, each starting after the one before
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
              helper.make_node("Add", ["h", "b"], ["hb"], name="bias"),
              helper.make_node("Relu", ["hb"], ["a"], name="relu"),
@@ -565,6 +619,32 @@ def test_matmul_with_a_constant_bias_and_relu_fuses_them_before_the_softmax(tmp_
     assert r.layers[0]["fused"] == ["bias", "relu"]
     assert r.layers[1]["start_cycle"] >= r.layers[0]["end_cycle"]
     assert busy(r) == cost(r, softmax_steps(16, 64))
+
+
+def test_a_constant_scale_after_a_matmul_is_applied_on_the_way_out(tmp_path):
+    # an attention score's 1/sqrt(d): a Div by a constant scalar rides in the MatMul's
+    # output stage (as does a Mul by one value per output column); a Div of a constant by
+    # the result, a runtime scale and a scale after an activation are vector passes
+    def layers(second, weights=(), inputs=()):
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), *second,
+                 helper.make_node("Softmax", ["s"], ["y"], axis=-1, name="softmax")]
+        r = sim(model(tmp_path, nodes, [("x", (16, 32)), *inputs], [("y", (16, 64))],
+                      [("w", [32, 64]), *weights]))
+        return r, [(l["name"], l["fused"]) for l in r.layers]
+
+    r, got = layers([helper.make_node("Div", ["h", "c"], ["s"], name="scale")], [("c", [])])
+    assert got == [("mm", ["scale"]), ("softmax", [])]
+    assert busy(r) == cost(r, softmax_steps(16, 64))
+    _, got = layers([helper.make_node("Mul", ["c", "h"], ["s"], name="scale")], [("c", [64])])
+    assert got == [("mm", ["scale"]), ("softmax", [])]
+    for second, weights, inputs in (
+            ([helper.make_node("Div", ["c", "h"], ["s"], name="scale")], [("c", [])], ()),
+            ([helper.make_node("Mul", ["h", "c"], ["s"], name="scale")], (), [("c", ())]),
+            ([helper.make_node("Mul", ["h", "c"], ["s"], name="scale")], [("c", [16, 64])], ()),
+            ([helper.make_node("Relu", ["h"], ["a"], name="relu"),
+              helper.make_node("Mul", ["a", "c"], ["s"], name="scale")], [("c", [])], ())):
+        r, got = layers(second, weights, inputs)
+        assert ("scale", []) in got, got
 
 
 def test_every_core_gets_work_and_the_cost_does_not_depend_on_the_tiling(tmp_path):

@@ -17,7 +17,7 @@ from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import SPATIAL_RANKS, lower_conv
 from npusim.lowering.gemm import lower_gemm, lower_matmul, lower_matmul_nbits
 from npusim.lowering import attention, conv_transpose, einsum, movement, recurrent, vector
-from npusim.lowering.fusion import fused_input, plan_fusions, vector_chains
+from npusim.lowering.fusion import fused_input, plan_fusions, vector_groups
 from npusim.lowering.layout import lower_empty, lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
 from npusim.program import Program, ProgramBuilder
@@ -41,6 +41,9 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
     **attention.LOWERINGS,
     **recurrent.LOWERINGS,
 }
+# element-wise ops that may share one vector pass with their neighbours (fusion.vector_groups)
+GROUPABLE = {op for op, lower in LOWERINGS.items()
+             if lower is vector.lower_elementwise and op not in vector.NOT_IN_PASSES}
 
 
 # Standard ONNX ops npusim does not lower, and why (the up-front error quotes the reason).
@@ -154,7 +157,8 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
     ctx = LoweringContext(graph=graph, config=config, builder=builder, mapping=mapping)
     first = builder.n_layers
     fused, ctx.waits = plan_fusions(graph)
-    ctx.chains = vector_chains(graph, fused)
+    ctx.groups = vector_groups(graph, fused, GROUPABLE, vector.MAX_SLOTS)
+    head_of = {n.name: first for first, g in ctx.groups.items() for n in g.nodes[1:]}
     for name, root in fused.items():
         node = graph.node(name)
         if node.op_type == "BatchNormalization":
@@ -169,6 +173,14 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
             builder.layer_info(layer).fused.append(node.name)
             for out in node.outputs:
                 ctx.alias(out, fused_input(graph, node))
+                ctx.producer_layer[out] = layer
+            layer_of[node.name] = layer
+            continue
+        if node.name in head_of:  # runs in its group's pass, lowered with the group's head
+            layer = layer_of[head_of[node.name]]
+            builder.layer_info(layer).fused.append(node.name)
+            builder.layer_info(layer).fused.extend(node.fused)
+            for out in node.outputs:
                 ctx.producer_layer[out] = layer
             layer_of[node.name] = layer
             continue

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from npusim.config import NpuConfig
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Graph, Node
+from npusim.lowering.fusion import VectorGroup
 from npusim.lowering.mapping import LoopCounts, Mapping, MappingTable
 from npusim.lowering.tiling import Budget
 from npusim.program import ProgramBuilder
@@ -30,9 +31,9 @@ class LoweringContext:
     # tensors computed at run time that a node's output path reads (node name -> tensors:
     # an integer GEMM's dequantization scale, fusion.plan_fusions): its layer waits for them
     waits: dict[str, list[str]] = field(default_factory=dict)
-    # an element-wise op -> the activations that run as further steps of its vector pass
-    # (fusion.vector_chains)
-    chains: dict[str, list[Node]] = field(default_factory=dict)
+    # a group's first node -> the element-wise nodes that run as one vector pass with it
+    # (fusion.vector_groups)
+    groups: dict[str, VectorGroup] = field(default_factory=dict)
 
     @property
     def budget(self) -> Budget:

@@ -108,6 +108,7 @@ from npusim.frontend.quantized import INT8
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.layout import lower_relabel
 from npusim.lowering.conv import begin_pads  # the padding rule of Conv
+from npusim.lowering.fusion import immediate
 from npusim.program import Instr, LayerInfo
 
 MOVE = "cast"  # a data move through the vector unit: one 1-cycle pass, no arithmetic
@@ -190,6 +191,10 @@ ELEMENTWISE: dict[str, list[tuple[str, int]]] = {
     # scale, bias, ^beta, divide (the window sum costs `size` add passes)
     "LRN": [("mul", 1), ("add", 1), ("mul", 1), ("add", 1), ("pow", 1), ("div", 1)],
 }
+# element-wise ops that index, replicate or window their input: never in a shared pass
+# (fusion.vector_groups); the others read one element of each input per output element
+NOT_IN_PASSES = {"GatherElements", "Expand", "Trilu", "ReverseSequence", "LRN",
+                 "QuantizeLinear", "DequantizeLinear"}
 # conversions between the config's compute type and int8 (the ones frontend.quantized
 # keeps: at a float boundary); DynamicQuantizeLinear also finds the scale, always charged
 CONVERSIONS = ("QuantizeLinear", "DequantizeLinear")
@@ -658,16 +663,46 @@ def _operand_views(ctx, names, out_shape) -> list[View]:
 # --------------------------------------------------------------------------- element-wise
 
 def lower_elementwise(ctx: LoweringContext, node: Node) -> None:
-    """Element-wise ops with numpy broadcasting: see ELEMENTWISE for the steps."""
+    """Element-wise ops with numpy broadcasting: see ELEMENTWISE for the steps. A node that
+    heads a group of element-wise nodes (``fusion.vector_groups``) runs the whole group as
+    one pass: every node's steps per element, each outside input loaded once, only the
+    tensors read outside the group stored."""
     op = node.op_type
     if op in CONVERSIONS and ctx.config.precision == INT8:
         # float ops compute in int8 on this config: no float side to convert from or to,
         # only a change of scale, which the neighbouring op's output path applies
         return lower_relabel(ctx, node, "int8 config: a change of scale only")
-    y = node.outputs[0]
-    y_shape = _shape(ctx, y)
+    y_shape = _shape(ctx, node.outputs[0])
+    group = ctx.groups.get(node.name)
+    if group is None:
+        steps, reads = elementwise_pass(ctx, node, y_shape)
+        sources = list(dict(reads).values())  # (each tensor once, in order)
+        how = "vector unit (scale/shift precomputed)" if op == "BatchNormalization" else ""
+        return emit_elementwise(ctx, node, steps, sources, how or "vector unit")
+    steps, sources = [], {}
+    for n in group.nodes:
+        n_steps, reads = elementwise_pass(ctx, n, y_shape)
+        steps += n_steps
+        for t, view in reads:
+            if t in group.inputs:
+                sources.setdefault(t, view)
+    info = LayerInfo(name=node.name, op_type=op, macs=0, mapping="", mapping_source="",
+                     input_shapes=[_shape(ctx, t) for t in group.inputs], output_shape=y_shape)
+    em = LayerEmitter(ctx, node, "vector unit", info=info, outputs=group.outputs,
+                      preds=sorted({ctx.producer_layer[t] for t in group.inputs
+                                    if t in ctx.producer_layer}))
+    emit_views(em, y_shape, list(sources.values()),
+               [View(ctx.addr(t), row_major(y_shape)) for t in group.outputs], steps)
+    em.finish()
+
+
+def elementwise_pass(ctx: LoweringContext, node: Node, out_shape
+                     ) -> tuple[list[tuple[str, int]], list[tuple[str, View]]]:
+    """What ``node`` does per element of ``out_shape``: its steps, and each tensor it reads
+    with its view (broadcast to ``out_shape``)."""
+    op = node.op_type
     steps = list(ELEMENTWISE[op])
-    operands = list(node.inputs)[:DATA_INPUTS.get(op)]
+    operands = [t for t in list(node.inputs)[:DATA_INPUTS.get(op)] if t]
     if op == "GatherElements":
         data, idx = operands[0], operands[1]
         same = _shape(ctx, data) == _shape(ctx, idx)
@@ -678,28 +713,29 @@ def lower_elementwise(ctx: LoweringContext, node: Node) -> None:
             steps = list(POW_CONST[float(e.reshape(-1)[0])])
             operands = operands[:1]  # x*x or sqrt(x): the exponent is not loaded
     elif op in VARIADIC:
-        steps = [(steps[0][0], max(1, len([t for t in operands if t]) - 1))] + steps[1:]
+        steps = [(steps[0][0], max(1, len(operands) - 1))] + steps[1:]
     elif op == "LRN":
         steps[1] = ("add", int(node.attrs["size"]))
-    for act in ctx.chains.get(node.name, ()):  # activations ending this pass (fusion.py)
-        steps += ELEMENTWISE[act.op_type]
-    if op == "BatchNormalization":
-        _check_batchnorm(ctx, node)
-        return _lower_batchnorm(ctx, node, steps)
-    if op in ("QuantizeLinear", "DequantizeLinear"):
-        return emit_elementwise(ctx, node, steps, _quant_views(ctx, node, y_shape))
-    emit_elementwise(ctx, node, steps, _operand_views(ctx, operands, y_shape))
+    elif op == "BatchNormalization":
+        return steps, _batchnorm_reads(ctx, node)
+    elif op in ("QuantizeLinear", "DequantizeLinear"):
+        names = [node.inputs[0]] + [t for t in node.inputs[1:3] if t]
+        return steps, [(t, v) for t, v in zip(names, _quant_views(ctx, node, out_shape))
+                       if t == names[0] or not immediate(ctx.graph, t)]
+    return steps, [(t, broadcast_view(ctx.addr(t), _shape(ctx, t), out_shape))
+                   for t in operands if not immediate(ctx.graph, t)]
+
 
 
 def emit_elementwise(ctx: LoweringContext, node: Node, steps: list[tuple[str, int]],
-                     sources: list[View] | None = None) -> None:
+                     sources: list[View] | None = None, how: str = "vector unit") -> None:
     """One vector-unit layer of ``steps`` per element of the node's output, reading
     ``sources`` (default: the node's inputs, broadcast to the output's shape)."""
     y = node.outputs[0]
     y_shape = _shape(ctx, y)
     if sources is None:
         sources = _operand_views(ctx, [t for t in node.inputs if t], y_shape)
-    em = LayerEmitter(ctx, node, "vector unit")
+    em = LayerEmitter(ctx, node, how)
     emit_views(em, y_shape, sources, [View(ctx.addr(y), row_major(y_shape))], steps)
     em.finish()
 
@@ -734,19 +770,16 @@ def _check_batchnorm(ctx, node):
                           f"(rank >= 2), got shape {_shape(ctx, node.inputs[0])}")
 
 
-def _lower_batchnorm(ctx, node, steps):
+def _batchnorm_reads(ctx, node) -> list[tuple[str, View]]:
     """y = x * scale' + shift' with scale', shift' (per channel) folded from the four
-    parameters ahead of time: loads X and two [C] vectors (Scale's and B's space)."""
-    x, y = node.inputs[0], node.outputs[0]
+    parameters ahead of time: reads X and two [C] vectors (Scale's and B's space)."""
+    _check_batchnorm(ctx, node)
+    x = node.inputs[0]
     shape = _shape(ctx, x)
-    em = LayerEmitter(ctx, node, "vector unit (scale/shift precomputed)")
     per_channel = [0] * len(shape)
     per_channel[1] = 1
-    sources = [View(ctx.addr(x), row_major(shape))]
-    for p in node.inputs[1:3]:
-        sources.append(View(ctx.addr(p), list(per_channel)))
-    emit_views(em, _shape(ctx, y), sources, [View(ctx.addr(y), row_major(shape))], steps)
-    em.finish()
+    return [(x, View(ctx.addr(x), row_major(shape)))] + [
+        (p, View(ctx.addr(p), list(per_channel))) for p in node.inputs[1:3]]
 
 
 # --------------------------------------------------------------------------- data movement
