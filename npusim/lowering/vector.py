@@ -677,8 +677,9 @@ def lower_elementwise(ctx: LoweringContext, node: Node) -> None:
     if group is None:
         steps, reads = elementwise_pass(ctx, node, y_shape)
         sources = list(dict(reads).values())  # (each tensor once, in order)
-        how = "vector unit (scale/shift precomputed)" if op == "BatchNormalization" else ""
-        return emit_elementwise(ctx, node, steps, sources, how or "vector unit")
+        how = ("vector unit (scale/shift precomputed)" if op == "BatchNormalization"
+               else "vector unit")
+        return emit_elementwise(ctx, node, steps, sources, how)
     steps, sources = [], {}
     for n in group.nodes:
         n_steps, reads = elementwise_pass(ctx, n, y_shape)
@@ -724,7 +725,6 @@ def elementwise_pass(ctx: LoweringContext, node: Node, out_shape
                        if t == names[0] or not immediate(ctx.graph, t)]
     return steps, [(t, broadcast_view(ctx.addr(t), _shape(ctx, t), out_shape))
                    for t in operands if not immediate(ctx.graph, t)]
-
 
 
 def emit_elementwise(ctx: LoweringContext, node: Node, steps: list[tuple[str, int]],
