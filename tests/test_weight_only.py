@@ -1,5 +1,6 @@
 """Weight-only quantized exports read their weights at the stored width (lowering/weights.py,
-tiling.WeightFormat): MatMulNBits, and a DequantizeLinear of a constant into a float op.
+tiling.WeightFormat): MatMulNBits, a DequantizeLinear of a constant into a float op, and
+GatherBlockQuantized's embedding rows.
 
 ``tests/data/zoo/quantized/llama_tiny-*``: a 1-layer Llama (hidden 128, SwiGLU 344, GQA 4/2
 heads, vocabulary 512, 16 tokens) exported by torch, folded by ONNX Runtime's basic
@@ -233,7 +234,7 @@ def test_the_llama_files_move_their_weights_at_the_stored_width():
 def test_unsupported_matmulnbits_forms_are_named(tmp_path):
     """g_idx (GPTQ's act-order groups), a width other than 2, 4, 8, and a B whose shape
     disagrees with K, N, bits and block_size stop the run with a message naming the node
-    and what would be valid; a GatherBlockQuantized is listed up front."""
+    and what would be valid."""
     with pytest.raises(NpusimError, match="MatMulNBits 'q': g_idx .* not supported"):
         npusim.simulate(_nbits(tmp_path, 1, 64, 64, 4, g_idx=True, name="g"), "server")
     with pytest.raises(NpusimError, match=r"MatMulNBits 'q': bits = 3; npusim lowers bits = "
@@ -250,16 +251,104 @@ def test_unsupported_matmulnbits_forms_are_named(tmp_path):
     with pytest.raises(NpusimError, match=r"B has shape \[64, 2, 16\]; K=96, N=64, bits=4, "
                                           r"block_size=32 need \[64, 3, 16\]"):
         npusim.simulate(bad, "server")
-    gbq = helper.make_node("GatherBlockQuantized", ["W", "x", "s"], ["y"], name="emb",
-                           domain="com.microsoft", block_size=32, gather_axis=0,
-                           quantize_axis=1)
-    g = helper.make_graph([gbq], "e", [helper.make_tensor_value_info("x", TensorProto.INT64,
-                                                                     [1, 4])],
-                          [helper.make_tensor_value_info("y", 1, [1, 4, 64])],
-                          [weight("W", [512, 64], TensorProto.UINT4), weight("s", [512, 2])])
+
+
+def _gbq(tmp_path, V, D, K, elem=None, bits=None, zero_points=False, block=32, name="gbq",
+         **attrs):
+    """x [K] int64 -> y [K, D]: a float Gather of a [V, D] table (``elem`` None), or
+    GatherBlockQuantized of it in ``elem`` (uint8: packed at ``bits``), as ONNX Runtime's
+    quantizer writes it: scales [V, D / block], zero points of the data's type."""
+    if elem is None:
+        node = helper.make_node("Gather", ["W", "x"], ["y"], name="emb")
+        inits = [weight("W", [V, D])]
+    else:
+        packed = TensorProto.UINT8 == elem
+        per = 8 // bits if packed else 1  # elements a stored element holds
+        inits = [weight("W", [V, D // per], elem), weight("s", [V, D // block])]
+        if zero_points:
+            inits.append(weight("zp", [V, ceil(D // block / per)], elem))
+        node = helper.make_node("GatherBlockQuantized", ["W", "x", "s"] + ["zp"] * zero_points,
+                                ["y"], name="emb", domain="com.microsoft", block_size=block,
+                                **({"bits": bits} if bits else {}), **attrs)
+    g = helper.make_graph([node], name, [helper.make_tensor_value_info("x", TensorProto.INT64,
+                                                                       [K])],
+                          [helper.make_tensor_value_info("y", 1, [K, D])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21),
                                             helper.make_opsetid("com.microsoft", 1)])
     m.ir_version = 10
-    (tmp_path / "e.onnx").write_bytes(m.SerializeToString())
-    with pytest.raises(NpusimError, match="GatherBlockQuantized: emb .*4 bits"):
-        npusim.simulate(str(tmp_path / "e.onnx"), "server")
+    path = tmp_path / f"{name}.onnx"
+    path.write_bytes(m.SerializeToString())
+    return str(path)
+
+
+# (element type, bits attribute, zero points) -> bytes of one stored row of 1,024 on server
+# (bf16 scales): the packed elements, then per block of 32 a 16-bit scale and a zero point
+# at the stored width
+_GBQ_ROWS = {(TensorProto.UINT4, None, True): 1024 // 2 + 32 * (16 + 4) // 8,  # 592
+             (TensorProto.INT4, None, False): 1024 // 2 + 32 * 2,  # 576
+             (TensorProto.UINT8, 8, False): 1024 + 32 * 2,  # 1,088
+             (TensorProto.UINT8, 2, True): 1024 // 4 + 32 * (16 + 2) // 8}  # 328
+
+
+@pytest.mark.parametrize("elem,bits,zero_points", list(_GBQ_ROWS))
+def test_a_gather_block_quantized_reads_its_packed_rows_and_block_scales_exactly(
+        tmp_path, elem, bits, zero_points):
+    """32 rows of a [64, 1024] table on server with 8-byte DMA requests (every run here
+    is whole requests): the float Gather loads the 32 indices (2 B each, as every element
+    of a vector layer) and 32 rows of 1,024 x 2 B; GatherBlockQuantized the same indices
+    and 32 rows at the stored width, each with its blocks' scales and zero points (one run
+    per row), both store the 32 x 1,024 bf16 rows. The dequantization is DequantizeLinear's
+    sub and mul over the tile's elements (2,048 a vector pass: 4 tiles of 8 rows, 2 x 4
+    cycles each); the float Gather has no vector step. Before: an unsupported op."""
+    V, D, K = 64, 1024, 32
+    flt, _ = _layer(_gbq(tmp_path, V, D, K, name="f"), "server", "dma.request_bytes=8")
+    q, _ = _layer(_gbq(tmp_path, V, D, K, elem, bits, zero_points), "server",
+                  "dma.request_bytes=8")
+    row = _GBQ_ROWS[(elem, bits, zero_points)]
+    assert flt["bytes_loaded"] == K * 2 + K * D * 2
+    assert q["bytes_loaded"] == K * 2 + K * row
+    assert q["bytes_stored"] == flt["bytes_stored"] == K * D * 2
+    assert q["weight_bits"] == (bits or 4) and q["op_type"] == "GatherBlockQuantized"
+    assert flt["vector_cycles"] == 0 and q["vector_cycles"] == 4 * 2 * ceil(8 * D / 2048)
+
+
+@pytest.mark.parametrize("cfg", ["mobile", "server"])
+def test_a_four_bit_table_reads_fewer_bytes_than_eight_bits_than_float(tmp_path, cfg):
+    """16 tokens of a [32000, 2048] table with default requests: the rows' bytes fall with
+    the width (4 bits with zero points: 4 + (scale + 4) / 32 bits an element, 8 bits: 8 +
+    (scale + 8) / 32, float: the precision, 8 or 16 bits), so on server 4 bits < 8 bits <
+    bf16; on mobile (int8) the 8-bit table's scales make it 1/32 wider than the int8 one,
+    where no vector pass dequantizes (a change of scale on an int8 config, as every
+    DequantizeLinear)."""
+    V, D, K = 32000, 2048, 16
+    lay = {}
+    for elem, bits in ((None, None), (TensorProto.UINT4, None), (TensorProto.UINT8, 8)):
+        lay[bits or elem], _ = _layer(_gbq(tmp_path, V, D, K, elem, bits, True,
+                                          name=f"t{elem}"), cfg)
+    flt, q4, q8 = lay[None], lay[TensorProto.UINT4], lay[8]
+    prec_bits = 8 if cfg == "mobile" else 16
+    for q, bits in ((q4, 4), (q8, 8)):
+        rows = K * D * (bits + (prec_bits + bits) / 32) / 8
+        assert rows <= q["bytes_loaded"] - K * prec_bits // 8 <= rows + K * 2 * 256
+    assert q4["bytes_loaded"] < q8["bytes_loaded"]
+    if cfg == "server":
+        assert q8["bytes_loaded"] < flt["bytes_loaded"]
+        assert q4["cycles"] < flt["cycles"]
+    else:
+        assert q8["bytes_loaded"] > flt["bytes_loaded"]
+        assert q4["vector_cycles"] == q8["vector_cycles"] == 0
+
+
+def test_unsupported_gather_block_quantized_forms_are_named(tmp_path):
+    """A GatherBlockQuantized that gathers along another axis than 0, or blocks along
+    another axis than the row, is listed up front with the form npusim lowers; a block
+    size that is not a power of 2 stops the run naming the node and what is valid."""
+    path = _gbq(tmp_path, 64, 256, 4, TensorProto.UINT4, name="axis", quantize_axis=0)
+    with pytest.raises(NpusimError, match=r"GatherBlockQuantized: emb \(npusim lowers "
+                                          r"gather_axis = 0 with quantize_axis = the table's "
+                                          r"last axis"):
+        npusim.simulate(path, "server")
+    path = _gbq(tmp_path, 64, 256, 4, TensorProto.UINT4, block=24, name="block")
+    with pytest.raises(NpusimError, match=r"GatherBlockQuantized 'emb': block_size = 24; it "
+                                          r"must be a power of 2 of at least 16"):
+        npusim.simulate(path, "server")
