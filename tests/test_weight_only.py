@@ -5,7 +5,8 @@ GatherBlockQuantized's embedding rows.
 ``tests/data/zoo/quantized/llama_tiny-*``: a 1-layer Llama (hidden 128, SwiGLU 344, GQA 4/2
 heads, vocabulary 512, 16 tokens) exported by torch, folded by ONNX Runtime's basic
 optimizer and quantized by ``MatMulNBitsQuantizer`` (``models/zoo_weight_only.py``): 4 bits
-block 32 as MatMulNBits and in the QDQ format, 8 bits as MatMulNBits.
+block 32 as MatMulNBits and in the QDQ format, 8 bits as MatMulNBits, and 4 bits with the
+token embedding as GatherBlockQuantized (``nbits4-gather``: a uint4 table with zero points).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from npusim.lowering.tiling import Budget, WeightFormat, choose_gemm_tile, gemm_
 from tests.helpers import config, weight
 
 ZOO = Path(__file__).resolve().parent / "data" / "zoo" / "quantized"
-TINY = {fmt: str(ZOO / f"llama_tiny-{fmt}.onnx") for fmt in ("float", "nbits4", "qdq4", "nbits8")}
+TINY = {fmt: str(ZOO / f"llama_tiny-{fmt}.onnx")
+        for fmt in ("float", "nbits4", "qdq4", "nbits8", "nbits4-gather")}
 
 
 def _save(tmp_path, nodes, inits, x_shape, y_shape, name="m", opset=21):
@@ -352,3 +354,25 @@ def test_unsupported_gather_block_quantized_forms_are_named(tmp_path):
     with pytest.raises(NpusimError, match=r"GatherBlockQuantized 'emb': block_size = 24; it "
                                           r"must be a power of 2 of at least 16"):
         npusim.simulate(path, "server")
+
+
+def test_the_llama_file_with_a_quantized_embedding_gathers_74_byte_rows():
+    """ONNX Runtime's quantizer with ``op_types_to_quantize=("MatMul", "Gather")`` on
+    llama_tiny: the embedding [512, 128] becomes GatherBlockQuantized (uint4, block 32,
+    zero points). On server each row is 64 B of packed elements plus 4 blocks x (16 + 4)
+    bits = 74 B; the 16 tokens' rows lie 512 / 16 = 32 rows (2,368 B) apart from the
+    table's page-aligned start, and a row costs the 256 B requests it touches (rows 3, 7,
+    11 and 15 start 192 B into one and cross into the next); each of the 4 tiles loads its
+    4 indices in one request. Every other layer loads what the nbits4 file's does."""
+    q, nb = npusim.simulate(TINY["nbits4-gather"], "server"), npusim.simulate(TINY["nbits4"],
+                                                                               "server")
+    emb = [lay for lay in q.layers if lay["op_type"] == "GatherBlockQuantized"]
+    assert len(emb) == 1 and emb[0]["input_shapes"][0] == [512, 128]
+    assert emb[0]["weight_bits"] == 4
+    pitch, stride = 64 + 4 * 20 // 8, 32 * 74
+    rows = sum(ceil((k * stride % 256 + pitch) / 256) for k in range(16))
+    assert rows == 20 and emb[0]["bytes_loaded"] == (rows + 4) * 256
+    assert emb[0]["bytes_stored"] == 16 * 128 * 2
+    others = [(lay["op_type"], lay["bytes_loaded"]) for lay in q.layers if lay not in emb]
+    assert others == [(lay["op_type"], lay["bytes_loaded"]) for lay in nb.layers
+                      if "/embed_tokens/" not in lay["name"]]
