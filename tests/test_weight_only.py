@@ -130,6 +130,34 @@ def test_a_quantized_conv_weight_is_read_at_its_width(tmp_path):
     assert loaded[TensorProto.INT4] == x_bytes + tiles * 128 * 128 // 2
 
 
+def test_a_quantized_depthwise_conv_weight_is_read_at_its_width_and_widened(tmp_path):
+    """A depthwise 3x3 conv of 64 channels over an 8x8 map on server (8-byte requests),
+    its weight float or int4 with one bf16 scale per channel (DequantizeLinear, axis 0):
+    each tile loads its channels' 9 taps, 9 x 2 B a channel in bf16, ceil((16 + 9 x 4) /
+    8) = 7 B in int4 (the scale beside its channel's taps), and the vector unit widens
+    the 64 x 9 taps first (DequantizeLinear's sub and mul, one 2,048-lane cycle each per
+    tile). The map's loads and stores are the same. Before, the int4 taps were read at
+    the float width (1,152 B a tile)."""
+    got = {}
+    for elem in (None, TensorProto.INT4):
+        conv = helper.make_node("Conv", ["x", "W"], ["y"], name="dw", group=64,
+                                pads=[1, 1, 1, 1])
+        nodes, inits = [conv], [weight("W", [64, 1, 3, 3])]
+        if elem is not None:
+            nodes.insert(0, helper.make_node("DequantizeLinear", ["Wq", "s"], ["W"],
+                                             name="dq", axis=0))
+            inits = [weight("Wq", [64, 1, 3, 3], elem), weight("s", [64])]
+        got[elem], _ = _layer(_save(tmp_path, nodes, inits, [1, 64, 8, 8], [1, 64, 8, 8],
+                                    f"dw{elem}"), "server", "dma.request_bytes=8")
+    flt, q = got[None], got[TensorProto.INT4]
+    tiles = int(re.search(r"(\d+) tiles", flt["mapping_source"]).group(1))
+    assert tiles == int(re.search(r"(\d+) tiles", q["mapping_source"]).group(1)) >= 1
+    assert flt["bytes_loaded"] - q["bytes_loaded"] == tiles * 64 * (9 * 2 - 7)
+    assert q["bytes_stored"] == flt["bytes_stored"] == 64 * 8 * 8 * 2
+    assert (flt["weight_bits"], q["weight_bits"]) == (16, 4)
+    assert q["vector_cycles"] - flt["vector_cycles"] == tiles * 2
+
+
 def test_a_memory_bound_decode_gemm_speeds_up_by_its_byte_ratio(tmp_path):
     """A decode step's GEMM (one row, 2048 x 2048) on mobile's DDR4 (12.8 B per cycle for
     four cores) is bound by its weight bytes: 4 bits with an int8-wide scale and a 4-bit
