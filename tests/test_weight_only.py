@@ -294,9 +294,10 @@ def _gbq(tmp_path, V, D, K, elem=None, bits=None, zero_points=False, block=32, n
     else:
         packed = TensorProto.UINT8 == elem
         per = 8 // bits if packed else 1  # elements a stored element holds
-        inits = [weight("W", [V, D // per], elem), weight("s", [V, D // block])]
+        blocks = D // block if block else 1  # 0: one block a row (FP8, FP4)
+        inits = [weight("W", [V, D // per], elem), weight("s", [V, blocks])]
         if zero_points:
-            inits.append(weight("zp", [V, ceil(D // block / per)], elem))
+            inits.append(weight("zp", [V, ceil(blocks / per)], elem))
         node = helper.make_node("GatherBlockQuantized", ["W", "x", "s"] + ["zp"] * zero_points,
                                 ["y"], name="emb", domain="com.microsoft", block_size=block,
                                 **({"bits": bits} if bits else {}), **attrs)
@@ -367,6 +368,16 @@ def test_a_four_bit_table_reads_fewer_bytes_than_eight_bits_than_float(tmp_path,
     else:
         assert q8["bytes_loaded"] > flt["bytes_loaded"]
         assert q4["vector_cycles"] == q8["vector_cycles"] == 0
+
+
+def test_an_fp8_table_with_one_scale_per_row_reads_a_byte_an_element(tmp_path):
+    """FP8 data (float8e4m3fn, ``bits`` ignored) with ``block_size`` 0: one block per row,
+    so rows of 1,022 elements take 1,022 B plus one bf16 scale, 1,024 B; 32 rows of a
+    [64, 1022] table on server with 8-byte requests load 32 x 2 B of indices and 32 x
+    1,024 B, as 8 bits."""
+    path = _gbq(tmp_path, 64, 1022, 32, TensorProto.FLOAT8E4M3FN, block=0, name="fp8")
+    q, _ = _layer(path, "server", "dma.request_bytes=8")
+    assert q["bytes_loaded"] == 32 * 2 + 32 * 1024 and q["weight_bits"] == 8
 
 
 def test_unsupported_gather_block_quantized_forms_are_named(tmp_path):

@@ -133,7 +133,7 @@ def gather_block_weight(ctx, node: Node) -> tuple[WeightFormat, int]:
     block = int(a.get("block_size", 128))
     if block == 0 and elem in FLOATS:
         block = D  # one block per row
-    if block < 16 or block & (block - 1):
+    elif block < 16 or block & (block - 1):
         raise NpusimError(f"{where}: block_size = {block}; it must be a power of 2 of at "
                           f"least 16 (0: one block per row, FP8 and FP4 data only)")
     scales = g.shape(ins[2])
@@ -149,4 +149,5 @@ def gather_block_weight(ctx, node: Node) -> tuple[WeightFormat, int]:
     return _format(ctx, bits, block, bits if ins[3] else 0), D
 
 
-__all__ = ["EMBEDDING_FORM", "NBITS", "dequantized_weight", "embedding_form", "gather_block_weight", "nbits_weight"]
+__all__ = ["EMBEDDING_FORM", "NBITS", "dequantized_weight", "embedding_form",
+           "gather_block_weight", "nbits_weight"]
