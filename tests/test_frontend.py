@@ -227,6 +227,21 @@ def test_tensor_without_shape_names_tensor_and_node(tmp_path):
         g.check_shapes()
 
 
+def test_opset_newer_than_onnx_knows_is_refused(tmp_path):
+    # a future opset's ops may mean something shape inference here does not know; the
+    # newest opset onnx defines still loads
+    newest = onnx.defs.onnx_opset_version()
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                   [helper.make_tensor_value_info("x", FLOAT, [2])],
+                   [helper.make_tensor_value_info("y", FLOAT, [2])])
+    m.opset_import[0].version = newest
+    assert load_graph(save(m, tmp_path / "ok.onnx")).shape("y") == (2,)
+    m.opset_import[0].version = newest + 1
+    with pytest.raises(NpusimError, match=rf"opset {newest + 1}, newer than the installed onnx "
+                                          rf"package knows \(opsets up to {newest}\)"):
+        load_graph(save(m, tmp_path / "new.onnx"))
+
+
 def test_unnamed_input_dim_is_an_error(tmp_path):
     m = make_model([helper.make_node("Relu", ["x"], ["y"])],
                    [helper.make_tensor_value_info("x", FLOAT, [None, 4])],

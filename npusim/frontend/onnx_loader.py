@@ -391,8 +391,15 @@ def _opset(model: ModelProto) -> int | None:
 def _upgrade_opset(model: ModelProto, where: str) -> ModelProto:
     """Graphs below opset ``MIN_OPSET`` go through ONNX's version converter, so lowering sees
     one form of each op (Softmax over one axis, Resize instead of Upsample, Pad, Split, Slice
-    and Squeeze taking their parameters as inputs)."""
+    and Squeeze taking their parameters as inputs). A graph in an opset newer than the
+    installed onnx package defines is refused: its ops may mean something this onnx's
+    shape inference does not know (ONNX Runtime refuses such a model too)."""
     version = _opset(model)
+    newest = onnx.defs.onnx_opset_version()
+    if version is not None and version > newest:
+        raise NpusimError(f"{where} uses ONNX opset {version}, newer than the installed onnx "
+                          f"package knows (opsets up to {newest}): export it with an opset "
+                          f"<= {newest}, or upgrade onnx")
     if version is None or version >= MIN_OPSET:
         return model
     try:
