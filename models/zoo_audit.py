@@ -671,8 +671,7 @@ recurrent lowering and the Loop unrolling touch no graph without those ops.
 - **Not covered here**: Keras beyond its LSTM, GRU, bidirectional LSTM and Conv1D models
   here and the zoo's MobileNetV2; Optimum's merged decoder (an If on `use_cache_branch`);
   quantized exports beyond the sections above (QAT exports of torch's quantizer, TensorRT's
-  explicit-quantization files, onnxruntime-genai's model builder, 4-bit embeddings as
-  GatherBlockQuantized).
+  explicit-quantization files, onnxruntime-genai's model builder).
 """
 
 

@@ -8,12 +8,14 @@ Two steps, in two environments (as ``models/zoo_quantized.py``):
    and onnxruntime 1.32: each model is exported by torch (TorchScript exporter, opset 21,
    random weights), then quantized by ``MatMulNBitsQuantizer`` at 4 bits (block 32) as
    ``MatMulNBits`` and as ``quant_format=QDQ`` (an int4 constant through a blocked
-   ``DequantizeLinear`` into a float MatMul), and at 8 bits; every file is written
+   ``DequantizeLinear`` into a float MatMul), at 8 bits, and at 4 bits with the token
+   embedding's Gather too (``op_types_to_quantize=("MatMul", "Gather")``: a uint4 table
+   with zero points read by ``GatherBlockQuantized``); every file is written
    graph-only, the quantized weights, scales and zero points included. The tiny model's
    files go to ``tests/data/zoo/quantized`` as well (``--tests``).
 2. ``python models/zoo_weight_only.py check --work DIR`` in npusim's environment: each file
    is simulated on ``mobile`` and ``server`` at its dims; the cycles, the bytes the weight
-   GEMMs load and their cycles go to ``results/validation/weight_only_exports.json`` and a
+   GEMMs and the embedding lookup load and their cycles go to ``results/validation/weight_only_exports.json`` and a
    markdown table on stdout; ``python models/zoo_audit.py report`` puts it in
    ``framework_exports.md``.
 
@@ -44,6 +46,8 @@ FORMATS = {
     "nbits4": dict(bits=4, block_size=32),
     "qdq4": dict(bits=4, block_size=32, quant_format="QDQ"),
     "nbits8": dict(bits=8, block_size=32),
+    # the embedding table too, as GatherBlockQuantized (uint4, block 32, zero points)
+    "nbits4-gather": dict(bits=4, block_size=32, op_types_to_quantize=("MatMul", "Gather")),
 }
 TINY = dict(hidden=128, inter=344, heads=4, kv_heads=2, vocab=512, layers=1)
 TOKENS = 16  # llama_tiny's static prompt
@@ -157,16 +161,24 @@ def weight_layers(r) -> list[dict]:
             or lay["op_type"] == "MatMul" and len(lay["input_shapes"][1]) == 2]
 
 
+def embedding_layer(r) -> dict:
+    """The token embedding's lookup: a Gather, or GatherBlockQuantized when quantized."""
+    return next(lay for lay in r.layers if "/embed_tokens/" in lay["name"])
+
+
 def _run(path: Path, config: str, dims: dict) -> dict:
     import npusim
 
     t = time.perf_counter()
     r = npusim.simulate(str(path), config, dims=dims)
     gemms = weight_layers(r)
+    emb = embedding_layer(r)
     return {"cycles": r.total_cycles, "weight_gemms": len(gemms),
             "weight_gemm_cycles": sum(lay["cycles"] for lay in gemms),
             "weight_gemm_bytes": sum(lay["bytes_loaded"] for lay in gemms),
             "weight_bits": sorted({lay["weight_bits"] for lay in gemms}),
+            "embedding_op": emb["op_type"], "embedding_cycles": emb["cycles"],
+            "embedding_bytes": emb["bytes_loaded"],
             "wall_s": round(time.perf_counter() - t, 2)}
 
 
@@ -199,7 +211,8 @@ def table(rows: list[dict]) -> str:
     by = {(r["model"], r["phase"], r["format"], r["config"]): r for r in rows}
     order = {fmt: i for i, fmt in enumerate(("float",) + tuple(FORMATS))}
     lines = ["| model | phase | format | config | cycles (x float) | weight GEMM cycles "
-             "(x float) | weight GEMM bytes loaded (x float) |", "|---|---|---|---|---|---|---|"]
+             "(x float) | weight GEMM bytes loaded (x float) | embedding cycles (x float) | "
+             "embedding bytes loaded (x float) |", "|---|---|---|---|---|---|---|---|---|"]
     for (model, phase, fmt, config), r in sorted(
             by.items(), key=lambda kv: (list(MODELS).index(kv[0][0]), kv[0][1] != "prompt"
                                         and kv[0][1] != "prefill", kv[0][3],
@@ -207,7 +220,7 @@ def table(rows: list[dict]) -> str:
         f = by.get((model, phase, "float", config), {})
         if "error" in r:
             lines.append(f"| {model} | {phase} | {fmt} | {config} | error: {r['error'][:150]} "
-                         "| | |")
+                         "| | | | |")
             continue
 
         def cell(key):
@@ -215,7 +228,8 @@ def table(rows: list[dict]) -> str:
             return f"{r[key]:,}{ratio}"
 
         lines.append(f"| {model} | {phase} | {fmt} | {config} | {cell('cycles')} | "
-                     f"{cell('weight_gemm_cycles')} | {cell('weight_gemm_bytes')} |")
+                     f"{cell('weight_gemm_cycles')} | {cell('weight_gemm_bytes')} | "
+                     f"{cell('embedding_cycles')} | {cell('embedding_bytes')} |")
     return "\n".join(lines)
 
 
@@ -225,24 +239,32 @@ def section() -> list[str]:
     if not RESULT.is_file():
         return []
     rows = json.loads(RESULT.read_text())["rows"]
-    return ["## Weight-only quantized exports: MatMulNBits, int4 QDQ", "", SECTION.strip(),
+    return ["## Weight-only quantized exports: MatMulNBits, int4 QDQ, GatherBlockQuantized",
+            "", SECTION.strip(),
             "", table(rows), "", FINDINGS.strip(), ""]
 
 
 SECTION = """
 ONNX Runtime 1.32's `MatMulNBitsQuantizer` on a Llama-shaped model (random weights): 4 bits,
 block 32, as `MatMulNBits` (`nbits4`) and as an int4 constant through a blocked
-`DequantizeLinear` into the float MatMul (`qdq4`, `quant_format=QDQ`), and 8 bits as
-`MatMulNBits` (`nbits8`); activations stay float. `llama_tiny` is the test files' model
+`DequantizeLinear` into the float MatMul (`qdq4`, `quant_format=QDQ`), 8 bits as
+`MatMulNBits` (`nbits8`), and 4 bits with the token embedding quantized too
+(`nbits4-gather`, `op_types_to_quantize=("MatMul", "Gather")`: a uint4 table, block 32,
+with zero points, read by `GatherBlockQuantized`; ONNX Runtime 1.32 runs the file, its
+logits within 0.13 of the float file's, as `nbits4`'s within 0.11); activations stay
+float. `llama_tiny` is the test files' model
 (`tests/data/zoo/quantized`); `llama_small` is the zoo's small Llama (2 layers, hidden 256,
 GQA 8/2 heads, vocabulary 32,000) with its KV cache, at a 128-token prompt (after one cached
 token) and one decode step after 127 tokens. The weight GEMMs are the projections and the
 LM head (every layer reading a constant weight); their cycles are the sum of their
-durations (layers overlap, so the sum may pass the total). Rebuild: `python
+durations (layers overlap, so the sum may pass the total); the embedding columns are the
+token lookup's layer (Gather, or GatherBlockQuantized). Rebuild: `python
 models/zoo_weight_only.py export --work DIR` (torch 2.13 CPU, transformers 5.23,
 onnxruntime 1.32), then `python models/zoo_weight_only.py check --work DIR` in npusim's
-environment and `python models/zoo_audit.py report`. Before this change npusim refused the `MatMulNBits` files
-(unsupported op) and read the `qdq4` weights at the float width.
+environment and `python models/zoo_audit.py report`. Before these changes npusim refused the `MatMulNBits`
+and `nbits4-gather` files (unsupported ops) and read the `qdq4` weights at the float width.
+The table was re-run on main at 9ac261e: the float rows moved with main since the first
+run (llama_tiny 72,323 / 13,348 cycles on `mobile` / `server` then, 65,966 / 10,885 now).
 """
 
 FINDINGS = """
@@ -259,22 +281,40 @@ FINDINGS = """
   column counts the activation rows too (reloaded per column tile), so prompts move less
   than the weights' ratio.
 - **A decode step on `mobile` is bound by its weight bytes**: 4 bits take 0.57 of the float
-  model's cycles (the weight GEMMs 0.52 of its bytes and cycles); 8 bits 0.99 (`mobile`
+  model's cycles (the weight GEMMs 0.52 of its bytes and cycles); 8 bits 0.98 (`mobile`
   computes in int8 already, so only the scales are added, and the weights are laid out in
   tile order).
 - **On `server` a 4-bit decode step is bound by the array's preloads**, not by HBM: the
   weight GEMMs load 0.27 of the bytes but take 0.59 of the cycles. A weight-stationary
   array uses each preloaded weight for the one row of a decode step, and four 128 x 128
   arrays preload 512 weights per cycle (the LM head's 8.2 M weights: at least 16,000
-  cycles; it takes 20,991, against 38,455 in bf16). Batching decode rows, or an array
+  cycles; it takes 21,117, against 38,467 in bf16). Batching decode rows, or an array
   that preloads faster, is what would use the narrower weights there.
 - **`qdq4` is `nbits4`**: the same layers, bytes and cycles; ONNX Runtime's own optimizer
   (`--optimize extended`) fuses each blocked DequantizeLinear and its MatMul into
-  MatMulNBits, and both files then give the same cycles (llama_tiny on `server`: 10,118).
+  MatMulNBits, and both files then give the same cycles (llama_tiny on `server`: 9,746).
 - **llama_tiny on `mobile` at 8 bits loads 0.72 of the float file's bytes** though its
   weights are no narrower: the tile search picks other tiles (the float file's q, k, v, o
   and down projections split the 16 rows in two, each half loading every weight; the
   8-bit file's split only the columns). Not a width effect; left alone.
+- **A 4-bit embedding table (`nbits4-gather`) reads its rows in 4 + 20 / 32 bits an element
+  on `server`** (4 + 12 / 32 on `mobile`): each gathered row is one run of its packed
+  elements with each block's scale and zero point beside it (the layout MatMulNBits'
+  columns have), then a vector pass dequantizes it (DequantizeLinear's sub and mul: the
+  array's weight decoder is not on a gathered row's path; none on `mobile`, int8, where a
+  dequantization is a change of scale) and the rows are stored at the precision. A
+  decode step's one row of 256 loads 512 bytes instead of 2,048 on `server` (one 256 B
+  request for the index and one for the 148-byte row, whole rows per tile; the float
+  Gather splits its 512-byte row over the four cores, each tile loading the index again;
+  528 cycles against 577), 256 instead of 512 on `mobile`; a 128-token prompt loads 0.78
+  of the float lookup's bytes on both. The model's cycles barely move (the lookup is 1%
+  of a step; the other layers load the same bytes, their overlap shifts: decode on
+  `server` 47,548 cycles against `nbits4`'s 47,291).
+  llama_tiny's rows (128 elements, 74 bytes in 4 bits) are shorter than `server`'s 256 B
+  request: a bf16 row is one aligned request, a 4-bit row one or two, so the lookup loads
+  1.20 of the float bytes (6,144 against 5,120) though it is faster (536 cycles against
+  589). The index values are never read, so the rows are spread over the table as the
+  float Gather's.
 """
 
 

@@ -1,10 +1,12 @@
 """Weight-only quantized exports read their weights at the stored width (lowering/weights.py,
-tiling.WeightFormat): MatMulNBits, and a DequantizeLinear of a constant into a float op.
+tiling.WeightFormat): MatMulNBits, a DequantizeLinear of a constant into a float op, and
+GatherBlockQuantized's embedding rows.
 
 ``tests/data/zoo/quantized/llama_tiny-*``: a 1-layer Llama (hidden 128, SwiGLU 344, GQA 4/2
 heads, vocabulary 512, 16 tokens) exported by torch, folded by ONNX Runtime's basic
 optimizer and quantized by ``MatMulNBitsQuantizer`` (``models/zoo_weight_only.py``): 4 bits
-block 32 as MatMulNBits and in the QDQ format, 8 bits as MatMulNBits.
+block 32 as MatMulNBits and in the QDQ format, 8 bits as MatMulNBits, and 4 bits with the
+token embedding as GatherBlockQuantized (``nbits4-gather``: a uint4 table with zero points).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from npusim.lowering.tiling import Budget, WeightFormat, choose_gemm_tile, gemm_
 from tests.helpers import config, weight
 
 ZOO = Path(__file__).resolve().parent / "data" / "zoo" / "quantized"
-TINY = {fmt: str(ZOO / f"llama_tiny-{fmt}.onnx") for fmt in ("float", "nbits4", "qdq4", "nbits8")}
+TINY = {fmt: str(ZOO / f"llama_tiny-{fmt}.onnx")
+        for fmt in ("float", "nbits4", "qdq4", "nbits8", "nbits4-gather")}
 
 
 def _save(tmp_path, nodes, inits, x_shape, y_shape, name="m", opset=21):
@@ -125,6 +128,34 @@ def test_a_quantized_conv_weight_is_read_at_its_width(tmp_path):
     tiles = (loaded[None] - x_bytes) // (128 * 128 * 2)  # each loads the whole weight
     assert tiles >= 1 and loaded[None] == x_bytes + tiles * 128 * 128 * 2
     assert loaded[TensorProto.INT4] == x_bytes + tiles * 128 * 128 // 2
+
+
+def test_a_quantized_depthwise_conv_weight_is_read_at_its_width_and_widened(tmp_path):
+    """A depthwise 3x3 conv of 64 channels over an 8x8 map on server (8-byte requests),
+    its weight float or int4 with one bf16 scale per channel (DequantizeLinear, axis 0):
+    each tile loads its channels' 9 taps, 9 x 2 B a channel in bf16, ceil((16 + 9 x 4) /
+    8) = 7 B in int4 (the scale beside its channel's taps), and the vector unit widens
+    the 64 x 9 taps first (DequantizeLinear's sub and mul, one 2,048-lane cycle each per
+    tile). The map's loads and stores are the same. Before, the int4 taps were read at
+    the float width (1,152 B a tile)."""
+    got = {}
+    for elem in (None, TensorProto.INT4):
+        conv = helper.make_node("Conv", ["x", "W"], ["y"], name="dw", group=64,
+                                pads=[1, 1, 1, 1])
+        nodes, inits = [conv], [weight("W", [64, 1, 3, 3])]
+        if elem is not None:
+            nodes.insert(0, helper.make_node("DequantizeLinear", ["Wq", "s"], ["W"],
+                                             name="dq", axis=0))
+            inits = [weight("Wq", [64, 1, 3, 3], elem), weight("s", [64])]
+        got[elem], _ = _layer(_save(tmp_path, nodes, inits, [1, 64, 8, 8], [1, 64, 8, 8],
+                                    f"dw{elem}"), "server", "dma.request_bytes=8")
+    flt, q = got[None], got[TensorProto.INT4]
+    tiles = int(re.search(r"(\d+) tiles", flt["mapping_source"]).group(1))
+    assert tiles == int(re.search(r"(\d+) tiles", q["mapping_source"]).group(1)) >= 1
+    assert flt["bytes_loaded"] - q["bytes_loaded"] == tiles * 64 * (9 * 2 - 7)
+    assert q["bytes_stored"] == flt["bytes_stored"] == 64 * 8 * 8 * 2
+    assert (flt["weight_bits"], q["weight_bits"]) == (16, 4)
+    assert q["vector_cycles"] - flt["vector_cycles"] == tiles * 2
 
 
 def test_a_memory_bound_decode_gemm_speeds_up_by_its_byte_ratio(tmp_path):
@@ -233,7 +264,7 @@ def test_the_llama_files_move_their_weights_at_the_stored_width():
 def test_unsupported_matmulnbits_forms_are_named(tmp_path):
     """g_idx (GPTQ's act-order groups), a width other than 2, 4, 8, and a B whose shape
     disagrees with K, N, bits and block_size stop the run with a message naming the node
-    and what would be valid; a GatherBlockQuantized is listed up front."""
+    and what would be valid."""
     with pytest.raises(NpusimError, match="MatMulNBits 'q': g_idx .* not supported"):
         npusim.simulate(_nbits(tmp_path, 1, 64, 64, 4, g_idx=True, name="g"), "server")
     with pytest.raises(NpusimError, match=r"MatMulNBits 'q': bits = 3; npusim lowers bits = "
@@ -250,16 +281,137 @@ def test_unsupported_matmulnbits_forms_are_named(tmp_path):
     with pytest.raises(NpusimError, match=r"B has shape \[64, 2, 16\]; K=96, N=64, bits=4, "
                                           r"block_size=32 need \[64, 3, 16\]"):
         npusim.simulate(bad, "server")
-    gbq = helper.make_node("GatherBlockQuantized", ["W", "x", "s"], ["y"], name="emb",
-                           domain="com.microsoft", block_size=32, gather_axis=0,
-                           quantize_axis=1)
-    g = helper.make_graph([gbq], "e", [helper.make_tensor_value_info("x", TensorProto.INT64,
-                                                                     [1, 4])],
-                          [helper.make_tensor_value_info("y", 1, [1, 4, 64])],
-                          [weight("W", [512, 64], TensorProto.UINT4), weight("s", [512, 2])])
+
+
+def _gbq(tmp_path, V, D, K, elem=None, bits=None, zero_points=False, block=32, name="gbq",
+         **attrs):
+    """x [K] int64 -> y [K, D]: a float Gather of a [V, D] table (``elem`` None), or
+    GatherBlockQuantized of it in ``elem`` (uint8: packed at ``bits``), as ONNX Runtime's
+    quantizer writes it: scales [V, D / block], zero points of the data's type."""
+    if elem is None:
+        node = helper.make_node("Gather", ["W", "x"], ["y"], name="emb")
+        inits = [weight("W", [V, D])]
+    else:
+        packed = TensorProto.UINT8 == elem
+        per = 8 // bits if packed else 1  # elements a stored element holds
+        blocks = D // block if block else 1  # 0: one block a row (FP8, FP4)
+        inits = [weight("W", [V, D // per], elem), weight("s", [V, blocks])]
+        if zero_points:
+            inits.append(weight("zp", [V, ceil(blocks / per)], elem))
+        node = helper.make_node("GatherBlockQuantized", ["W", "x", "s"] + ["zp"] * zero_points,
+                                ["y"], name="emb", domain="com.microsoft", block_size=block,
+                                **({"bits": bits} if bits else {}), **attrs)
+    g = helper.make_graph([node], name, [helper.make_tensor_value_info("x", TensorProto.INT64,
+                                                                       [K])],
+                          [helper.make_tensor_value_info("y", 1, [K, D])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21),
                                             helper.make_opsetid("com.microsoft", 1)])
     m.ir_version = 10
-    (tmp_path / "e.onnx").write_bytes(m.SerializeToString())
-    with pytest.raises(NpusimError, match="GatherBlockQuantized: emb .*4 bits"):
-        npusim.simulate(str(tmp_path / "e.onnx"), "server")
+    path = tmp_path / f"{name}.onnx"
+    path.write_bytes(m.SerializeToString())
+    return str(path)
+
+
+# (element type, bits attribute, zero points) -> bytes of one stored row of 1,024 on server
+# (bf16 scales): the packed elements, then per block of 32 a 16-bit scale and a zero point
+# at the stored width
+_GBQ_ROWS = {(TensorProto.UINT4, None, True): 1024 // 2 + 32 * (16 + 4) // 8,  # 592
+             (TensorProto.INT4, None, False): 1024 // 2 + 32 * 2,  # 576
+             (TensorProto.UINT8, 8, False): 1024 + 32 * 2,  # 1,088
+             (TensorProto.UINT8, 2, True): 1024 // 4 + 32 * (16 + 2) // 8}  # 328
+
+
+@pytest.mark.parametrize("elem,bits,zero_points", list(_GBQ_ROWS))
+def test_a_gather_block_quantized_reads_its_packed_rows_and_block_scales_exactly(
+        tmp_path, elem, bits, zero_points):
+    """32 rows of a [64, 1024] table on server with 8-byte DMA requests (every run here
+    is whole requests): the float Gather loads the 32 indices (2 B each, as every element
+    of a vector layer) and 32 rows of 1,024 x 2 B; GatherBlockQuantized the same indices
+    and 32 rows at the stored width, each with its blocks' scales and zero points (one run
+    per row), both store the 32 x 1,024 bf16 rows. The dequantization is DequantizeLinear's
+    sub and mul over the tile's elements (2,048 a vector pass: 4 tiles of 8 rows, 2 x 4
+    cycles each); the float Gather has no vector step. Before: an unsupported op."""
+    V, D, K = 64, 1024, 32
+    flt, _ = _layer(_gbq(tmp_path, V, D, K, name="f"), "server", "dma.request_bytes=8")
+    q, _ = _layer(_gbq(tmp_path, V, D, K, elem, bits, zero_points), "server",
+                  "dma.request_bytes=8")
+    row = _GBQ_ROWS[(elem, bits, zero_points)]
+    assert flt["bytes_loaded"] == K * 2 + K * D * 2
+    assert q["bytes_loaded"] == K * 2 + K * row
+    assert q["bytes_stored"] == flt["bytes_stored"] == K * D * 2
+    assert q["weight_bits"] == (bits or 4) and q["op_type"] == "GatherBlockQuantized"
+    assert flt["vector_cycles"] == 0 and q["vector_cycles"] == 4 * 2 * ceil(8 * D / 2048)
+
+
+@pytest.mark.parametrize("cfg", ["mobile", "server"])
+def test_a_four_bit_table_reads_fewer_bytes_than_eight_bits_than_float(tmp_path, cfg):
+    """16 tokens of a [32000, 2048] table with default requests: the rows' bytes fall with
+    the width (4 bits with zero points: 4 + (scale + 4) / 32 bits an element, 8 bits: 8 +
+    (scale + 8) / 32, float: the precision, 8 or 16 bits), so on server 4 bits < 8 bits <
+    bf16; on mobile (int8) the 8-bit table's scales make it 1/32 wider than the int8 one,
+    where no vector pass dequantizes (a change of scale on an int8 config, as every
+    DequantizeLinear)."""
+    V, D, K = 32000, 2048, 16
+    lay = {}
+    for elem, bits in ((None, None), (TensorProto.UINT4, None), (TensorProto.UINT8, 8)):
+        lay[bits or elem], _ = _layer(_gbq(tmp_path, V, D, K, elem, bits, True,
+                                          name=f"t{elem}"), cfg)
+    flt, q4, q8 = lay[None], lay[TensorProto.UINT4], lay[8]
+    prec_bits = 8 if cfg == "mobile" else 16
+    for q, bits in ((q4, 4), (q8, 8)):
+        rows = K * D * (bits + (prec_bits + bits) / 32) / 8
+        assert rows <= q["bytes_loaded"] - K * prec_bits // 8 <= rows + K * 2 * 256
+    assert q4["bytes_loaded"] < q8["bytes_loaded"]
+    if cfg == "server":
+        assert q8["bytes_loaded"] < flt["bytes_loaded"]
+        assert q4["cycles"] < flt["cycles"]
+    else:
+        assert q8["bytes_loaded"] > flt["bytes_loaded"]
+        assert q4["vector_cycles"] == q8["vector_cycles"] == 0
+
+
+def test_an_fp8_table_with_one_scale_per_row_reads_a_byte_an_element(tmp_path):
+    """FP8 data (float8e4m3fn, ``bits`` ignored) with ``block_size`` 0: one block per row,
+    so rows of 1,022 elements take 1,022 B plus one bf16 scale, 1,024 B; 32 rows of a
+    [64, 1022] table on server with 8-byte requests load 32 x 2 B of indices and 32 x
+    1,024 B, as 8 bits."""
+    path = _gbq(tmp_path, 64, 1022, 32, TensorProto.FLOAT8E4M3FN, block=0, name="fp8")
+    q, _ = _layer(path, "server", "dma.request_bytes=8")
+    assert q["bytes_loaded"] == 32 * 2 + 32 * 1024 and q["weight_bits"] == 8
+
+
+def test_unsupported_gather_block_quantized_forms_are_named(tmp_path):
+    """A GatherBlockQuantized that gathers along another axis than 0, or blocks along
+    another axis than the row, is listed up front with the form npusim lowers; a block
+    size that is not a power of 2 stops the run naming the node and what is valid."""
+    path = _gbq(tmp_path, 64, 256, 4, TensorProto.UINT4, name="axis", quantize_axis=0)
+    with pytest.raises(NpusimError, match=r"GatherBlockQuantized: emb \(npusim lowers "
+                                          r"gather_axis = 0 with quantize_axis = the table's "
+                                          r"last axis"):
+        npusim.simulate(path, "server")
+    path = _gbq(tmp_path, 64, 256, 4, TensorProto.UINT4, block=24, name="block")
+    with pytest.raises(NpusimError, match=r"GatherBlockQuantized 'emb': block_size = 24; it "
+                                          r"must be a power of 2 of at least 16"):
+        npusim.simulate(path, "server")
+
+
+def test_the_llama_file_with_a_quantized_embedding_gathers_74_byte_rows():
+    """ONNX Runtime's quantizer with ``op_types_to_quantize=("MatMul", "Gather")`` on
+    llama_tiny: the embedding [512, 128] becomes GatherBlockQuantized (uint4, block 32,
+    zero points). On server each row is 64 B of packed elements plus 4 blocks x (16 + 4)
+    bits = 74 B; the 16 tokens' rows lie 512 / 16 = 32 rows (2,368 B) apart from the
+    table's page-aligned start, and a row costs the 256 B requests it touches (rows 3, 7,
+    11 and 15 start 192 B into one and cross into the next); each of the 4 tiles loads its
+    4 indices in one request. Every other layer loads what the nbits4 file's does."""
+    q, nb = npusim.simulate(TINY["nbits4-gather"], "server"), npusim.simulate(TINY["nbits4"],
+                                                                               "server")
+    emb = [lay for lay in q.layers if lay["op_type"] == "GatherBlockQuantized"]
+    assert len(emb) == 1 and emb[0]["input_shapes"][0] == [512, 128]
+    assert emb[0]["weight_bits"] == 4
+    pitch, stride = 64 + 4 * 20 // 8, 32 * 74
+    rows = sum(ceil((k * stride % 256 + pitch) / 256) for k in range(16))
+    assert rows == 20 and emb[0]["bytes_loaded"] == (rows + 4) * 256
+    assert emb[0]["bytes_stored"] == 16 * 128 * 2
+    others = [(lay["op_type"], lay["bytes_loaded"]) for lay in q.layers if lay not in emb]
+    assert others == [(lay["op_type"], lay["bytes_loaded"]) for lay in nb.layers
+                      if "/embed_tokens/" not in lay["name"]]

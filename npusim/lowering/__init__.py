@@ -20,6 +20,7 @@ from npusim.lowering import attention, conv_transpose, einsum, movement, recurre
 from npusim.lowering.fusion import fused_input, plan_fusions, vector_groups
 from npusim.lowering.layout import lower_empty, lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
+from npusim.lowering.weights import EMBEDDING_FORM, embedding_form
 from npusim.program import Program, ProgramBuilder
 
 LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
@@ -70,10 +71,6 @@ CANNOT_LOWER: dict[str, str] = {
     **dict.fromkeys(["StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
                      "TfIdfVectorizer", "ImageDecoder", "SoftmaxCrossEntropyLoss",
                      "NegativeLogLikelihoodLoss"], _NOT_NPU),
-    # ONNX Runtime's 4-bit embedding table (MatMulNBitsQuantizer on a Gather)
-    "GatherBlockQuantized": ("a gather of rows stored in 4 bits: the row copier moves whole "
-                             "elements; quantize MatMul only (op_types_to_quantize="
-                             "('MatMul',), the quantizer's default) or keep the float Gather"),
     **dict.fromkeys(["DFT", "STFT", "Det", "RoiAlign", "MaxRoiPool", "GridSample",
                      "AffineGrid", "DeformConv", "Col2Im", "MaxUnpool", "LinearAttention",
                      "CausalConvWithState"], _NOT_YET),
@@ -86,6 +83,7 @@ _CONV_RANKS = (lambda g, n: len(g.shape(n.inputs[0])) - 2 in SPATIAL_RANKS,
                "the convolution loop nest takes 1, 2 or 3 spatial dims")
 LIMITS: dict[str, tuple[Callable[[Graph, Node], bool], str]] = {
     "Conv": _CONV_RANKS, "FusedConv": _CONV_RANKS,
+    "GatherBlockQuantized": (embedding_form, f"npusim lowers {EMBEDDING_FORM}"),
 }
 
 

@@ -51,7 +51,9 @@ class WeightFormat:
     reads the block's rows at the stored width, and per array column one subtract of the
     zero point and one multiply by the block's scale feed the array at its width, in the
     pipeline of the preload's one row per cycle. So the weight moves and is held at
-    ``bits``, and the array time is the float GEMM's."""
+    ``bits``, and the array time is the float GEMM's. A gathered embedding row
+    (GatherBlockQuantized, one column of this layout) never reaches the array: the vector
+    unit dequantizes it (``vector.lower_gather_block_quantized``)."""
 
     bits: int
     block: int = 0

@@ -52,6 +52,8 @@ AveragePool            add with kh*kw passes, mul (the window sum, scaled)
 Concat, Split, Slice   no vector step: DMA in, DMA out (a Concat whose inputs could be
                        written in place still costs one copy here)
 Gather                 no vector step: load the indices, then the gathered rows, store them
+GatherBlockQuantized   sub, mul (DequantizeLinear's; none on an int8 config): as Gather, the
+                       rows read packed with their blocks' scales (lowering/weights.py)
 =====================  ====================================================================
 
 Softmax and LogSoftmax follow opset 13 (one axis, default -1); LayerNormalization
@@ -107,6 +109,7 @@ from npusim.kernels import isa
 from npusim.frontend.quantized import INT8
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.layout import lower_relabel
+from npusim.lowering.weights import dequantized_weight, gather_block_weight
 from npusim.lowering.conv import begin_pads  # the padding rule of Conv
 from npusim.lowering.fusion import immediate
 from npusim.program import Instr, LayerInfo
@@ -331,7 +334,8 @@ POOL_STEPS = {  # K = the window size (kh * kw for 2-D); LpPool: see lower_pool
     "MaxPool": lambda K: [("max", K)],
     "AveragePool": lambda K: [("add", K), ("mul", 1)],
     # a depthwise convolution: one multiply and one add per tap (its weights are loaded
-    # with the window; a bias adds one more add)
+    # with the window; a bias adds one more add; weights stored narrower are widened
+    # first, dequantize_steps over the channels' taps)
     "Conv": lambda K: [("mul", K), ("add", K)],
 }
 
@@ -894,6 +898,55 @@ def lower_gather(ctx: LoweringContext, node: Node) -> None:
     em.finish()
 
 
+def dequantize_steps(ctx: LoweringContext) -> list[tuple[str, int]]:
+    """What the vector unit does per element to widen a narrow weight that never passes
+    the array's weight decoder (tiling.WeightFormat): a DequantizeLinear's steps, none on
+    an int8 config (a change of scale there, CONVERSIONS)."""
+    return [] if ctx.config.precision == INT8 else list(ELEMENTWISE["DequantizeLinear"])
+
+
+def lower_gather_block_quantized(ctx: LoweringContext, node: Node) -> None:
+    """ONNX Runtime's GatherBlockQuantized (an embedding table in 2 to 8 bits, a scale per
+    block of each row): the float Gather's tiles (:func:`lower_gather`: the indices first,
+    then the rows, taken spread over the table), each row read as one run at its stored
+    width with its blocks' scales and zero points beside them (one WeightFormat column:
+    the layout MatMulNBits' columns have), then DequantizeLinear's steps over the tile's
+    elements, and the rows stored at the precision.
+
+    The dequantization is a vector pass here, not free as in a GEMM: the weight decoder
+    that widens MatMulNBits' weights sits in front of the array, and a gathered row never
+    passes it. It costs what a DequantizeLinear costs (free on an int8 config: a change
+    of scale). Tiles hold whole rows, about ``K / num_cores`` of them."""
+    wf, D = gather_block_weight(ctx, node)
+    data, idx, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    V, K = _shape(ctx, data)[0], max(1, prod(_shape(ctx, idx)))
+    L = max(1, prod(_shape(ctx, y))) // K  # elements of one gathered row
+    pitch = L // D * int(wf.column_bytes(D))  # its bytes in the table
+    spread = V // K if K <= V else 0
+    prec = ctx.precision
+    steps = dequantize_steps(ctx)
+    held = prec + pitch + L * prec  # per row: its index, its packed row, the float row
+    fit = ctx.budget.spad_half // held
+    if fit < 1:
+        raise NpusimError(f"GatherBlockQuantized '{node.name}': one row ({held} B: index, "
+                          f"packed row and dequantized row) does not fit half the "
+                          f"scratchpad ({ctx.budget.spad_half} B); raise core.spad_kib")
+    n = ceil(K / min(fit, ceil(K / ctx.config.num_cores)))
+    t = ceil(K / n)  # near-even split
+    bases = (ctx.addr(idx), ctx.addr(data, V * pitch), ctx.addr(y))
+    em = LayerEmitter(ctx, node, "DMA gather, vector unit dequantizes")
+    em.info.weight_bits = wf.bits
+    for k0 in range(0, K, t):
+        tc = min(t, K - k0)
+        loads = [Dma(0, 0, 1, 0, 1, 0, tc * prec),  # the indices, then the rows they name
+                 Dma(1, 0, 1, 0, tc, spread * pitch, pitch, after=0)]
+        em.group()
+        em.tile([bases[0] + k0 * prec, bases[1] + k0 * spread * pitch,
+                 bases[2] + k0 * L * prec], loads, [(op, tc * L, p) for op, p in steps],
+                [Dma(2, 0, 1, 0, 1, 0, tc * L * prec)])
+    em.finish()
+
+
 # --------------------------------------------------------------------------- rows
 
 # where each row op reduces: one axis (attribute, default), every axis from one on, ...
@@ -1309,9 +1362,16 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
     y_strides = [Q * C, C, 1]
     xa, ya = ctx.addr(x), ctx.addr(y)
     em = LayerEmitter(ctx, node, "vector unit")
+    widen = []
     if depthwise:
         em.info.macs = N * P * Q * C * K
-        wa = ctx.addr(node.inputs[1])
+        # each channel's K taps: one column of a narrow weight's layout (weights.py), or
+        # K elements at the precision; a narrow one is widened by the vector unit
+        wf = dequantized_weight(ctx, node, node.inputs[1], tuple(range(1, n_sp + 2)), 0)
+        em.info.weight_bits = prec * 8 if wf is None else wf.bits
+        pitch = K * prec if wf is None else int(wf.column_bytes(K))
+        widen = [] if wf is None else dequantize_steps(ctx)
+        wa = ctx.addr(node.inputs[1], C * pitch)
         ba = ctx.addr(bias) if bias else 0
     for n in range(N):
         for p0 in range(0, P, pt):
@@ -1328,13 +1388,14 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
                 bases = [xa + ((n * H + h_lo) * W * C + c0) * prec,
                          ya + ((n * P + p0) * Q * C + c0) * prec]
                 if depthwise:  # the channels' window weights (and bias) come along
-                    loads = loads + box_dmas(2, [cc * K], [1], prec)[0]
-                    bases.append(wa + c0 * K * prec)
+                    loads = loads + [Dma(2, 0, 1, 0, 1, 0, cc * pitch)]
+                    bases.append(wa + c0 * pitch)
                     if bias:
                         loads = loads + box_dmas(3, [cc], [1], 4)[0]
                         bases.append(ba + c0 * 4)
                 em.group()
-                em.tile(bases, loads, [(o, el, k) for o, k in steps], stores)
+                em.tile(bases, loads, [(o, cc * K, k) for o, k in widen]
+                        + [(o, el, k) for o, k in steps], stores)
     em.finish()
 
 
@@ -1351,4 +1412,5 @@ LOWERINGS: dict = {
     "Split": lower_split,
     "Slice": lower_slice,
     "Gather": lower_gather,
+    "GatherBlockQuantized": lower_gather_block_quantized,  # ONNX Runtime's quantized table
 }
