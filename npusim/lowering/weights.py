@@ -29,15 +29,18 @@ from __future__ import annotations
 
 from math import prod
 
+from onnx import TensorProto
+
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
 from npusim.frontend.quantized import STORED_BITS
 from npusim.lowering.tiling import WeightFormat
 
 NBITS = (2, 4, 8)  # MatMulNBits widths lowered (ONNX Runtime's kernels take these)
-UINT8 = 2  # TensorProto.UINT8: MatMulNBits' packed zero points
-UINT4, INT4 = 21, 22
-FLOATS = (17, 18, 19, 20, 23)  # FP8 (e4m3fn, e4m3fnuz, e5m2, e5m2fnuz) and FP4 (e2m1)
+UINT8 = TensorProto.UINT8  # MatMulNBits' packed zero points
+UINT4, INT4 = TensorProto.UINT4, TensorProto.INT4
+FLOATS = (TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
+          TensorProto.FLOAT8E5M2FNUZ, TensorProto.FLOAT4E2M1)
 
 
 def _format(ctx, bits: int, block: int, zero_point_bits: int) -> WeightFormat:
