@@ -31,7 +31,8 @@ point, the repetition is inside those instructions, and this is where it is extr
    steady state their queues and open rows at t + span look like those at t, and the
    requests in flight stay in flight.
 4. Not taken (the run goes on in full): when layers of another request are ready or
-   running, or a request arrives before the span's end (multi-tenancy), when a DMA with
+   running, or a request arrives before the span's end (multi-tenancy), when another
+   layer of the same request is running beside (as for a region, ``forward``), when a DMA with
    requests to send sends none (starved of tags: when it gets one is a race), when too
    little of a stream is left, or while the halves disagree.
 """
@@ -126,6 +127,12 @@ class StreamCuts:
         live = released(st, prog) & ~ended
         if len(np.unique(prog.layer[live, isa.L_REQUEST])) > 1:
             self._quiet(st, "shared with another request")
+            return
+        if np.count_nonzero(live & (ls[ks.L_START] >= 0)) > 1:
+            # two layers' tiles share the cores (forward.py's rule for a region: a layer
+            # outside it running): which ends first, and so what the cores take next, is a
+            # race of the last tiles that a span taken out would decide one way
+            self._quiet(st, "another layer runs beside")
             return
         if ff.measuring(st):  # its periods must be the run's own
             self._quiet(st, "a region is being measured")
