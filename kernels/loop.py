@@ -56,12 +56,21 @@ def _next_tick(chip, prog, p, t):
     nxt = min(cores_wake(chip.cores, chip.rings, prog, p), memory_wake(chip.mem, chip.rings, p))
     if p.mem_type != MEM_IDEAL:
         nxt = min(nxt, noc_wake(chip.noc, chip.rings))
-    if fast_fidelity(p) and nxt < isa.NEVER:  # a window ends where it would without skipping
-        nxt = min(nxt, chip.glob[G_WINDOW_AT])
     return max(nxt, t + 1)
 
 
-@kernel
+@kernel(inline=True)
+def _window_clip(chip, p, t, nxt):
+    """Fast fidelity: the next tick no later than the end of the window (a window ends where
+    it would without skipping); ``nxt`` itself in full fidelity. Kept out of ``_next_tick``,
+    which full and fast loops then share as the same code (with it inside, the fast loop ran
+    9-18% slower per event step than the full one on the same events)."""
+    if fast_fidelity(p) and nxt < isa.NEVER:
+        return max(min(nxt, chip.glob[G_WINDOW_AT]), t + 1)
+    return nxt
+
+
+@kernel(out_of_line=True)
 def _window_steady(chip, t):
     """Fast fidelity: a window of G_WINDOW ticks ended before tick t. True (return to Python,
     ``npusim.fast.streams``) if no core's activity changed in it and it is the first or
@@ -95,7 +104,7 @@ def run(chip, prog, mt, p, max_iterations):
     elif paused(cores):  # tick t was done before the pause
         resume(cores)
         if layers_left(cores) > 0:
-            t = _next_tick(chip, prog, p, t)
+            t = _window_clip(chip, p, t, _next_tick(chip, prog, p, t))
             if t >= isa.NEVER:
                 return 1
     iterations = 0
@@ -130,7 +139,7 @@ def run(chip, prog, mt, p, max_iterations):
             return 2
         if layers_left(cores) == 0:
             break
-        nxt = _next_tick(chip, prog, p, t)
+        nxt = _window_clip(chip, p, t, _next_tick(chip, prog, p, t))
         if nxt >= isa.NEVER:
             glob[G_NOW] = t
             return 1
