@@ -51,6 +51,14 @@ def _core_of(n, k):
 
 
 @kernel(inline=True)
+def _interfaces_per_core(np_, p):
+    """k = noc.core_ports, from the node count: without the division (once per NoC step,
+    0.7% of a ResNet-50 mesh run's samples) in the usual case of one."""
+    C = np_.n_nodes - p.n_channels
+    return 1 if C == p.n_cores else C // p.n_cores
+
+
+@kernel(inline=True)
 def _take_request(st, rg, p, n, c, k, tc, t):
     """Node n, an interface of core c (of k), takes the head of the core's injection ring."""
     h = rg.cport[CP_INJ_HEAD, c]
@@ -127,32 +135,75 @@ def _response_due(rg, p, ch, tc):
 @kernel(inline=True)
 def router_network_step(st, rg, p, t):
     """One NoC-clock edge at tick t, a call of its own over the network's buffer."""
-    _packed_step(st.ctl, st.net_mem, st.net_layout, st.net_p, st.net_msg, st.tr_noc, rg, p, t)
+    _packed_step(st.ctl, st.net_mem, st.net_layout, st.net_p, st.net_msg, st.nic_due,
+                 st.tr_noc, rg, p, t)
 
 
 @kernel(out_of_line=True)
-def _packed_step(ctl, mem, layout, np_, msg, tr_noc, rg, p, t):
+def _packed_step(ctl, mem, layout, np_, msg, nic_due, tr_noc, rg, p, t):
     """The step out of line, passed the network as its buffer (``network/packed.py``: two
     arrays, not the ~40 of its tables), so that LLVM compiles it apart from the main loop's
     DRAM and cores: ResNet-50 on a mesh 3-5% faster than inlined in 26 alternating rounds.
     The loop outside the network got faster, the network itself did not (perf,
     results/benchmarks/noc_engine.md): code generation, which an edit of the loop may move."""
     ns, nt = network_views(mem, layout)
-    _network_step(RouterNetwork(ctl, ns, nt, mem, layout, np_, msg, tr_noc), rg, p, t)
+    _network_step(RouterNetwork(ctl, ns, nt, mem, layout, np_, msg, nic_due, tr_noc), rg, p, t)
+
+
+@kernel(inline=True)
+def _note_fresh(st, rg, k, C, tc):
+    """The rings that turned non-empty since the last step (the rings' ``fresh`` bits): the
+    injection side of their nodes is due now (a core's k interfaces, a channel's one)."""
+    for w in range(rg.fresh.shape[1]):
+        bits = take_fresh(rg, FRESH_INJ, w)
+        while bits != 0:
+            c = (w << 6) + trailing_zeros(bits)
+            bits &= bits - 1
+            for j in range(k):
+                st.nic_due[c * k + j] = tc
+        bits = take_fresh(rg, FRESH_OUT, w)
+        while bits != 0:
+            st.nic_due[C + (w << 6) + trailing_zeros(bits)] = tc
+            bits &= bits - 1
+
+
+@kernel(inline=True)
+def _inject(st, rg, p, n, k, C, tc, t):
+    """Node n's injection side at cycle tc: an idle interface takes the head of its ring if
+    it can, then sends a flit if it can. Returns the next cycle it may act (``nic_due``)."""
+    ns = st.net
+    if ns.nic[n, NI_PKT] < 0:  # idle: take the head of its ring, if there is one
+        if n < C:
+            if rg.cport[CP_INJ_COUNT, _core_of(n, k)] == 0:
+                return isa.NEVER
+            _take_request(st, rg, p, n, _core_of(n, k), k, tc, t)
+        else:
+            ch = n - C
+            if rg.mport[MP_OUT_COUNT, ch] == 0:
+                return isa.NEVER
+            if rg.ch_out[P_TIME, ch, rg.mport[MP_OUT_HEAD, ch]] > t:  # not ready yet
+                return _response_due(rg, p, ch, tc)
+            _take_response(st, rg, p, ch, k, tc, t)
+    nic_send(ns, st.net_tab, st.net_p, n, tc)
+    if ns.nic[n, NI_PKT] >= 0:
+        return tc + 1
+    if n < C:
+        return tc + 1 if rg.cport[CP_INJ_COUNT, _core_of(n, k)] > 0 else isa.NEVER
+    return _response_due(rg, p, n - C, tc) if rg.mport[MP_OUT_COUNT, n - C] > 0 else isa.NEVER
 
 
 @kernel(inline=True)
 def _network_step(st, rg, p, t):
-    """Routers, then every node's ejection and injection."""
+    """Routers, then the ejection and injection of every node that is due (all of them
+    without skipping): a node's injection side is visited only from the cycle it gave
+    (``nic_due``) or once its ring turns non-empty."""
     ns = st.net
     np_ = st.net_p
     R = np_.n_routers
-    k = (np_.n_nodes - p.n_channels) // p.n_cores  # interfaces per core
+    k = _interfaces_per_core(np_, p)
     C = p.n_cores * k  # the cores' nodes
     tc = t // p.noc_period
-    for w in range(rg.fresh.shape[1]):  # the rings are scanned below; forget the hints
-        take_fresh(rg, FRESH_INJ, w)
-        take_fresh(rg, FRESH_OUT, w)
+    _note_fresh(st, rg, k, C, tc)
     ns.glob[NG_WAKE] = isa.NEVER  # wakes set from here on (flits, credits) count too
     nxt = routers_step(ns, st.net_tab, np_, tc)
     for n in range(np_.n_nodes):
@@ -163,28 +214,9 @@ def _network_step(st, rg, p, t):
             # (a blocked channel waits for its ring's pop to ring the bell)
         else:
             nxt = min(nxt, ns.wake[R + n])
-        if ns.nic[n, NI_PKT] < 0:  # idle: take the head of its ring, if there is one
-            if n < C:
-                if rg.cport[CP_INJ_COUNT, _core_of(n, k)] == 0:
-                    continue
-                _take_request(st, rg, p, n, _core_of(n, k), k, tc, t)
-            else:
-                ch = n - C
-                if rg.mport[MP_OUT_COUNT, ch] == 0:
-                    continue
-                ready = rg.ch_out[P_TIME, ch, rg.mport[MP_OUT_HEAD, ch]]
-                if ready > t:  # the response is not ready yet
-                    nxt = min(nxt, _response_due(rg, p, ch, tc))
-                    continue
-                _take_response(st, rg, p, ch, k, tc, t)
-        nic_send(ns, st.net_tab, np_, n, tc)
-        if ns.nic[n, NI_PKT] >= 0:
-            nxt = min(nxt, tc + 1)
-        elif n < C:
-            if rg.cport[CP_INJ_COUNT, _core_of(n, k)] > 0:
-                nxt = min(nxt, tc + 1)
-        elif rg.mport[MP_OUT_COUNT, n - C] > 0:
-            nxt = min(nxt, _response_due(rg, p, n - C, tc))
+        if st.nic_due[n] <= tc or np_.skip == 0:
+            st.nic_due[n] = _inject(st, rg, p, n, k, C, tc, t)
+        nxt = min(nxt, st.nic_due[n])
     nxt = min(nxt, ns.glob[NG_WAKE])
     st.ctl[NC_WAKE] = isa.NEVER if nxt >= isa.NEVER else max(nxt, tc + 1) * p.noc_period
     heard(rg, SIDE_NET)

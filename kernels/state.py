@@ -231,6 +231,9 @@ RouterNetwork = namedtuple("RouterNetwork", (  # router_network.py, network/
     # other end
     "net", "net_tab", "net_mem", "net_layout", "net_p",
     "net_msg",  # [M_*, packet]
+    "nic_due",  # [node]            first NoC cycle the node's injection side may act:
+    #                              the next while it sends or its ring holds a packet, a
+    #                              channel's head response's ready cycle, isa.NEVER idle
     "tr_noc",  # [net, slot, core, channel]  flits per link, binned ring (tracing)
 ))
 NC_WAKE = 0

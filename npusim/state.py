@@ -158,7 +158,8 @@ def _noc(cfg: NpuConfig, p: Params, trace) -> ks.Crossbar | ks.RouterNetwork:
         return ks.RouterNetwork(
             ctl=ctl, net=network.state, net_tab=network.tables, net_mem=network.mem,
             net_layout=network.layout, net_p=network.params,
-            net_msg=aligned_table(ks.N_MSG_FIELDS, network.state.pkt.shape[1]), tr_noc=tr_noc)
+            net_msg=aligned_table(ks.N_MSG_FIELDS, network.state.pkt.shape[1]),
+            nic_due=np.full(network.params.n_nodes, isa.NEVER, dtype=np.int64), tr_noc=tr_noc)
     return ks.Crossbar(ctl=ctl, xb_ch=aligned_table(ks.N_XC_FIELDS, ch),
                        xb_core=aligned_table(ks.N_XP_FIELDS, C),
                        xb_heads=aligned_table(C, (ch + 63) // 64), tr_noc=tr_noc)
