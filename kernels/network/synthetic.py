@@ -9,7 +9,8 @@ the next creation cycle is drawn when a packet leaves the queue, which draws the
 Bernoulli trials, cycle by cycle, as drawing every cycle (Booksim's lazy ``_qtime``).
 
 Sinks accept every flit the cycle it arrives. Counters (``sy.stat``) feed the
-warm-up / measurement / convergence procedure in ``npusim.noc.traffic``.
+warm-up / measurement / convergence procedure in ``npusim.noc.traffic``; in its drain,
+``run_synthetic`` stops at the end of the cycle the drain is done (``SY_STOP_DRAINED``).
 """
 
 from collections import namedtuple
@@ -34,11 +35,11 @@ SR_NEXT, SR_DEST = range(2)  # cycle the next packet is created, and its destina
 N_SR_FIELDS = 2
 (SY_LAT_SUM, SY_LAT_N, SY_LAT_MAX, SY_NLAT_SUM, SY_INFLIGHT,
  SY_INFLIGHT_CTIME, SY_RECORD_FROM, SY_RECORD_TO, SY_RECORD_LEFT, SY_COUNT_ALL,
- SY_COUNT_ACCEPTED, SY_INJECTED, SY_QUEUED) = range(13)
-N_SY_FIELDS = 13
+ SY_COUNT_ACCEPTED, SY_INJECTED, SY_QUEUED, SY_STOP_DRAINED) = range(14)
+N_SY_FIELDS = 14
 # SY_COUNT_ALL: latency of every packet is counted (warm-up), else of recorded ones only;
 # SY_COUNT_ACCEPTED: accepted and injected flits are counted; SY_QUEUED: nodes with a
-# packet at their queue's head
+# packet at their queue's head; SY_STOP_DRAINED: run_synthetic returns once drained
 
 
 @kernel
@@ -134,10 +135,23 @@ def _sink(ns, nt, p, sy, n, t):
     ns.wake[p.n_routers + n] = nic_next_arrival(ns, p, n)
 
 
+@kernel
+def drained(sy):
+    """Every recorded packet has arrived and no source will create one any more (each
+    source's next packet is created at or after SY_RECORD_TO, the drain's start)."""
+    if sy.stat[SY_RECORD_LEFT] > 0:
+        return False
+    for n in range(sy.src.shape[1]):
+        if sy.src[SR_NEXT, n] < sy.stat[SY_RECORD_TO]:
+            return False
+    return True
+
+
 @entry
 def run_synthetic(ns, nt, p, sy, tp, t_end):
-    """Advance the network under synthetic traffic up to (not including) cycle t_end.
-    Cycles at which no router or node is due are skipped."""
+    """Advance the network under synthetic traffic up to (not including) cycle t_end, or,
+    with SY_STOP_DRAINED set, to the end of the first cycle after which it is ``drained``.
+    Cycles at which no router or node is due are skipped. Returns the cycle reached."""
     t = ns.glob[NG_NOW]
     N = p.n_nodes
     R = p.n_routers
@@ -152,6 +166,9 @@ def run_synthetic(ns, nt, p, sy, tp, t_end):
             nxt = min(nxt, ns.wake[R + n])
             nxt = min(nxt, t + 1 if ns.nic[n, NI_PKT] >= 0 else sy.src[SR_NEXT, n])
         nxt = min(nxt, ns.glob[NG_WAKE])
+        if sy.stat[SY_STOP_DRAINED] and sy.stat[SY_RECORD_LEFT] == 0 and drained(sy):
+            t += 1
+            break
         t = min(t_end, max(t + 1, nxt)) if p.skip == 1 else t + 1
     ns.glob[NG_NOW] = t
     return t

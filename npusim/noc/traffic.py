@@ -11,14 +11,15 @@ accept every flit. Booksim's ``latency`` simulation then runs in sample periods:
    clear are compared with the previous period's; after ``converge_periods`` periods in a
    row within ``stopping_threshold`` (relative change) of each other, or ``max_samples``
    periods in all, the measurement ends (``--cycles N`` instead measures exactly N cycles);
-3. drain: traffic goes on until every measured packet has arrived.
+3. drain: traffic goes on until every measured packet has arrived (and no source will
+   create another one), and stops at the end of that cycle.
 
-Whenever, at the end of a period (or every 1000 cycles of the drain), the average latency
-of the delivered packets and of every flit still in flight (its age so far) exceeds
-``latency_threshold``, the network is **saturated** (Booksim: "Simulation unstable") and
-the run stops. Reported latency is from a packet's creation to its tail's arrival (source
-queueing included); accepted throughput counts flits received per node per cycle from the
-start of the measurement to the start of the drain.
+Whenever, at the end of a period (or of drain cycles 1000, 2000, ... the drain reaches),
+the average latency of the delivered packets and of every flit still in flight (its age
+so far) exceeds ``latency_threshold``, the network is **saturated** (Booksim: "Simulation
+unstable") and the run stops. Reported latency is from a packet's creation to its tail's
+arrival (source queueing included); accepted throughput counts flits received per node per
+cycle from the start of the measurement to the start of the drain.
 """
 
 from __future__ import annotations
@@ -271,11 +272,16 @@ def measure(net, traffic: Traffic, meas: Measurement = Measurement(),
     injected = stat[ky.SY_INJECTED] / max(1, drain_time - reset_time) / N
     if not saturated:
         # drain: keep the traffic on until every measured packet has arrived
+        # (Booksim checks the threshold every 1000 steps of its drain loop, which ends
+        # the step the drain is done: a check only at a drain cycle it reaches)
         stat[ky.SY_RECORD_TO] = drain_time
         stat[ky.SY_COUNT_ACCEPTED] = 0
+        stat[ky.SY_STOP_DRAINED] = 1
         while stat[ky.SY_RECORD_LEFT] > 0 or sy.src[ky.SR_NEXT].min() < drain_time:
-            advance(DRAIN_CHECK_CYCLES)
-            if over_threshold():
+            check_at = drain_time + DRAIN_CHECK_CYCLES * ((now - drain_time)
+                                                          // DRAIN_CHECK_CYCLES + 1)
+            advance(check_at - now)  # returns early once drained
+            if now == check_at and over_threshold():
                 saturated = True
                 break
             if now - drain_time > meas.max_drain_cycles:
