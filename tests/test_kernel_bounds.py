@@ -21,6 +21,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from npusim.kernels import kernel_cache_dir
 from npusim.kernels.jit import COMPILE_NOTICE
 
@@ -97,6 +99,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.long
 def test_kernels_stay_in_bounds():
     env = dict(os.environ, NUMBA_BOUNDSCHECK="1",
                NUMBA_CACHE_DIR=kernel_cache_dir("-boundscheck"))
