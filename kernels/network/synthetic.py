@@ -135,8 +135,8 @@ def _sink(ns, nt, p, sy, n, t):
     ns.wake[p.n_routers + n] = nic_next_arrival(ns, p, n)
 
 
-@kernel
-def drained(sy):
+@kernel(inline=True)
+def _drained(sy):
     """Every recorded packet has arrived and no source will create one any more (each
     source's next packet is created at or after SY_RECORD_TO, the drain's start)."""
     if sy.stat[SY_RECORD_LEFT] > 0:
@@ -150,7 +150,7 @@ def drained(sy):
 @entry
 def run_synthetic(ns, nt, p, sy, tp, t_end):
     """Advance the network under synthetic traffic up to (not including) cycle t_end, or,
-    with SY_STOP_DRAINED set, to the end of the first cycle after which it is ``drained``.
+    with SY_STOP_DRAINED set, to the end of the first cycle after which it is ``_drained``.
     Cycles at which no router or node is due are skipped. Returns the cycle reached."""
     t = ns.glob[NG_NOW]
     N = p.n_nodes
@@ -166,7 +166,7 @@ def run_synthetic(ns, nt, p, sy, tp, t_end):
             nxt = min(nxt, ns.wake[R + n])
             nxt = min(nxt, t + 1 if ns.nic[n, NI_PKT] >= 0 else sy.src[SR_NEXT, n])
         nxt = min(nxt, ns.glob[NG_WAKE])
-        if sy.stat[SY_STOP_DRAINED] and sy.stat[SY_RECORD_LEFT] == 0 and drained(sy):
+        if sy.stat[SY_STOP_DRAINED] and _drained(sy):
             t += 1
             break
         t = min(t_end, max(t + 1, nxt)) if p.skip == 1 else t + 1

@@ -277,6 +277,7 @@ def measure(net, traffic: Traffic, meas: Measurement = Measurement(),
         stat[ky.SY_RECORD_TO] = drain_time
         stat[ky.SY_COUNT_ACCEPTED] = 0
         stat[ky.SY_STOP_DRAINED] = 1
+        # (until drained: the rule of kernels/network/synthetic.py's _drained)
         while stat[ky.SY_RECORD_LEFT] > 0 or sy.src[ky.SR_NEXT].min() < drain_time:
             check_at = drain_time + DRAIN_CHECK_CYCLES * ((now - drain_time)
                                                           // DRAIN_CHECK_CYCLES + 1)
