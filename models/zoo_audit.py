@@ -494,8 +494,9 @@ NOTES = {
                  "zero, so that product is a constant subgraph and folded, as every "
                  "constant subgraph is (the ONNX GRU/LSTM ops run it: they take the state "
                  "as an input of the op)",
-    "spatial_transformer": "GridSample (and, TorchScript, AffineGrid) have no lowering: the "
-                           "clear unsupported-op error, exit status 2, no traceback",
+    "spatial_transformer": "GridSample (and, TorchScript, AffineGrid) had no lowering when "
+                           "these rows were taken: the clear unsupported-op error, exit "
+                           "status 2, no traceback; both are lowered since 2026-11-29",
     "resnext50_fp16": "float16 export: loads and counts as the float32 one",
     "qwen2_fp16": "float16 export: loads and counts as the float32 one",
 }
@@ -633,9 +634,13 @@ recurrent lowering and the Loop unrolling touch no graph without those ops.
   `torch.export` fails on GoogLeNet; the dynamo exporter specializes Swin-T's height and
   width (the file has them static); DistilBERT at opset 11 needs eager attention (SDPA
   exports from opset 14); `affine_grid` exports only from opset 20.
-- **A truly unsupported op**: the spatial transformer's `GridSample` (and `AffineGrid` in
-  the TorchScript file) is the project's one error naming the op, the node and the
-  supported ops, exit status 2, no traceback (`npusim simulate ... --dim batch_size=1`).
+- **Lowered since this table was taken** (2026-11-29): the spatial transformer's
+  `GridSample` (and `AffineGrid` in the TorchScript file), the one op here npusim named as
+  unsupported, now have lowerings (`npusim/lowering/movement.py`): checked on every
+  GridSample and AffineGrid model of the onnx package (2-D and volumetric, each mode and
+  padding) and on an AffineGrid -> GridSample graph as the TorchScript file holds it
+  (`tests/test_op_costs.py`). The two rows still show the check before the change: the
+  exports were not re-run (that needs torch, which this environment lacks).
 
 ## Noticed and left alone
 

@@ -287,8 +287,8 @@ def build_conv1d_convtranspose() -> Built:
 
 def build_spatial_transformer() -> Built:
     """A spatial transformer: a small CNN predicts an affine transform, ``grid_sample``
-    resamples the image with it (ONNX GridSample: npusim has no lowering for it, so this
-    case checks the unsupported-op error)."""
+    resamples the image with it (ONNX GridSample, and AffineGrid in the TorchScript
+    export at opset 20)."""
     import torch
     from torch import nn
 

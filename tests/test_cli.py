@@ -35,13 +35,11 @@ def _save(graph, path):
 
 @pytest.fixture
 def unsupported_model(tmp_path):
-    """A valid ONNX model whose only op (GridSample) npusim cannot lower."""
-    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 8, 16, 16])
-    grid = helper.make_tensor_value_info("grid", TensorProto.FLOAT, [1, 8, 8, 2])
-    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 8, 8, 8])
-    node = helper.make_node("GridSample", ["X", "grid"], ["Y"], name="sample_0")
-    return _save(helper.make_graph([node], "sample_net", [x, grid], [y]),
-                 tmp_path / "sample.onnx")
+    """A valid ONNX model whose only op (Det, a determinant) npusim cannot lower."""
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 8, 8])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4])
+    node = helper.make_node("Det", ["X"], ["Y"], name="det_0")
+    return _save(helper.make_graph([node], "det_net", [x], [y]), tmp_path / "det.onnx")
 
 
 @pytest.fixture
@@ -155,7 +153,7 @@ def _bad_cases(tmp_path, unsupported_model, matmul_model):
         "non-integer --dim": (["bert_ffn", "--dim", "seq=1.5"], ["seq", "positive integer"]),
         "unknown --dim": (["tiny_cnn", "--dim", "batch=2"], ["batch"]),
         "unbound dim": (["bert_ffn"], ["seq", "--dim seq=VALUE"]),
-        "unsupported op": ([str(unsupported_model)], ["GridSample", "sample_0"]),
+        "unsupported op": ([str(unsupported_model)], ["Det", "det_0"]),
         "mapping too big": ([mm, *gv, "--mapping", str(too_big)],
                             ["big.map:1", "does not fit", "proj"]),
         "mapping not covering": ([mm, *gv, "--mapping", str(short)], ["short.map:2", "loop N"]),

@@ -301,6 +301,76 @@ def test_one_hot(tmp_path):
     assert busy(r) == cost(r, [("sub", 40, 1), ("max", 40, 1)])
 
 
+# A spatial transformer's sampler, 2-D: x (1, 2, 4, 4) sampled at a grid of 8 x 8 positions.
+# Per grid coordinate (128 of them): unnormalize (mul, add), keep in range, weigh; per
+# output element (128): the taps weighted and summed. Written from ONNX's GridSample.
+GRID_PADDING_STEPS = {"zeros": [("max", 1), ("min", 1)], "border": [("max", 1), ("min", 1)],
+                      "reflection": [("sub", 2), ("max", 1), ("min", 1)]}
+
+
+@pytest.mark.parametrize("mode,weigh,taps", [
+    ("bilinear", [("cast", 1), ("sub", 2), ("mul", 2)], 4),  # 4 tap weights: 1 mul each
+    ("nearest", [("cast", 1)], 0),  # rounds; the output a copy of one input element
+    ("bicubic", [("cast", 1), ("sub", 1), ("mul", 12), ("add", 12), ("mul", 8)], 16),
+])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample_steps_and_traffic(tmp_path, mode, weigh, taps, padding):
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"], name="sample", mode=mode,
+                            padding_mode=padding)
+    r = sim(model(tmp_path, [node], [("x", (1, 2, 4, 4)), ("grid", (1, 8, 8, 2))],
+                  [("y", (1, 2, 8, 8))], opset=16))
+    coordinate = [("mul", 1), ("add", 1)] + GRID_PADDING_STEPS[padding] + weigh
+    sample = [("mul", taps), ("add", taps - 1)] if taps else [("cast", 1)]
+    assert [layer["name"] for layer in r.layers] == ["sample/coordinates", "sample"]
+    assert busy(r) == (cost(r, [(o, 128, p) for o, p in coordinate])
+                       + cost(r, [(o, 128, p) for o, p in sample if p]))
+    # the grid (128 B), its 64 packed words, and the input once (each row serves two
+    # output rows, as a resize by two reads it); stored: the words and the output
+    assert loaded(r) == 128 + 64 + 32
+    assert stored(r) == 64 + 128
+
+
+def test_grid_sample_in_three_dimensions(tmp_path):
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"], mode="linear")
+    r = sim(model(tmp_path, [node], [("x", (1, 1, 4, 4, 4)), ("grid", (1, 4, 4, 4, 3))],
+                  [("y", (1, 1, 4, 4, 4))], opset=20))
+    # 8 taps, their weights products of 3 axis weights: 8 * 2 muls over 3 coordinates
+    coordinate = [("mul", 1), ("add", 1), ("max", 1), ("min", 1), ("cast", 1), ("sub", 2),
+                  ("mul", 6)]
+    assert busy(r) == (cost(r, [(o, 192, p) for o, p in coordinate])
+                       + cost(r, [("mul", 64, 8), ("add", 64, 7)]))
+
+
+def test_affine_grid_applies_theta_to_every_position(tmp_path):
+    nodes = [const("size", [1, 2, 8, 8]),
+             helper.make_node("AffineGrid", ["theta", "size"], ["grid"])]
+    r = sim(model(tmp_path, nodes, [("theta", (1, 2, 3))], [("grid", (1, 8, 8, 2))], opset=20))
+    assert busy(r) == cost(r, [("mul", 128, 3), ("add", 128, 3)])
+    assert stored(r) == 128
+
+
+def test_spatial_transformer_samples_with_the_grid_it_builds(tmp_path):
+    """AffineGrid then GridSample, as torch exports F.affine_grid + F.grid_sample: the
+    sampler waits for the grid."""
+    nodes = [const("size", [1, 3, 16, 16]),
+             helper.make_node("AffineGrid", ["theta", "size"], ["grid"], name="affine"),
+             helper.make_node("GridSample", ["x", "grid"], ["y"], name="sample")]
+    r = sim(model(tmp_path, nodes, [("x", (1, 3, 16, 16)), ("theta", (1, 2, 3))],
+                  [("y", (1, 3, 16, 16))], opset=20))
+    affine, coords, sample = r.layers
+    assert coords["start_cycle"] >= affine["end_cycle"]
+    assert sample["start_cycle"] >= coords["end_cycle"]
+    assert r.total_cycles == sample["end_cycle"]
+
+
+def test_grid_sample_names_an_unknown_mode(tmp_path):
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"], name="warp", mode="area")
+    path = model(tmp_path, [node], [("x", (1, 2, 4, 4)), ("grid", (1, 8, 8, 2))],
+                 [("y", (1, 2, 8, 8))], opset=16)
+    with pytest.raises(NpusimError, match="GridSample 'warp': mode 'area'.*bilinear"):
+        sim(path)
+
+
 def test_gather_nd_moves_the_selected_slices(tmp_path):
     node = helper.make_node("GatherND", ["d", "i"], ["y"])
     r = sim(model(tmp_path, [node], [("d", (8, 4, 16)), ("i", (3, 2), I64)], [("y", (3, 16))]))

@@ -71,9 +71,8 @@ CANNOT_LOWER: dict[str, str] = {
     **dict.fromkeys(["StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
                      "TfIdfVectorizer", "ImageDecoder", "SoftmaxCrossEntropyLoss",
                      "NegativeLogLikelihoodLoss"], _NOT_NPU),
-    **dict.fromkeys(["DFT", "STFT", "Det", "RoiAlign", "MaxRoiPool", "GridSample",
-                     "AffineGrid", "DeformConv", "Col2Im", "MaxUnpool", "LinearAttention",
-                     "CausalConvWithState"], _NOT_YET),
+    **dict.fromkeys(["DFT", "STFT", "Det", "RoiAlign", "MaxRoiPool", "DeformConv", "Col2Im",
+                     "MaxUnpool", "LinearAttention", "CausalConvWithState"], _NOT_YET),
 }
 
 

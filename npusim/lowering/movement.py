@@ -1,5 +1,5 @@
-"""Ops that move or replicate data: Pad, Tile, Resize/Upsample, DepthToSpace, SpaceToDepth,
-GatherND, the Scatter family and OneHot.
+"""Ops that move or replicate data: Pad, Tile, Resize/Upsample, GridSample, AffineGrid,
+DepthToSpace, SpaceToDepth, GatherND, the Scatter family and OneHot.
 
 Each is a view problem for :func:`npusim.lowering.vector.emit_views`: an iteration space,
 the tensors read (``View``: element strides over that space, 0 where an operand repeats)
@@ -17,6 +17,13 @@ Resize, Upsample   nearest: one move pass over the output; linear: ``2^k`` mul a
                    for its s output rows, one shrunk by s reads every s-th row; an axis
                    enlarged by a non-integer factor is read once per tile, one shrunk by a
                    non-integer factor every round(d/o)-th row (approximate traffic)
+GridSample         two layers: per grid coordinate, unnormalize, keep in range and weigh
+                   (``GRID_MODES``, ``GRID_PADDING``) into one packed word per position;
+                   then per output element Resize's taps (``2^k`` or ``4^k``), the input
+                   read as a resize to the output's size would read it (the grid's values
+                   are never read: a smooth warp)
+AffineGrid         per grid element: its base coordinate and one row of theta: ``k + 1``
+                   mul and add passes
 DepthToSpace,      one move pass over the output; the input is read through the block
 SpaceToDepth       permutation (DCR or CRD), like a Transpose
 GatherND           DMA only: the index rows, then the gathered slices (spread evenly over the
@@ -120,13 +127,16 @@ def lower_tile(ctx: LoweringContext, node: Node) -> None:
 
 # --------------------------------------------------------------------------- Resize
 
-def lower_resize(ctx: LoweringContext, node: Node) -> None:
-    x, y = node.inputs[0], node.outputs[0]
-    x_shape, y_shape = _shape(ctx, x), _shape(ctx, y)
-    xs, ys = row_major(x_shape), row_major(y_shape)
+def _resampled(x_shape, y_shape) -> tuple[list[int], list[int], list[int], int]:
+    """Reading ``x_shape`` resampled to ``y_shape`` axis by axis (Resize; GridSample, whose
+    grid is taken as a smooth warp): the iteration space, the input's and the output's
+    element strides over it, and how many axes change size. An axis enlarged by an integer
+    factor s reads each input row once for its s output rows, one shrunk by s every s-th
+    row; a non-integer enlargement reads the input once per tile, a non-integer shrink every
+    round(d/o)-th row."""
     space, src, dst = [], [], []
     resized = 0
-    for d, o, sx, sy in zip(x_shape, y_shape, xs, ys):
+    for d, o, sx, sy in zip(x_shape, y_shape, row_major(x_shape), row_major(y_shape)):
         if d == o:
             space.append(o), src.append(sx), dst.append(sy)
             continue
@@ -142,6 +152,19 @@ def lower_resize(ctx: LoweringContext, node: Node) -> None:
         else:  # down by s: every s-th input row
             s = max(1, round(d / o))
             space.append(o), src.append(sx * s), dst.append(sy)
+    return space, src, dst, resized
+
+
+def _interpolation_steps(taps: int) -> list[tuple[str, int]]:
+    """Vector steps per output element that combines ``taps`` weighted inputs (0: a copy)."""
+    if taps == 0:
+        return [(MOVE, 1)]
+    return [("mul", taps)] + ([("add", taps - 1)] if taps > 1 else [])
+
+
+def lower_resize(ctx: LoweringContext, node: Node) -> None:
+    x, y = node.inputs[0], node.outputs[0]
+    space, src, dst, resized = _resampled(_shape(ctx, x), _shape(ctx, y))
     mode = node.attrs.get("mode", "nearest")
     if mode in ("linear", "bilinear"):
         taps = 2 ** resized
@@ -152,10 +175,103 @@ def lower_resize(ctx: LoweringContext, node: Node) -> None:
     else:
         raise NpusimError(f"{node.op_type} '{node.name}': mode {mode!r} is not an ONNX resize "
                           f"mode (nearest, linear, cubic)")
-    steps = [(MOVE, 1)] if taps == 0 else [("mul", taps)] + (
-        [("add", taps - 1)] if taps > 1 else [])
     em = LayerEmitter(ctx, node, f"vector unit ({mode} interpolation)")
-    emit_views(em, space, [View(ctx.addr(x), src)], [View(ctx.addr(y), dst)], steps)
+    emit_views(em, space, [View(ctx.addr(x), src)], [View(ctx.addr(y), dst)],
+               _interpolation_steps(taps))
+    em.finish()
+
+
+# --------------------------------------------------------------------------- sampling grids
+
+# GridSample's modes (opset 16 and 20 spellings): taps per spatial axis, and the vector steps
+# that turn one unnormalized coordinate into its index and per-tap weights: nearest rounds;
+# linear takes floor, fraction w and 1 - w; cubic takes floor and fraction, then its four
+# Keys coefficients (A = -0.75), cubic polynomials in the fraction: 3 mul + 3 add each.
+GRID_MODES = {
+    "nearest": (1, [(MOVE, 1)]),
+    "linear": (2, [(MOVE, 1), ("sub", 2)]),
+    "cubic": (4, [(MOVE, 1), ("sub", 1), ("mul", 12), ("add", 12)]),
+}
+GRID_MODE_NAMES = {"bilinear": "linear", "bicubic": "cubic"}
+# per coordinate, what keeps a sample's taps inside the input (ONNX padding_mode): zeros
+# tests each tap's index against both bounds (its weight is zeroed outside), border clamps
+# the coordinate, reflection folds it back (distance past the edge, twice, then a clamp)
+GRID_PADDING = {
+    "zeros": [("max", 1), ("min", 1)],
+    "border": [("max", 1), ("min", 1)],
+    "reflection": [("sub", 2), ("max", 1), ("min", 1)],
+}
+
+
+def lower_grid_sample(ctx: LoweringContext, node: Node) -> None:
+    """GridSample: each output position samples the input at the point its grid row names.
+
+    Two layers. ``name/coordinates``, over the grid ([N, *out, k], k spatial axes): each
+    coordinate is unnormalized (((g + 1) * size - 1) / 2, or (g + 1) * (size - 1) / 2 with
+    align_corners: a mul and an add), kept in range (``GRID_PADDING``) and turned into its
+    index and weights (``GRID_MODES``); a sample's taps^k weights are products of its k axis
+    weights (k - 1 muls each, spread over its coordinates); each position's index and
+    weights are stored as one packed word. ``name``, over the output ([N, C, *out]): the taps
+    of each element weighted and summed (Resize's steps), the packed words read once per tile
+    for all its channels. The input is read as a resize from its size to the output's reads
+    it: the grid is data npusim never reads, taken as a smooth warp (neighbouring outputs
+    sample neighbouring inputs).
+    """
+    x, grid, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    x_shape, g_shape, y_shape = _shape(ctx, x), _shape(ctx, grid), _shape(ctx, y)
+    k = len(x_shape) - 2
+    if k < 1 or len(g_shape) != k + 2 or g_shape[-1] != k or len(y_shape) != k + 2:
+        raise NpusimError(f"GridSample '{node.name}': needs an input (N, C, *spatial), a grid "
+                          f"(N, *out, {max(k, 1)}) and an output (N, C, *out); got {x_shape}, "
+                          f"{g_shape}, {y_shape}")
+    mode = node.attrs.get("mode", "linear")  # opset 16's "bilinear", opset 20's "linear"
+    mode = GRID_MODE_NAMES.get(mode, mode)
+    padding = node.attrs.get("padding_mode", "zeros")
+    if mode not in GRID_MODES or padding not in GRID_PADDING:
+        raise NpusimError(f"GridSample '{node.name}': mode {mode!r}, padding_mode {padding!r}: "
+                          f"ONNX's modes are bilinear (linear), nearest, bicubic (cubic); its "
+                          f"padding modes {', '.join(GRID_PADDING)}")
+    per_axis, weigh = GRID_MODES[mode]
+    coordinate = [("mul", 1), ("add", 1), *GRID_PADDING[padding], *weigh]
+    taps = 0 if mode == "nearest" else per_axis ** k
+    if k > 1 and taps:
+        coordinate.append(("mul", ceil(taps * (k - 1) / k)))
+    positions = (g_shape[0], *g_shape[1:-1])
+    packed = ctx.scratch(f"{node.name}::samples", positions)
+    sub = Node(name=f"{node.name}/coordinates", op_type=node.op_type, inputs=[grid],
+               outputs=[packed])
+    em = LayerEmitter(ctx, sub, f"vector unit (grid coordinates, {padding} padding)")
+    emit_views(em, g_shape, [View(ctx.addr(grid), row_major(g_shape))],
+               [View(ctx.addr(packed), row_major(positions) + [0])], coordinate)
+    em.finish()
+
+    space, src, dst, _ = _resampled(x_shape, y_shape)
+    # the packed words over the same space: per batch and output position, not per channel
+    P, C = prod(positions[1:]), y_shape[1]
+    words = [0 if P <= sy < C * P else (sy // (C * P)) * P + sy % (C * P) for sy in dst]
+    main = Node(name=node.name, op_type=node.op_type, inputs=[x, packed], outputs=[y])
+    em = LayerEmitter(ctx, main, f"vector unit ({mode} sampling)")
+    emit_views(em, space, [View(ctx.addr(x), src), View(ctx.addr(packed), words)],
+               [View(ctx.addr(y), dst)], _interpolation_steps(taps))
+    em.finish()
+
+
+def lower_affine_grid(ctx: LoweringContext, node: Node) -> None:
+    """AffineGrid: the grid (N, *size, k) of theta (N, k, k + 1) applied to every output
+    position's normalized base coordinates. Per grid element: its position's base coordinate
+    along one axis (index * step + start: a mul and an add, k per position, one per element)
+    and one row of theta times (base, 1): k mul, k add."""
+    theta, y = node.inputs[0], node.outputs[0]
+    t_shape, y_shape = _shape(ctx, theta), _shape(ctx, y)
+    k = y_shape[-1]
+    if len(t_shape) != 3 or t_shape[1:] != (k, k + 1) or len(y_shape) != k + 2:
+        raise NpusimError(f"AffineGrid '{node.name}': needs theta (N, k, k + 1) and a grid "
+                          f"(N, *size, k); got {t_shape}, {y_shape}")
+    em = LayerEmitter(ctx, node, "vector unit (affine grid)")
+    # theta's row for the coordinate, the same for every position of a batch entry
+    src = [k * (k + 1)] + [0] * k + [k + 1]
+    emit_views(em, y_shape, [View(ctx.addr(theta), src)], [View(ctx.addr(y), row_major(y_shape))],
+               [("mul", k + 1), ("add", k + 1)])
     em.finish()
 
 
@@ -280,4 +396,6 @@ LOWERINGS: dict = {
     "Scatter": lower_scatter,
     "TensorScatter": lower_scatter,
     "OneHot": lower_one_hot,
+    "GridSample": lower_grid_sample,
+    "AffineGrid": lower_affine_grid,
 }
