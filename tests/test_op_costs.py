@@ -371,6 +371,43 @@ def test_grid_sample_names_an_unknown_mode(tmp_path):
         sim(path)
 
 
+# DFT and STFT: a GEMM of the signal rows with the transform's matrix, N * C * M MACs with
+# C = n (real) or 2n (complex) samples per row and M = bins * (2, or 1 for a real output)
+
+@pytest.mark.parametrize("x,y,attrs,layers,macs", [
+    # over the axis before re/im: one GEMM, rows of 10 contiguous samples
+    ((2, 4, 10, 1), (2, 4, 10, 2), {"axis": 2}, ["dft"], 8 * 10 * 20),
+    ((2, 4, 10, 2), (2, 4, 10, 2), {"axis": 2, "inverse": 1}, ["dft"], 8 * 20 * 20),
+    ((2, 4, 10, 1), (2, 4, 6, 2), {"axis": 2, "onesided": 1}, ["dft"], 8 * 10 * 12),
+    # over an earlier axis: the signal moved to rows and the bins back
+    ((2, 10, 4, 1), (2, 6, 4, 2), {"axis": 1, "onesided": 1},
+     ["dft/to_rows", "dft", "dft/from_rows"], 8 * 10 * 12),
+    # inverse of a onesided transform: 6 complex bins in, 10 real samples out
+    ((2, 6, 4, 2), (2, 10, 4, 1), {"axis": 1, "onesided": 1, "inverse": 1},
+     ["dft/to_rows", "dft", "dft/from_rows"], 8 * 12 * 10),
+])
+def test_dft_is_a_gemm_with_the_transform_matrix(tmp_path, x, y, attrs, layers, macs):
+    nodes = [const("length", x[attrs["axis"]] if not attrs.get("inverse") or x[-1] == y[-1]
+                   else y[attrs["axis"]]),
+             helper.make_node("DFT", ["x", "length"], ["y"], name="dft", **attrs)]
+    r = sim(model(tmp_path, nodes, [("x", x)], [("y", y)], opset=17))
+    assert [layer["name"] for layer in r.layers] == layers
+    assert [layer["macs"] for layer in r.layers if layer["name"] == "dft"] == [macs]
+    assert r.layers[layers.index("dft")]["systolic_cycles"] > 0
+
+
+def test_stft_frames_are_gemm_rows_with_the_window_folded_in(tmp_path):
+    """128 samples, frames of 32 every 16: (128 - 32) / 16 + 1 = 7 frames, 17 bins
+    (onesided omitted means its default, 1, which ONNX's own inference reads as 0: 32 bins)."""
+    nodes = [const("step", 16),
+             helper.make_node("STFT", ["x", "step", "window"], ["y"], name="stft")]
+    r = sim(model(tmp_path, nodes, [("x", (2, 128, 1)), ("window", (32,))],
+                  [("y", (2, 7, 17, 2))], opset=17))
+    (layer,) = r.layers
+    assert layer["macs"] == 2 * 7 * 32 * 34
+    assert busy(r) == 0  # no vector pass: the window is part of the constant matrix
+
+
 def test_gather_nd_moves_the_selected_slices(tmp_path):
     node = helper.make_node("GatherND", ["d", "i"], ["y"])
     r = sim(model(tmp_path, [node], [("d", (8, 4, 16)), ("i", (3, 2), I64)], [("y", (3, 16))]))

@@ -401,6 +401,7 @@ class _Pass:
             schema = defs.get_schema(node.op_type, self.opsets.get(domain, 1), domain)
         except defs.SchemaError:
             return {}
+        node = _with_defaults(node, schema)
         types = {n: _type_proto(t) for n, t in known.items()}
         types.update({n: self.others[n] for n in node.input if n in self.others})
         if any(n and n not in types for n in node.input):
@@ -546,6 +547,21 @@ def _describe_inputs(node, known: dict[str, Tensor]) -> str:
 def _first_line(e: Exception) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+def _with_defaults(node, schema):
+    """``node`` with every attribute it omits set to its schema default. An omitted
+    attribute means its default, but some of ONNX's inference functions read an omitted one
+    as 0: STFT's ``onesided`` (default 1) gave every bin instead of n // 2 + 1 (onnx 1.23)."""
+    missing = [a.default_value for name, a in schema.attributes.items()
+               if a.default_value.type != AttributeProto.UNDEFINED
+               and name not in {x.name for x in node.attribute}]
+    if not missing:
+        return node
+    filled = onnx.NodeProto()
+    filled.CopyFrom(node)
+    filled.attribute.extend(missing)
+    return filled
 
 
 def infer_static(model: onnx.ModelProto, weights: set[str], where: str) -> Shaped:
