@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 import npusim
 from npusim.errors import NpusimError
-from test_vector_ops import (OVERRIDES, I64, busy, const, cost, levels, loaded, model,
+from test_vector_ops import (OVERRIDES, I64, R, busy, const, cost, levels, loaded, model,
                              requests, sim, stored)
 
 X = (4, 8, 16)
@@ -406,6 +406,38 @@ def test_stft_frames_are_gemm_rows_with_the_window_folded_in(tmp_path):
     (layer,) = r.layers
     assert layer["macs"] == 2 * 7 * 32 * 34
     assert busy(r) == 0  # no vector pass: the window is part of the constant matrix
+
+
+def test_max_unpool_zero_fills_then_stores_each_element_in_its_window(tmp_path):
+    node = helper.make_node("MaxUnpool", ["x", "i"], ["y"], name="unpool", kernel_shape=[2, 2],
+                            strides=[2, 2])
+    r = sim(model(tmp_path, [node], [("x", (1, 2, 4, 4)), ("i", (1, 2, 4, 4), I64)],
+                  [("y", (1, 2, 8, 8))]))
+    zeros, unpool = r.layers
+    assert (zeros["name"], unpool["name"]) == ("unpool/zeros", "unpool")
+    assert unpool["start_cycle"] >= zeros["end_cycle"]  # the stores land on the zeroed output
+    assert busy(r) == cost(r, [("cast", 128, 1)])  # the fill; the scatter is DMA only
+    assert zeros["bytes_stored"] == 128 and unpool["bytes_loaded"] == 32 + 32
+    # 32 elements, each alone in its 2 x 2 window's first position: one request each
+    assert unpool["bytes_stored"] == 32 * R
+
+
+@pytest.mark.parametrize("block,strides,dil,grid", [
+    ([2, 2], [2, 2], [1, 1], [2, 2]),  # fold without overlap: every image element once
+    ([3, 3], [1, 1], [1, 1], [2, 2]),  # overlapping windows
+    ([2, 2], [1, 1], [2, 2], [2, 2]),  # dilated
+])
+def test_col2im_adds_every_column_element_into_the_image(tmp_path, block, strides, dil, grid):
+    image = [(g - 1) * s + d * (b - 1) + 1 for g, s, d, b in zip(grid, strides, dil, block)]
+    K, L = prod(block), prod(grid)
+    nodes = [const("image", image), const("block", block),
+             helper.make_node("Col2Im", ["x", "image", "block"], ["y"], name="fold",
+                              strides=strides, dilations=dil)]
+    r = sim(model(tmp_path, nodes, [("x", (1, 3 * K, L))], [("y", (1, 3, *image))], opset=18))
+    assert busy(r) == cost(r, [("add", 3 * K * L, 1)])
+    # the columns read once: their bytes, rounded up to whole requests in each tile
+    tiles = r.cores[0]["tiles"]
+    assert 3 * K * L <= loaded(r) <= requests(3 * K * L) + R * tiles
 
 
 def test_gather_nd_moves_the_selected_slices(tmp_path):

@@ -73,8 +73,8 @@ CANNOT_LOWER: dict[str, str] = {
     **dict.fromkeys(["StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
                      "TfIdfVectorizer", "ImageDecoder", "SoftmaxCrossEntropyLoss",
                      "NegativeLogLikelihoodLoss"], _NOT_NPU),
-    **dict.fromkeys(["Det", "RoiAlign", "MaxRoiPool", "DeformConv", "Col2Im",
-                     "MaxUnpool", "LinearAttention", "CausalConvWithState"], _NOT_YET),
+    **dict.fromkeys(["Det", "RoiAlign", "MaxRoiPool", "DeformConv", "LinearAttention",
+                     "CausalConvWithState"], _NOT_YET),
 }
 
 

@@ -1,5 +1,5 @@
 """Ops that move or replicate data: Pad, Tile, Resize/Upsample, GridSample, AffineGrid,
-DepthToSpace, SpaceToDepth, GatherND, the Scatter family and OneHot.
+MaxUnpool, Col2Im, DepthToSpace, SpaceToDepth, GatherND, the Scatter family and OneHot.
 
 Each is a view problem for :func:`npusim.lowering.vector.emit_views`: an iteration space,
 the tensors read (``View``: element strides over that space, 0 where an operand repeats)
@@ -24,6 +24,10 @@ GridSample         two layers: per grid coordinate, unnormalize, keep in range a
                    are never read: a smooth warp)
 AffineGrid         per grid element: its base coordinate and one row of theta: ``k + 1``
                    mul and add passes
+MaxUnpool          the output zero-filled by one move pass, then a DMA store of each input
+                   element (and a read of its index) into its pooling window
+Col2Im             one add pass over the columns into the image, overlapping windows
+                   charged per store (as ConvTranspose's col2im)
 DepthToSpace,      one move pass over the output; the input is read through the block
 SpaceToDepth       permutation (DCR or CRD), like a Transpose
 GatherND           DMA only: the index rows, then the gathered slices (spread evenly over the
@@ -275,6 +279,72 @@ def lower_affine_grid(ctx: LoweringContext, node: Node) -> None:
     em.finish()
 
 
+# --------------------------------------------------------------------------- unpool / fold
+
+def lower_max_unpool(ctx: LoweringContext, node: Node) -> None:
+    """MaxUnpool: the output zero-filled (``name/zeros``: one move pass over it), then each
+    input element stored at the position its index names (``name``: the element and its
+    index read, a DMA store). The index lies in the element's pooling window, whose first
+    position stands for it: the stores cover the rows the window covers (the index values
+    are never read)."""
+    x, idx, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    x_shape, y_shape = _shape(ctx, x), _shape(ctx, y)
+    k = len(x_shape) - 2
+    if k < 1 or len(y_shape) != k + 2:
+        raise NpusimError(f"MaxUnpool '{node.name}': needs an input (N, C, *spatial) and an "
+                          f"output of the same rank; got {x_shape}, {y_shape}")
+    strides = [int(v) for v in node.attrs.get("strides", [1] * k)]
+    ys = row_major(y_shape)
+    ctx.alias(f"{node.name}::zeroed", y)  # the output's bytes: the scatter waits for the fill
+    zeros = ctx.scratch(f"{node.name}::zeroed", y_shape)
+    sub = Node(name=f"{node.name}/zeros", op_type=node.op_type, inputs=[], outputs=[zeros])
+    em = LayerEmitter(ctx, sub, "vector unit (zero fill)", preds=[])
+    emit_views(em, y_shape, [], [View(ctx.addr(y), ys)], [(MOVE, 1)])
+    em.finish()
+    window = ys[:2] + [s * st for s, st in zip(ys[2:], strides)]
+    main = Node(name=node.name, op_type=node.op_type, inputs=[x, idx, zeros], outputs=[y])
+    em = LayerEmitter(ctx, main, "DMA scatter")
+    rm = row_major(x_shape)
+    emit_views(em, x_shape, [View(ctx.addr(x), rm), View(ctx.addr(idx), rm)],
+               [View(ctx.addr(y), window)], [])
+    em.finish()
+
+
+def lower_col2im(ctx: LoweringContext, node: Node) -> None:
+    """Col2Im (torch's ``fold``): each column element added into its image position, one add
+    pass over the columns; windows of neighbouring blocks overlap where the block is larger
+    than the stride, each overlapping store charged (as ConvTranspose's col2im: windows
+    placed from the image's first element, padding cropping none of the traffic)."""
+    x, y = node.inputs[0], node.outputs[0]
+    x_shape, y_shape = _shape(ctx, x), _shape(ctx, y)
+    image = y_shape[2:]
+    k = len(image)
+    block = const_value(ctx, node.inputs[2]) if len(node.inputs) > 2 else None
+    if block is None or len(x_shape) != 3 or k < 1:
+        raise NpusimError(f"Col2Im '{node.name}': needs columns (N, C * prod(block), L), a "
+                          f"constant block_shape and an image (N, C, *image); got {x_shape}, "
+                          f"{y_shape}")
+    block = [int(v) for v in np.asarray(block).reshape(-1)]
+    strides = [int(v) for v in node.attrs.get("strides", [1] * k)]
+    dil = [int(v) for v in node.attrs.get("dilations", [1] * k)]
+    pads = [int(v) for v in node.attrs.get("pads", [0] * 2 * k)]
+    grid = [(image[i] + pads[i] + pads[k + i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1
+            for i in range(k)]
+    N, C = y_shape[:2]
+    if prod(grid) != x_shape[2] or C * prod(block) != x_shape[1]:
+        raise NpusimError(f"Col2Im '{node.name}': columns {x_shape} do not match {C} channels "
+                          f"of blocks {block} over a {grid} grid of the image {image}")
+    L, K = x_shape[2], prod(block)
+    out = row_major(y_shape)
+    space = [N, C, *block, *grid]
+    src = [C * K * L, K * L, *[s * L for s in row_major(block)], *row_major(grid)]
+    dst = [out[0], out[1], *[out[2 + i] * dil[i] for i in range(k)],
+           *[out[2 + i] * strides[i] for i in range(k)]]
+    em = LayerEmitter(ctx, node, "vector unit (col2im)")
+    emit_views(em, space, [View(ctx.addr(x), src)], [View(ctx.addr(y), dst)], [("add", 1)])
+    em.finish()
+
+
 # --------------------------------------------------------------------------- depth <-> space
 
 def lower_depth_to_space(ctx: LoweringContext, node: Node) -> None:
@@ -398,4 +468,6 @@ LOWERINGS: dict = {
     "OneHot": lower_one_hot,
     "GridSample": lower_grid_sample,
     "AffineGrid": lower_affine_grid,
+    "MaxUnpool": lower_max_unpool,
+    "Col2Im": lower_col2im,
 }
