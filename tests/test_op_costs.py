@@ -440,6 +440,30 @@ def test_col2im_adds_every_column_element_into_the_image(tmp_path, block, stride
     assert 3 * K * L <= loaded(r) <= requests(3 * K * L) + R * tiles
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_deform_conv_samples_its_columns_then_runs_the_gemm(tmp_path, masked):
+    """x (1, 4, 6, 6), 8 filters of 3 x 3, no padding: 16 output positions, 9 taps. The
+    offsets: 16 x 9 taps x 2 coordinates = 288, each an add, a move, two subs and half of
+    its tap's 4 bilinear weight products (with a mask, 4 more to scale them); the columns:
+    16 x 4 channels x 9 taps = 576 elements, 4 muls and 3 adds each; the GEMM the conv's
+    16 x 8 x 36 MACs."""
+    inputs = [("x", (1, 4, 6, 6)), ("w", (8, 4, 3, 3)), ("offset", (1, 18, 4, 4))]
+    names = ["x", "w", "offset"]
+    if masked:
+        inputs.append(("mask", (1, 9, 4, 4)))
+        names += ["", "mask"]
+    node = helper.make_node("DeformConv", names, ["y"], name="dcn", kernel_shape=[3, 3])
+    r = sim(model(tmp_path, [node], inputs, [("y", (1, 8, 4, 4))], opset=19))
+    assert [layer["name"] for layer in r.layers] == ["dcn/offsets", "dcn/columns", "dcn"]
+    offsets, columns, gemm = r.layers
+    assert columns["start_cycle"] >= offsets["end_cycle"]
+    assert gemm["start_cycle"] >= columns["end_cycle"]
+    assert gemm["macs"] == 16 * 8 * 36 and gemm["systolic_cycles"] > 0
+    coordinate = [("add", 1), ("cast", 1), ("sub", 2), ("mul", 4 if masked else 2)]
+    assert busy(r) == (cost(r, [(o, 288, p) for o, p in coordinate])
+                       + cost(r, [("mul", 576, 4), ("add", 576, 3)]))
+
+
 def test_gather_nd_moves_the_selected_slices(tmp_path):
     node = helper.make_node("GatherND", ["d", "i"], ["y"])
     r = sim(model(tmp_path, [node], [("d", (8, 4, 16)), ("i", (3, 2), I64)], [("y", (3, 16))]))
