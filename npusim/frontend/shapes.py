@@ -553,9 +553,9 @@ def _with_defaults(node, schema):
     """``node`` with every attribute it omits set to its schema default. An omitted
     attribute means its default, but some of ONNX's inference functions read an omitted one
     as 0: STFT's ``onesided`` (default 1) gave every bin instead of n // 2 + 1 (onnx 1.23)."""
+    given = {a.name for a in node.attribute}
     missing = [a.default_value for name, a in schema.attributes.items()
-               if a.default_value.type != AttributeProto.UNDEFINED
-               and name not in {x.name for x in node.attribute}]
+               if a.default_value.type != AttributeProto.UNDEFINED and name not in given]
     if not missing:
         return node
     filled = onnx.NodeProto()

@@ -33,8 +33,8 @@ from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import SPATIAL_RANKS
 from npusim.lowering.gemm import GemmProblem, emit_gemm
-from npusim.lowering.movement import _interpolation_steps
-from npusim.lowering.vector import MOVE, LayerEmitter, View, emit_views, row_major
+from npusim.lowering.movement import GRID_MODES, _interpolation_steps
+from npusim.lowering.vector import LayerEmitter, View, emit_views, row_major
 from npusim.program import LayerInfo
 
 
@@ -63,10 +63,11 @@ def lower_deform_conv(ctx: LoweringContext, node: Node) -> None:
     strides = tuple(node.attrs.get("strides", [1] * k))
     dil = tuple(node.attrs.get("dilations", [1] * k))
     prec = ctx.precision
-    taps = 2 ** k
+    per_axis, weigh = GRID_MODES["linear"]  # bilinear, as GridSample's linear mode
+    taps = per_axis ** k
 
     # offsets -> one packed word per (position, offset group, tap)
-    per_coordinate = [("add", 1), (MOVE, 1), ("sub", 2)]
+    per_coordinate = [("add", 1), *weigh]
     weights = taps * (k - 1) + (taps if mask else 0)  # products per (position, tap)
     if weights:
         per_coordinate.append(("mul", ceil(weights / k)))
