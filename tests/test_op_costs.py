@@ -576,3 +576,136 @@ def test_matmul_integer_is_a_matmul(tmp_path):
     onnx.save(m, str(tmp_path / "mi.onnx"))
     r = npusim.simulate(str(tmp_path / "mi.onnx"), "mobile", overrides=OVERRIDES[:1])
     assert r.layers[0]["op_type"] == "MatMulInteger" and macs(r) == 16 * 32 * 64
+
+
+# --------------------------------------------------------------------------- opset 27: linear-recurrent LLM ops
+
+@pytest.mark.parametrize("past", [False, True])
+def test_causal_conv_with_state_is_a_depthwise_conv_over_state_and_input(tmp_path, past):
+    """x (2, 4, 8), 4 taps, bias, silu: 64 outputs, each 4 muls, 4 adds, the bias's add and
+    silu's sigmoid and mul; 2 x 8 x 4 x 4 MACs. With a past state each batch's first tile
+    also loads its 3 x 4 state rows (one 32 B request); present_state is the input's last 3
+    rows per batch (a request loaded each), stored as one run of 2 x 12 bytes."""
+    names = ["x", "w", "b"] + (["past"] if past else [])
+    inputs = [("x", (2, 4, 8)), ("w", (4, 1, 4)), ("b", (4,))] + \
+        ([("past", (2, 4, 3))] if past else [])
+    node = helper.make_node("CausalConvWithState", names, ["y", "present"], name="cc",
+                            activation="silu")
+    r = sim(model(tmp_path, [node], inputs, [("y", (2, 4, 8)), ("present", (2, 4, 3))],
+                  opset=27))
+    conv, state = r.layers
+    assert (conv["name"], state["name"]) == ("cc", "cc/state")
+    assert conv["macs"] == 2 * 8 * 4 * 4
+    assert busy(r) == cost(r, [("mul", 64, 4), ("add", 64, 4), ("add", 64, 1),
+                               ("sigmoid", 64, 1), ("mul", 64, 1)])
+    # per batch: 32 input bytes, the 16 weight bytes and 16 of bias (4 at accumulator width)
+    # in whole requests; and the state rows with a past state
+    assert conv["bytes_loaded"] == 2 * (R + R + R) + (2 * R if past else 0)
+    assert state["bytes_loaded"] == 2 * R and state["bytes_stored"] == R
+
+
+def test_causal_conv_with_state_shorter_than_its_state(tmp_path):
+    """A 2-token input and 5 taps: present_state's last 2 rows are the input, the 2 before
+    them the zero padding (stored, nothing loaded for them)."""
+    node = helper.make_node("CausalConvWithState", ["x", "w"], ["y", "present"], name="cc")
+    r = sim(model(tmp_path, [node], [("x", (1, 2, 2)), ("w", (2, 1, 5))],
+                  [("y", (1, 2, 2)), ("present", (1, 2, 4))], opset=27))
+    conv, state = r.layers
+    assert conv["macs"] == 2 * 2 * 5
+    assert busy(r) == cost(r, [("mul", 4, 5), ("add", 4, 5)])
+    assert state["bytes_loaded"] == R and state["bytes_stored"] == 2 * R
+
+
+def test_causal_conv_with_state_names_an_unknown_activation(tmp_path):
+    """(ONNX's own inference names it first; the lowering checks again for graphs that
+    skip it.)"""
+    node = helper.make_node("CausalConvWithState", ["x", "w"], ["y", "present"], name="cc",
+                            activation="gelu")
+    with pytest.raises(NpusimError, match="node 'cc'.*activation value 'gelu'"):
+        sim(model(tmp_path, [node], [("x", (1, 2, 4)), ("w", (2, 1, 3))],
+                  [("y", (1, 2, 4)), ("present", (1, 2, 2))], opset=27))
+
+
+def _linear_attention(tmp_path, rule, B, T, Hq, Hkv, dk, dv, chunk, past=False,
+                      decay_width=None, beta_width=None, extra=()):
+    inputs = [("q", (B, T, Hq * dk)), ("k", (B, T, Hkv * dk)), ("v", (B, T, Hkv * dv))]
+    names = ["q", "k", "v", "past" if past else "", "", ""]
+    if past:
+        inputs.append(("past", (B, Hkv, dk, dv)))
+    if decay_width:
+        inputs.append(("decay", (B, T, decay_width)))
+        names[4] = "decay"
+    if beta_width:
+        inputs.append(("beta", (B, T, beta_width)))
+        names[5] = "beta"
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("LinearAttention", names, ["y", "present"], name="la",
+                            q_num_heads=Hq, kv_num_heads=Hkv, update_rule=rule,
+                            chunk_size=chunk)
+    return sim(model(tmp_path, [node], inputs,
+                     [("y", (B, T, Hq * dv)), ("present", (B, Hkv, dk, dv))], opset=27),
+               extra=extra)
+
+
+def test_linear_attention_gated_delta_chunks_follow_each_other_through_the_state(tmp_path):
+    """Gated DeltaNet, grouped (2 query heads on 1 KV head), d_k = d_v = 4, 8 tokens in 2
+    chunks of 4, a decay and an update rate per head. Per chunk (c = 4), MACs:
+    scores 2 x 4 x 4 x 4, kk 4 x 4 x 4, w and u 4 x 4 x 4 each, delta 4 x 4 x 4,
+    inter 2 x 4 x 4 x 4, out 2 x 4 x 4 x 4, state 4 x 4 x 4. Vector: the decay applied to
+    32 Q elements (add, exp, mul) and 16 K elements (add, 2 exp, sub, 2 mul), the causal
+    mask on 32 scores, beta, the mask and the c^3/6 inverse on 16 (mul 3, add 1), the
+    state's 16 elements decayed (mul)."""
+    r = _linear_attention(tmp_path, "gated_delta", 1, 8, 2, 1, 4, 4, 4, decay_width=1,
+                          beta_width=1)
+    parts = ["gates", "scores", "kk", "masks", "w", "u", "delta", "inter", "out", "decay",
+             "state"]
+    names = [f"la/c{i}/{p}" for i in range(2) for p in parts] + ["la"]
+    assert [layer["name"] for layer in r.layers] == names
+    by = {layer["name"]: layer for layer in r.layers}
+    per_chunk = {"scores": 128, "kk": 64, "w": 64, "u": 64, "delta": 64, "inter": 128,
+                 "out": 128, "state": 64}
+    for i in range(2):
+        for p, n in per_chunk.items():
+            assert by[f"la/c{i}/{p}"]["macs"] == n, (i, p)
+    assert macs(r) == 2 * sum(per_chunk.values())
+    one_chunk = (cost(r, [("add", 32, 1), ("exp", 32, 1), ("mul", 32, 1)])
+                 + cost(r, [("add", 16, 1), ("exp", 16, 2), ("sub", 16, 1), ("mul", 16, 2)])
+                 + cost(r, [("mul", 32, 1)]) + cost(r, [("mul", 16, 3), ("add", 16, 1)])
+                 + cost(r, [("mul", 16, 1)]))
+    assert busy(r) == 2 * one_chunk
+    # the second chunk reads the state the first one wrote; each update waits for the
+    # chunk's readers of the state it replaces
+    for reader in ("delta", "inter", "decay"):
+        assert by[f"la/c1/{reader}"]["start_cycle"] >= by["la/c0/state"]["end_cycle"]
+        for i in range(2):
+            assert by[f"la/c{i}/state"]["start_cycle"] >= by[f"la/c{i}/{reader}"]["end_cycle"]
+    assert by["la"]["start_cycle"] >= by["la/c1/out"]["end_cycle"]
+
+
+def test_linear_attention_decode_step_is_one_chunk_of_one_token(tmp_path):
+    """The plain linear rule, one token, 2 batches x 2 heads, d_k = d_v = 8, a past state:
+    scores 2 x 2 x 8, inter and state 2 x 2 x 8 x 8 each, out 2 x 2 x 8; no vector work
+    but the causal mask on the 4 one-element score blocks."""
+    r = _linear_attention(tmp_path, "linear", 2, 1, 2, 2, 8, 8, 64, past=True)
+    assert [layer["name"] for layer in r.layers] == [
+        "la/c0/scores", "la/c0/masks", "la/c0/inter", "la/c0/out", "la/c0/state", "la"]
+    assert [layer["macs"] for layer in r.layers] == [32, 0, 256, 32, 256, 0]
+    assert busy(r) == cost(r, [("mul", 4, 1)])
+
+
+def test_linear_attention_state_update_waits_for_the_chunks_readers(tmp_path):
+    """The plain rule on 4 cores: a chunk's state update needs nothing the readers of the
+    old state produce, but it overwrites that state in place, so it waits for them."""
+    r = _linear_attention(tmp_path, "linear", 2, 64, 4, 4, 32, 32, 16,
+                          extra=["num_cores=4"])
+    by = {layer["name"]: layer for layer in r.layers}
+    for i in range(4):
+        assert by[f"la/c{i}/state"]["start_cycle"] >= by[f"la/c{i}/inter"]["end_cycle"]
+        if i:
+            assert by[f"la/c{i}/inter"]["start_cycle"] >= by[f"la/c{i - 1}/state"]["end_cycle"]
+
+
+def test_linear_attention_gated_needs_its_decay(tmp_path):
+    with pytest.raises(NpusimError, match="node 'la'.*update_rule 'gated' requires decay"):
+        _linear_attention(tmp_path, "gated", 1, 4, 1, 1, 4, 4, 64)

@@ -16,8 +16,8 @@ from npusim.frontend.shapes import ALWAYS_FOLDED
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import SPATIAL_RANKS, lower_conv
 from npusim.lowering.gemm import lower_gemm, lower_matmul, lower_matmul_nbits
-from npusim.lowering import (attention, conv_transpose, deform_conv, einsum, movement,
-                              recurrent, spectral, vector)
+from npusim.lowering import (attention, causal_conv, conv_transpose, deform_conv, einsum,
+                              linear_attention, movement, recurrent, spectral, vector)
 from npusim.lowering.fusion import fused_input, plan_fusions, vector_groups
 from npusim.lowering.layout import lower_empty, lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
@@ -44,6 +44,8 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
     **recurrent.LOWERINGS,
     **spectral.LOWERINGS,
     **deform_conv.LOWERINGS,
+    **causal_conv.LOWERINGS,
+    **linear_attention.LOWERINGS,
 }
 # element-wise ops that may share one vector pass with their neighbours (fusion.vector_groups)
 GROUPABLE = {op for op, lower in LOWERINGS.items()
@@ -74,8 +76,7 @@ CANNOT_LOWER: dict[str, str] = {
     **dict.fromkeys(["StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
                      "TfIdfVectorizer", "ImageDecoder", "SoftmaxCrossEntropyLoss",
                      "NegativeLogLikelihoodLoss"], _NOT_NPU),
-    **dict.fromkeys(["Det", "RoiAlign", "MaxRoiPool", "LinearAttention",
-                     "CausalConvWithState"], _NOT_YET),
+    **dict.fromkeys(["Det", "RoiAlign", "MaxRoiPool"], _NOT_YET),
 }
 
 

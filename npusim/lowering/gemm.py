@@ -40,6 +40,7 @@ class GemmProblem:
     y_addr: int
     bias_addr: int | None = None
     bias_rows: int = 1  # 1: one bias row broadcast over N; N: a full N x M addend
+    bias_batch_stride: int = 0  # bytes from one batch's N x M addend to the next's
     # the weights' own width and layout when narrower than the layer's precision (stored
     # per output column, so w_trans); None: at the precision, as stored
     weight: WeightFormat | None = None
@@ -115,7 +116,7 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
             return rows
         return builder.template(("gemm", layer, nt, ct, mt, first, last, c0), build)
 
-    for (xo, wo, yo) in prob.batch_offsets:
+    for j, (xo, wo, yo) in enumerate(prob.batch_offsets):
         for n0 in range(0, N, tile.n):
             nt = min(tile.n, N - n0)
             for m0 in range(0, M, tile.m):
@@ -138,7 +139,7 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
                     if prob.bias_addr is not None:
                         bb = prob.bias_addr + m0 * ACC_BYTES
                         if prob.bias_rows != 1:
-                            bb += n0 * M * ACC_BYTES
+                            bb += n0 * M * ACC_BYTES + j * prob.bias_batch_stride
                     yb = prob.y_addr + yo + n0 * M * prec + m0 * prec
                     builder.add_tile(template(nt, ct, mt, first, last,
                                               c0 if wf is not None else 0), (xb, wb, bb, yb))

@@ -96,7 +96,7 @@ slots hold, a zero-element VECTOR (zero cycles) joins them first.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil, prod
 from typing import Callable
@@ -1298,12 +1298,18 @@ def lower_rows(ctx: LoweringContext, node: Node) -> None:
 
 # --------------------------------------------------------------------------- pooling
 
-def lower_pool(ctx: LoweringContext, node: Node) -> None:
+def lower_pool(ctx: LoweringContext, node: Node, *, carried: str | None = None,
+               after: list[tuple[str, int]] = ()) -> None:
     """MaxPool / AveragePool / LpPool over 1, 2 or 3 spatial axes, and depthwise Conv (one
     filter per channel: no reduction across channels, so it runs on the vector unit rather
     than the array), over channels-last activations: a tile is ``p`` output rows of the
     first spatial axis (everything of the other spatial axes, ``c`` channels) of one image;
-    it loads the input rows their windows need."""
+    it loads the input rows their windows need.
+
+    ``carried``: rows that precede the input along the first spatial axis (N x the
+    padding before it x the other axes x C, channels-last: a causal convolution's state),
+    read by windows reaching before row 0 instead of padding. ``after``: vector steps per
+    output element after the window's (a fused activation)."""
     op = node.op_type
     x, y = node.inputs[0], node.outputs[0]
     x_shape, y_shape = _shape(ctx, x), _shape(ctx, y)
@@ -1317,7 +1323,8 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
     W = prod(x_shape[3:])  # the other spatial axes, whole in every tile
     P, Q = y_shape[2], prod(y_shape[3:])
     n_sp = len(x_shape) - 2
-    depthwise = op in ("Conv", "FusedConv")  # (conv.py hands depthwise convolutions here)
+    # (conv.py hands depthwise convolutions here; causal_conv.py its stateful causal form)
+    depthwise = op in ("Conv", "FusedConv", "CausalConvWithState")
     kernel = list(_shape(ctx, node.inputs[1])[2:]) if depthwise \
         else list(node.attrs["kernel_shape"])
     strides = list(node.attrs.get("strides", [1] * n_sp))
@@ -1338,9 +1345,11 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
     bias = bias or (ctx.folded_bias.get(node.name) if depthwise else None)
     if bias:
         steps = steps + [("add", 1)]
+    steps = steps + list(after)
 
-    def rows_in(p):
-        return min(H, (p - 1) * strides[0] + (kh - 1) * dil[0] + 1)
+    def rows_in(p):  # (carried rows stand in for padding: the whole window is loaded)
+        window = (p - 1) * strides[0] + (kh - 1) * dil[0] + 1
+        return window if carried else min(H, window)
 
     def fits(p, c):
         return (rows_in(p) * W + p * Q) * c <= cap
@@ -1393,6 +1402,12 @@ def lower_pool(ctx: LoweringContext, node: Node) -> None:
                     if bias:
                         loads = loads + box_dmas(3, [cc], [1], 4)[0]
                         bases.append(ba + c0 * 4)
+                before = pad_t - p0 * strides[0] if carried else 0
+                if before > 0:  # the carried rows these windows reach (the tile's slots
+                    # are taken: addressed from the input's base)
+                    at = ctx.addr(carried) + ((n * pad_t + pad_t - before) * W * C + c0) * prec
+                    loads = loads + [replace(d, offset=d.offset + at - bases[0]) for d in
+                                     box_dmas(0, [before, W, cc], x_strides, prec)[0]]
                 em.group()
                 em.tile(bases, loads, [(o, cc * K, k) for o, k in widen]
                         + [(o, el, k) for o, k in steps], stores)
