@@ -97,6 +97,36 @@ def test_attention_macs_are_projection_plus_scores_plus_context(tmp_path):
         assert b["start_cycle"] >= a["end_cycle"]
 
 
+def test_qattention_projects_in_int8_and_attends_in_float(tmp_path):
+    """ONNX Runtime's dynamic quantization of a fused Attention, on a config that computes
+    in 2 bytes (server): the float op's layers and MACs; its projection moves what the
+    float op's moves on a 1-byte config, its scores, softmax and context what the float
+    op's move on this one."""
+    B, S, h, heads = 1, 64, 64, 2
+    U8, I8 = TensorProto.UINT8, TensorProto.INT8
+    node = helper.make_node("QAttention", ["x", "w", "b", "xs", "ws"], ["y"], name="attn",
+                            domain=MS, num_heads=heads)
+    q = save(tmp_path, [node], [vi("x", [B, S, h], U8), vi("w", [h, 3 * h], I8),
+                                vi("b", [3 * h]), vi("xs", []), vi("ws", [])],
+             [vi("y", [B, S, h])], name="q")
+    assert load_config("server").precision == 2
+    r = by_name(npusim.simulate(q, "server", overrides=IDEAL))
+    attn = ms_attention(tmp_path, B, S, h, heads)
+    f2 = by_name(npusim.simulate(attn, "server", overrides=IDEAL))
+    f1 = by_name(npusim.simulate(attn, "server", overrides=IDEAL + ["precision=1"]))
+    assert list(r) == list(f2) == ["attn/qkv", "attn/scores", "attn/softmax", "attn/context"]
+    for name in f2:
+        assert r[name]["macs"] == f2[name]["macs"] and r[name]["op_type"] == "QAttention"
+    assert r["attn/qkv"]["precision"] == 1 and r["attn/scores"]["precision"] == 2
+
+    def moved(layer):
+        return layer["bytes_loaded"], layer["bytes_stored"]
+
+    assert moved(r["attn/qkv"]) == moved(f1["attn/qkv"]) != moved(f2["attn/qkv"])
+    for part in ("scores", "softmax", "context"):
+        assert moved(r[f"attn/{part}"]) == moved(f2[f"attn/{part}"])
+
+
 def test_attention_with_a_kv_cache_attends_to_past_plus_new(tmp_path):
     B, S, h, heads, past = 1, 4, 32, 2, 12
     d, kv = h // heads, past + S

@@ -193,7 +193,7 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
         lower(ctx, node)
         for layer in range(before, builder.n_layers):
             info = builder.layer_info(layer)
-            info.precision = node.precision
+            info.precision = info.precision or node.precision  # (a part may set its own)
             if node.origin:  # results name the op the model has (QLinearConv, not Conv)
                 info.op_type = node.origin
         ctx.node_precision = None

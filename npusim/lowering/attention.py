@@ -75,20 +75,25 @@ the fused element steps above run as a prefix of the row op (Softmax, LayerNorma
 its RMS form) with the op's own step list, tiling and chunked passes, so a softmax or a norm
 inside these ops costs exactly what the plain node costs.
 
+``QAttention`` (ONNX Runtime's dynamic quantization of a fused Attention) is the
+com.microsoft Attention with its QKV projection in int8 (input, weights and projection
+output at 1 byte per element) and the rest in float.
+
 Not supported: DecoderMaskedMultiHeadAttention, PackedAttention, PackedMultiHeadAttention,
-SparseAttention, PagedAttention, quantized attention (QAttention). MatMulNBits is a GEMM
+SparseAttention, PagedAttention, QOrderedAttention (CUDA only). MatMulNBits is a GEMM
 with a narrow weight (``gemm.lower_matmul_nbits``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 import numpy as np
 
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
+from npusim.frontend.quantized import INT8
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import lower_conv
 from npusim.lowering.gemm import GemmProblem, _batch_strides, emit_gemm, lower_gemm
@@ -305,10 +310,12 @@ def _cache(ctx: LoweringContext, node: Node, which: str, present: str | None,
     return ctx.addr(t), t
 
 
-def lower_ms_attention(ctx: LoweringContext, node: Node) -> None:
-    """com.microsoft Attention: QKV projection + attention (no output projection)."""
+def lower_ms_attention(ctx: LoweringContext, node: Node,
+                       projection_precision: int | None = None) -> None:
+    """com.microsoft Attention: QKV projection + attention (no output projection); the
+    projection computes in ``projection_precision`` bytes per element when given (QAttention:
+    int8)."""
     g = ctx.graph
-    prec = ctx.precision
     x, w = node.inputs[0], node.inputs[1]
     bias, mask, past, ab = _opt(node, 2), _opt(node, 3), _opt(node, 4), _opt(node, 5)
     present = _opt_out(node, 1)
@@ -332,7 +339,11 @@ def lower_ms_attention(ctx: LoweringContext, node: Node) -> None:
     P = _shape(ctx, past)[3] if past else 0
     L = _shape(ctx, present)[3] if present else P + S
 
-    qkv = ctx.scratch(f"{node.name}::qkv", (B, S, Htot))
+    float_precision = ctx.node_precision
+    # (room for Q, K and V in float: the attention reads them so)
+    qkv = ctx.scratch(f"{node.name}::qkv", (B, S, Htot), ctx.precision)
+    ctx.node_precision = projection_precision or float_precision
+    prec = ctx.precision
     prob = GemmProblem(N=B * S, C=Hin, M=Htot, batch_offsets=[(0, 0, 0)], x_addr=ctx.addr(x),
                        x_row_stride=Hin * prec, x_trans=False, w_addr=ctx.addr(w),
                        w_trans=False, y_addr=ctx.addr(qkv),
@@ -342,8 +353,10 @@ def lower_ms_attention(ctx: LoweringContext, node: Node) -> None:
     info = LayerInfo(name=sub.name, op_type=node.op_type,
                      input_shapes=[g.shape(t) for t in sub.inputs], output_shape=(B, S, Htot),
                      macs=B * S * Hin * Htot, mapping="", mapping_source="",
-                     fused=["bias"] if bias else [])
+                     fused=["bias"] if bias else [], precision=projection_precision)
     emit_gemm(ctx, sub, prob, info)
+    ctx.node_precision = float_precision
+    prec = ctx.precision
     qkv_addr = ctx.addr(qkv)
     if int(node.attrs.get("do_rotary", 0)):
         # rotary embedding of Q and K in place (cos/sin computed by the op: no loads)
@@ -525,6 +538,18 @@ def lower_onnx_attention(ctx: LoweringContext, node: Node) -> None:
     attention_core(ctx, node, a, Operand(ctx.addr(q_in), (q_in,)), k, v, node.outputs[0],
                    mask=bool(int(node.attrs.get("is_causal", 0))), bias=mask,
                    softcap=float(node.attrs.get("softcap", 0.0) or 0.0) > 0, qk_out=qk_out)
+
+
+def lower_qattention(ctx: LoweringContext, node: Node) -> None:
+    """com.microsoft QAttention (what ONNX Runtime's dynamic quantization makes of a fused
+    Attention): the QKV projection of the quantized input with int8 weights computes in
+    int8, its dequantization (scales, zero points, bias) in the output path as for any
+    integer GEMM; the attention itself runs in float, as ONNX Runtime's kernel runs it.
+    Inputs: input, weight, bias, input_scale, weight_scale, [mask_index,
+    input_zero_point, weight_zero_point, past]; scales and zero points are not loaded."""
+    ins = list(node.inputs) + [""] * (9 - len(node.inputs))
+    attention = replace(node, inputs=[ins[0], ins[1], ins[2], ins[5], ins[8]])
+    lower_ms_attention(ctx, attention, projection_precision=INT8)
 
 
 def lower_attention(ctx: LoweringContext, node: Node) -> None:
@@ -768,6 +793,7 @@ def lower_rotary(ctx: LoweringContext, node: Node) -> None:
 
 LOWERINGS: dict = {
     "Attention": lower_attention,
+    "QAttention": lower_qattention,
     "MultiHeadAttention": lower_mha,
     "GroupQueryAttention": lower_gqa,
     "FusedConv": lower_fused_conv,
