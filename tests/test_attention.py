@@ -415,6 +415,29 @@ def test_embed_layer_norm_gathers_rows_and_normalizes(tmp_path):
     assert sum(c["bytes_loaded"] for c in r.cores) >= 2 * E
 
 
+@pytest.mark.parametrize("preset,widen", [("mobile", 0), ("server", LAT["sub"] + LAT["mul"])])
+def test_qembed_layer_norm_dequantizes_each_gathered_element(tmp_path, preset, widen):
+    """ONNX Runtime's dynamic quantization of EmbedLayerNormalization: the float op's work
+    plus a DequantizeLinear (sub, mul) per element of the word, position and segment rows
+    read, on a config wider than int8 (server: 2 bytes); nothing more on an int8 one."""
+    B, S, H, V = 2, 8, 32, 1000
+    rows, E = B * S, B * S * H
+    U8 = TensorProto.UINT8
+    tables = ["we", "pe", "se", "g", "be"]
+    scales = [f"{t}_scale" for t in tables] + [f"{t}_zp" for t in tables]
+    node = helper.make_node("QEmbedLayerNormalization", ["ids", "seg"] + tables + [""] + scales,
+                            ["y", "mask_index"], name="emb", domain=MS)
+    shapes = {"we": [V, H], "pe": [512, H], "se": [2, H], "g": [H], "be": [H]}
+    ins = [vi("ids", [B, S], I32), vi("seg", [B, S], I32)] + \
+        [vi(t, shapes[t], U8) for t in tables] + [vi(f"{t}_scale", []) for t in tables] + \
+        [vi(f"{t}_zp", [], U8) for t in tables]
+    path = save(tmp_path, [node], ins, [vi("y", [B, S, H]), vi("mask_index", [B], I32)],
+                name="q")
+    r = npusim.simulate(path, preset, overrides=SCALAR_VU)
+    assert vector_busy(r) == E * 2 * LAT["add"] + 3 * E * widen + _ln(H, rows, E)
+    assert r.layers[0]["op_type"] == "QEmbedLayerNormalization"
+
+
 @pytest.mark.parametrize("op,inputs,steps", [
     ("BiasGelu", ["x", "bias"], ["add", "gelu"]),
     ("FastGelu", ["x", "bias"], ["add", "gelu"]),

@@ -75,9 +75,11 @@ the fused element steps above run as a prefix of the row op (Softmax, LayerNorma
 its RMS form) with the op's own step list, tiling and chunked passes, so a softmax or a norm
 inside these ops costs exactly what the plain node costs.
 
-``QAttention`` (ONNX Runtime's dynamic quantization of a fused Attention) is the
+ONNX Runtime's dynamic quantization of a fused graph writes two more: ``QAttention``, the
 com.microsoft Attention with its QKV projection in int8 (input, weights and projection
-output at 1 byte per element) and the rest in float.
+output at 1 byte per element) and the rest in float; ``QEmbedLayerNormalization``,
+EmbedLayerNormalization with int8 tables, each gathered element dequantized (sub, mul)
+before the adds on a config wider than int8.
 
 Not supported: DecoderMaskedMultiHeadAttention, PackedAttention, PackedMultiHeadAttention,
 SparseAttention, PagedAttention, QOrderedAttention (CUDA only). MatMulNBits is a GEMM
@@ -97,7 +99,8 @@ from npusim.frontend.quantized import INT8
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import lower_conv
 from npusim.lowering.gemm import GemmProblem, _batch_strides, emit_gemm, lower_gemm
-from npusim.lowering.vector import (ELEMENTWISE, LayerEmitter, RowInput, emit_elementwise,
+from npusim.lowering.vector import (ELEMENTWISE, LayerEmitter, RowInput, dequantize_steps,
+                                    emit_elementwise,
                                     emit_row_layer)
 from npusim.program import LayerInfo
 
@@ -711,10 +714,12 @@ def lower_skip_layer_norm(ctx: LoweringContext, node: Node) -> None:
                  [gamma] + ([beta] if beta else []), sum_out=_opt_out(node, 3))
 
 
-def lower_embed_layer_norm(ctx: LoweringContext, node: Node) -> None:
+def lower_embed_layer_norm(ctx: LoweringContext, node: Node,
+                           widen: tuple[str, ...] = ()) -> None:
     """EmbedLayerNormalization: gathered word rows + position rows (+ segment row), then
     layer norm. The token ids are not known: the gathered rows are spread over the table
-    (one DMA run each), as random ids would be."""
+    (one DMA run each), as random ids would be. ``widen``: the vector steps that
+    dequantize each gathered row's element (QEmbedLayerNormalization)."""
     prec = ctx.precision
     seg_ids = _opt(node, 1)  # the ids themselves (4 bytes a token) are not loaded
     word, pos, seg = node.inputs[2], node.inputs[3], _opt(node, 4)
@@ -728,10 +733,10 @@ def lower_embed_layer_norm(ctx: LoweringContext, node: Node) -> None:
                        base_of=lambda r0: r0 * spread),
               RowInput(ctx.addr(pos), "gather", row_stride=H * prec,
                        base_of=lambda r0: (r0 % S) * H * prec)]
-    prefix = ["add"]
+    prefix = [*widen, *widen, "add"]
     if seg and seg_ids:
         inputs.append(RowInput(ctx.addr(seg), "bcast"))
-        prefix.append("add")
+        prefix += [*widen, "add"]
     inputs += [RowInput(ctx.addr(t), "params") for t in (gamma, beta) if t]
     emb_sum = _opt_out(node, 2)
     lid = emit_rows(ctx, node, name=node.name, rows=rows, cols=H, x=None, y=ctx.addr(y),
@@ -741,6 +746,19 @@ def lower_embed_layer_norm(ctx: LoweringContext, node: Node) -> None:
                     input_shapes=[_shape(ctx, t) for t in node.inputs if t],
                     output_shape=(B, S, H))
     _produced(ctx, lid, [emb_sum])
+
+
+def lower_qembed_layer_norm(ctx: LoweringContext, node: Node) -> None:
+    """QEmbedLayerNormalization (ONNX Runtime's dynamic quantization of
+    EmbedLayerNormalization): the tables (and gamma, beta) stored in int8, each gathered
+    element dequantized as it is read (a DequantizeLinear's steps; none on an int8
+    config), then the float op. Inputs: input_ids, segment_ids, the word, position and
+    segment tables, gamma, beta, mask, then scales and zero points (not loaded). The
+    tables' rows are read at the layer's width: a few rows per token, a small share of a
+    model's bytes, which the row emitter moves at one width."""
+    ins = list(node.inputs) + [""] * (8 - len(node.inputs))
+    widen = tuple(op for op, passes in dequantize_steps(ctx) for _ in range(passes))
+    lower_embed_layer_norm(ctx, replace(node, inputs=ins[:8]), widen)
 
 
 def lower_bias_gelu(ctx: LoweringContext, node: Node) -> None:
@@ -803,6 +821,7 @@ LOWERINGS: dict = {
     "SkipLayerNormalization": lower_skip_layer_norm,
     "SkipSimplifiedLayerNormalization": lower_skip_layer_norm,
     "EmbedLayerNormalization": lower_embed_layer_norm,
+    "QEmbedLayerNormalization": lower_qembed_layer_norm,
     "BiasGelu": lower_bias_gelu,
     "FastGelu": lower_bias_gelu,
     "QuickGelu": lower_quick_gelu,
