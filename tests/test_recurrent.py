@@ -123,3 +123,46 @@ def test_an_unknown_activation_is_a_clear_error(tmp_path):
     path = recurrent_model(tmp_path, "RNN", activations=["Sin"])
     with pytest.raises(NpusimError, match=r"RNN 'rnn': activation 'Sin'.*supported: Affine"):
         lowered(path)
+
+
+def test_dynamic_quantize_lstm_runs_its_gemms_in_int8(tmp_path):
+    """ONNX Runtime's DynamicQuantizeLSTM (int8 W [D, I, 4H] and R [D, H, 4H], scales and
+    zero points after the LSTM's inputs) on server (2 bytes): the LSTM's layers and MACs;
+    its GEMMs move what the float LSTM's move on a 1-byte config (the weights read input x
+    gates, one run per input row, where the float op reads one per gate row), its cells
+    what the float LSTM's move on server."""
+    S, B, I, H = 5, 2, 24, 16
+    I8, U8, F = TensorProto.INT8, TensorProto.UINT8, TensorProto.FLOAT
+    scalars = ["W_scale", "W_zero_point", "R_scale", "R_zero_point"]
+    node = helper.make_node("DynamicQuantizeLSTM", ["X", "W", "R", "B", "", "", "", ""]
+                            + scalars, ["Y"], name="rnn", domain="com.microsoft", hidden_size=H)
+    ins = [helper.make_tensor_value_info("X", F, [S, B, I]),
+           helper.make_tensor_value_info("W", I8, [1, I, 4 * H]),
+           helper.make_tensor_value_info("R", I8, [1, H, 4 * H]),
+           helper.make_tensor_value_info("B", F, [1, 8 * H])] + \
+        [helper.make_tensor_value_info(n, I8 if "zero" in n else F, [1]) for n in scalars]
+    graph = helper.make_graph([node], "q", ins,
+                              [helper.make_tensor_value_info("Y", F, [S, 1, B, H])])
+    path = tmp_path / "q.onnx"
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(m, str(path))
+    ideal = ["memory.type=ideal"]
+    q2 = npusim.simulate(str(path), "server", overrides=ideal)
+    q1 = npusim.simulate(str(path), "server", overrides=ideal + ["precision=1"])
+    f2 = npusim.simulate(str(recurrent_model(tmp_path, "LSTM", S, B, I, H)), "server",
+                         overrides=ideal)
+    assert [l["macs"] for l in q2.layers] == [l["macs"] for l in f2.layers]
+    assert {l["op_type"] for l in q2.layers} == {"DynamicQuantizeLSTM"}
+
+    def moved(layer):
+        return layer["bytes_loaded"], layer["bytes_stored"], layer["vector_cycles"]
+
+    gemms = 0
+    for a, a1, b in zip(q2.layers, q1.layers, f2.layers):
+        if a["macs"]:  # in int8 on a 2-byte config: as on a 1-byte one
+            gemms += 1
+            assert a["precision"] == 1 and moved(a) == moved(a1)
+        elif a["name"] != "rnn":  # the cells in float: as the float LSTM's
+            assert moved(a) == moved(b)
+    assert gemms == S + 1

@@ -31,14 +31,19 @@ npusim never reads input data). ``Y_h`` and ``Y_c`` are copied out of the last s
 state when something reads them. With ``layout = 1`` (batch-major ``X``, ``Y`` and states)
 the projection's rows of one step and the initial states are addressed as if time-major
 (the same bytes are moved; only their DRAM addresses differ).
+
+ONNX Runtime's ``DynamicQuantizeLSTM`` (its dynamic quantization of an LSTM) is the LSTM
+with both GEMMs of every step in int8 on weights stored input x gates, the cells in float.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import ceil
 
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
+from npusim.frontend.quantized import INT8
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.gemm import GemmProblem, emit_gemm
 from npusim.lowering.tiling import ACC_BYTES
@@ -80,10 +85,11 @@ def _add(*ops: tuple[str, int]) -> list[tuple[str, int]]:
     return out
 
 
-def cell_steps(node: Node, hidden: int) -> list[list[tuple[str, int]]]:
+def cell_steps(node: Node, hidden: int, op: str | None = None) -> list[list[tuple[str, int]]]:
     """The vector steps of one time step's cell layer(s), per element of the hidden state
-    (``B * H`` elements): one list per vector layer of the step."""
-    op = node.op_type
+    (``B * H`` elements): one list per vector layer of the step (``op``: the cell, default
+    the node's op type)."""
+    op = op or node.op_type
     acts = list(node.attrs.get("activations", [])) or DEFAULT_ACTIVATIONS[op]
     per_dir = len(DEFAULT_ACTIVATIONS[op])
     f, *rest = [_activation(node, a) for a in acts[:per_dir]]
@@ -107,9 +113,13 @@ def cell_steps(node: Node, hidden: int) -> list[list[tuple[str, int]]]:
             _add(("Add", 1)) + _times(g, 1) + _add(("Mul", 1), ("Add", 1))]
 
 
-def lower_recurrent(ctx: LoweringContext, node: Node) -> None:
+def lower_recurrent(ctx: LoweringContext, node: Node, *, cell: str | None = None,
+                    gemm_precision: int | None = None, weights_c_by_m: bool = False) -> None:
+    """``cell``: the recurrent op whose cell this node runs (default: its op type);
+    ``gemm_precision``: bytes per element the GEMMs compute in, when not the node's (an
+    integer LSTM's); ``weights_c_by_m``: W and R stored input x gates, not gates x input."""
     g = ctx.graph
-    op = node.op_type
+    op = cell or node.op_type
     ins = list(node.inputs) + [""] * (8 - len(node.inputs))
     x, w, r, b, _seq_lens, h0, c0 = ins[:7]
     outs = list(node.outputs) + [""] * (3 - len(node.outputs))
@@ -120,7 +130,7 @@ def lower_recurrent(ctx: LoweringContext, node: Node) -> None:
         raise NpusimError(f"{op} '{node.name}': X must be 3-D, got shape {x_shape}")
     S, B = (x_shape[1], x_shape[0]) if layout else (x_shape[0], x_shape[1])
     I = x_shape[2]
-    D, GH = w_shape[0], w_shape[1]
+    D, GH = w_shape[0], w_shape[2 if weights_c_by_m else 1]
     G = GATES[op]
     H = int(node.attrs.get("hidden_size", GH // G))
     if GH != G * H:
@@ -128,7 +138,17 @@ def lower_recurrent(ctx: LoweringContext, node: Node) -> None:
                           f"hidden_size {H}")
     direction = node.attrs.get("direction", "forward")
     prec = ctx.precision
-    steps = cell_steps(node, H)
+    # bytes per element of what the GEMMs read: the weights, and X and h as quantized
+    # copies laid out like them (an integer LSTM quantizes both on the fly)
+    wprec = gemm_precision or prec
+    steps = cell_steps(node, H, op)
+
+    def gemm(sub, prob, info):
+        float_precision = ctx.node_precision
+        ctx.node_precision = gemm_precision or float_precision
+        info.precision = gemm_precision
+        emit_gemm(ctx, sub, prob, info)
+        ctx.node_precision = float_precision
     lbr = op == "GRU" and int(node.attrs.get("linear_before_reset", 0))
 
     # the hidden-state sequence: Y when the model has it, else a scratch of Y's shape
@@ -147,11 +167,12 @@ def lower_recurrent(ctx: LoweringContext, node: Node) -> None:
         tag = f"/{'reverse' if reverse else 'forward'}" if D > 1 else ""
         # input projection for every step, time-major (room for accumulator width)
         xw = ctx.scratch(f"{node.name}{tag}::XW", (S, B, GH), max(prec, ACC_BYTES))
-        sub = Node(f"{node.name}{tag}/x_proj", op, inputs=[x, w] + ([b] if b else []),
+        sub = Node(f"{node.name}{tag}/x_proj", node.op_type, inputs=[x, w] + ([b] if b else []),
                    outputs=[xw])
-        emit_gemm(ctx, sub, GemmProblem(
-            N=S * B, C=I, M=GH, batch_offsets=[(0, d * GH * I * prec, 0)], x_addr=ctx.addr(x),
-            x_row_stride=I * prec, x_trans=False, w_addr=ctx.addr(w), w_trans=True,
+        gemm(sub, GemmProblem(
+            N=S * B, C=I, M=GH, batch_offsets=[(0, d * GH * I * wprec, 0)], x_addr=ctx.addr(x),
+            x_row_stride=I * wprec, x_trans=False, w_addr=ctx.addr(w),
+            w_trans=not weights_c_by_m,
             y_addr=ctx.address[xw], bias_addr=ctx.addr(b) + d * 2 * GH * ACC_BYTES if b else None),
             _info(sub, [x_shape, w_shape], (S, B, GH), S * B * I * GH))
         h_prev = h0 or zero_h
@@ -161,20 +182,21 @@ def lower_recurrent(ctx: LoweringContext, node: Node) -> None:
         for k in range(S):
             t = S - 1 - k if reverse else k
             name = f"{node.name}{tag}/t{t}"
-            r_addr = ctx.addr(r) + d * GH * H * prec
+            r_addr = ctx.addr(r) + d * GH * H * wprec
             rb = ctx.addr(b) + (d * 2 + 1) * GH * ACC_BYTES if b else None
             # the step's rows of XW: an addend of the GEMM (LSTM, RNN: loaded at
             # accumulator width, as a GEMM's addend is) or an operand of the cell (GRU)
             xw_t = ctx.address[xw] + t * B * GH * (prec if op == "GRU" else ACC_BYTES)
             pre = ctx.scratch(f"{name}::gates", (B, GH if (op != "GRU" or lbr) else 2 * H))
-            sub = Node(f"{name}/gemm", op, inputs=[h_prev, r, xw], outputs=[pre])
+            sub = Node(f"{name}/gemm", node.op_type, inputs=[h_prev, r, xw], outputs=[pre])
             if op == "GRU":  # Rb as the bias: the input part is added in the cell
                 M, bias, rows = (GH if lbr else 2 * H), rb, 1
             else:  # accumulate onto XW[t], with Rb folded into XW's bias at deployment
                 M, bias, rows = GH, xw_t, B
-            emit_gemm(ctx, sub, GemmProblem(
+            gemm(sub, GemmProblem(
                 N=B, C=H, M=M, batch_offsets=[(0, 0, 0)], x_addr=h_addr,
-                x_row_stride=h_row * prec, x_trans=False, w_addr=r_addr, w_trans=True,
+                x_row_stride=h_row * wprec, x_trans=False, w_addr=r_addr,
+                w_trans=not weights_c_by_m,
                 y_addr=ctx.addr(pre), bias_addr=bias, bias_rows=rows),
                 _info(sub, [(B, H), (GH, H)], (B, M), B * H * M))
             h_out = f"{name}::h"
@@ -184,17 +206,17 @@ def lower_recurrent(ctx: LoweringContext, node: Node) -> None:
             if op == "LSTM":
                 c_out = f"{name}::c"
                 ctx.address[c_out] = ctx.addr(c_state) + d * B * H * prec
-                cell = Node(f"{name}/cell", op, inputs=[pre, c_prev], outputs=[c_out, h_out])
+                cell = Node(f"{name}/cell", node.op_type, inputs=[pre, c_prev], outputs=[c_out, h_out])
                 loads = operands + [(c_addr, H, H, 1)]
                 stores = [(ctx.address[c_out], H, H, 1), (ctx.address[h_out], b_stride, H, 1)]
                 _emit_cell(ctx, cell, B, H, loads, stores, steps[0])
                 c_prev, c_addr = c_out, ctx.address[c_out]
             elif op == "RNN":
-                cell = Node(f"{name}/cell", op, inputs=[pre], outputs=[h_out])
+                cell = Node(f"{name}/cell", node.op_type, inputs=[pre], outputs=[h_out])
                 _emit_cell(ctx, cell, B, H, operands, [(ctx.address[h_out], b_stride, H, 1)],
                            steps[0])
             elif lbr:
-                cell = Node(f"{name}/cell", op, inputs=[xw, pre, h_prev], outputs=[h_out])
+                cell = Node(f"{name}/cell", node.op_type, inputs=[xw, pre, h_prev], outputs=[h_out])
                 _emit_cell(ctx, cell, B, H, operands + [(h_addr, h_row, H, 1)],
                            [(ctx.address[h_out], b_stride, H, 1)], steps[0])
             else:
@@ -208,7 +230,7 @@ def lower_recurrent(ctx: LoweringContext, node: Node) -> None:
     # Y is complete when the last step of every direction is: a layer with no work joins
     # them (the directions are independent and may run side by side)
     join = ctx.builder.begin_layer(
-        LayerInfo(name=node.name, op_type=op, input_shapes=[x_shape, w_shape],
+        LayerInfo(name=node.name, op_type=node.op_type, input_shapes=[x_shape, w_shape],
                   output_shape=y_shape, macs=0, mapping="",
                   mapping_source="the directions' last steps joined (no data moved)"), ends)
     if y:
@@ -313,4 +335,15 @@ def _copy_states(ctx, node, out: str, which: str, last, D, B, H, join: int) -> N
     em.finish()
 
 
+def lower_dynamic_quantize_lstm(ctx: LoweringContext, node: Node) -> None:
+    """ONNX Runtime's DynamicQuantizeLSTM (what its dynamic quantization makes of an LSTM):
+    the LSTM with its input projection and recurrent GEMMs in int8 on int8 weights stored
+    input x gates (W [D, I, 4H], R [D, H, 4H]), the cells in float. It quantizes X and each
+    step's h on the fly; as for DynamicQuantizeMatMul, that pass is not charged. Inputs: the
+    LSTM's eight, then the weights' scales and zero points (not loaded)."""
+    lower_recurrent(ctx, replace(node, inputs=list(node.inputs[:8])), cell="LSTM",
+                    gemm_precision=INT8, weights_c_by_m=True)
+
+
 LOWERINGS: dict = {op: lower_recurrent for op in GATES}
+LOWERINGS["DynamicQuantizeLSTM"] = lower_dynamic_quantize_lstm
