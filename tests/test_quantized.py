@@ -220,3 +220,63 @@ def test_qoperator_ops_on_stored_integers_compute_in_int8(tmp_path):
     assert load_graph(tmp_path / "m.onnx").node("pool").precision == 1
     r = npusim.simulate(str(tmp_path / "m.onnx"), "server")
     assert r.layers[0]["precision"] == 1 and r.config.precision == 2
+
+
+# --------------------------------------------------------------------------- ORT's dynamic
+# quantization of fused graphs: the contrib ops it writes (QAttention, QEmbedLayerNormalization,
+# DynamicQuantizeLSTM) load and compute their GEMMs in int8, run through the installed
+# onnxruntime's own quantizer (random weights; the files are written at test time)
+
+def _quantized_by_ort(tmp_path, nodes, inputs, outputs, weights):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in weights]
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    src, dst = tmp_path / "float.onnx", tmp_path / "dynamic.onnx"
+    onnx.save(m, str(src))
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    return str(src), str(dst), {n.op_type for n in onnx.load(str(dst)).graph.node}
+
+
+def _vi(name, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def test_ort_dynamic_quantization_of_fused_bert_ops_loads(tmp_path):
+    """EmbedLayerNormalization and Attention become QEmbedLayerNormalization and QAttention;
+    the quantized file has the float file's MACs, its QKV projection in int8."""
+    B, S, H, V = 1, 32, 64, 500
+    ms = "com.microsoft"
+    nodes = [helper.make_node("EmbedLayerNormalization",
+                              ["ids", "segs", "word", "pos", "seg", "gamma", "beta"],
+                              ["emb", "mask_index"], domain=ms, name="emb"),
+             helper.make_node("Attention", ["emb", "w", "b", "mask_index"], ["y"], domain=ms,
+                              num_heads=4, name="attn")]
+    src, dst, ops = _quantized_by_ort(
+        tmp_path, nodes, [_vi("ids", [B, S], TensorProto.INT32),
+                          _vi("segs", [B, S], TensorProto.INT32)], [_vi("y", [B, S, H])],
+        [("word", (V, H)), ("pos", (512, H)), ("seg", (2, H)), ("gamma", (H,)),
+         ("beta", (H,)), ("w", (H, 3 * H)), ("b", (3 * H,))])
+    assert {"QEmbedLayerNormalization", "QAttention"} <= ops
+    f, q = npusim.simulate(src, "server"), npusim.simulate(dst, "server")
+    assert sum(lay["macs"] for lay in q.layers) == sum(lay["macs"] for lay in f.layers) > 0
+    by = {lay["name"]: lay for lay in q.layers}
+    qkv = next(lay for name, lay in by.items() if name.endswith("/qkv"))
+    assert qkv["op_type"] == "QAttention" and qkv["precision"] == 1
+
+
+def test_ort_dynamic_quantization_of_an_lstm_loads(tmp_path):
+    S, B, I, H = 6, 2, 32, 16
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["Y"], hidden_size=H, name="lstm")
+    src, dst, ops = _quantized_by_ort(
+        tmp_path, [node], [_vi("x", [S, B, I])], [_vi("Y", [S, 1, B, H])],
+        [("W", (1, 4 * H, I)), ("R", (1, 4 * H, H)), ("B", (1, 8 * H))])
+    assert "DynamicQuantizeLSTM" in ops
+    f, q = npusim.simulate(src, "server"), npusim.simulate(dst, "server")
+    assert [lay["macs"] for lay in q.layers] == [lay["macs"] for lay in f.layers]
+    assert {lay["precision"] for lay in q.layers if lay["macs"]} == {1}
