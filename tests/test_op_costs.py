@@ -578,7 +578,7 @@ def test_matmul_integer_is_a_matmul(tmp_path):
     assert r.layers[0]["op_type"] == "MatMulInteger" and macs(r) == 16 * 32 * 64
 
 
-# --------------------------------------------------------------------------- opset 27: linear-recurrent LLM ops
+# ------------------------------------------------------ opset 27: linear-recurrent LLM ops
 
 @pytest.mark.parametrize("past", [False, True])
 def test_causal_conv_with_state_is_a_depthwise_conv_over_state_and_input(tmp_path, past):
@@ -602,6 +602,18 @@ def test_causal_conv_with_state_is_a_depthwise_conv_over_state_and_input(tmp_pat
     # in whole requests; and the state rows with a past state
     assert conv["bytes_loaded"] == 2 * (R + R + R) + (2 * R if past else 0)
     assert state["bytes_loaded"] == 2 * R and state["bytes_stored"] == R
+
+
+def test_causal_conv_with_state_waits_for_the_past_state_it_reads(tmp_path):
+    """The past state computed by a layer before it (here a Relu): the convolution's first
+    tiles read its rows, so the convolution waits for it."""
+    nodes = [helper.make_node("Relu", ["p0"], ["past"], name="relu"),
+             helper.make_node("CausalConvWithState", ["x", "w", "", "past"], ["y", "present"],
+                              name="cc")]
+    r = sim(model(tmp_path, nodes, [("x", (2, 64, 4)), ("w", (64, 1, 4)), ("p0", (2, 64, 3))],
+                  [("y", (2, 64, 4)), ("present", (2, 64, 3))], opset=27))
+    by = {layer["name"]: layer for layer in r.layers}
+    assert by["cc"]["start_cycle"] >= by["relu"]["end_cycle"]
 
 
 def test_causal_conv_with_state_shorter_than_its_state(tmp_path):
@@ -709,3 +721,35 @@ def test_linear_attention_state_update_waits_for_the_chunks_readers(tmp_path):
 def test_linear_attention_gated_needs_its_decay(tmp_path):
     with pytest.raises(NpusimError, match="node 'la'.*update_rule 'gated' requires decay"):
         _linear_attention(tmp_path, "gated", 1, 4, 1, 1, 4, 4, 64)
+
+
+@pytest.mark.parametrize("T", [1, 8])
+def test_linear_attention_heads_read_and_write_their_own_blocks(tmp_path, T):
+    """Every (batch, head) GEMM of a chunk reads its own addend, state and weight block and
+    writes its own output block, for a decode step (one-row addends) as for a prefill
+    chunk: per slot (x, weights, addend, output) as many distinct base addresses as
+    (batch, head) pairs, but the weights of a query-head layer, which the 2 query heads of
+    a KV head share; and the blocks written by `out` do not overlap."""
+    from npusim.config import load_config
+    from npusim.frontend import load_graph
+    from npusim.kernels import isa
+    from npusim.lowering import lower_graph
+
+    B, Hq, Hkv, dk, dv = 2, 4, 2, 8, 8
+    r = _linear_attention(tmp_path, "delta", B, T, Hq, Hkv, dk, dv, 64, beta_width=Hkv)
+    prog = lower_graph(load_graph(tmp_path / "m.onnx"), load_config("gemmini_validation"))
+    names = [info.name for info in prog.layers]
+    for part, heads in (("delta", Hkv), ("inter", Hq), ("out", Hq), ("state", Hkv)):
+        tiles = prog.tile[prog.tile[:, isa.T_LAYER] == names.index(f"la/c0/{part}")]
+        assert len(tiles) == B * heads
+        for slot in range(isa.N_TILE_SLOTS):
+            bases = tiles[:, isa.T_BASE0 + slot]
+            if not bases.any():
+                continue  # a slot the layer does not use (no addend)
+            shared = slot == 1 and heads == Hq  # a KV head's state or U' for its 2 heads
+            distinct = len(set(bases))
+            assert distinct == B * (Hkv if shared else heads), (part, slot)
+    out = prog.tile[prog.tile[:, isa.T_LAYER] == names.index("la/c0/out")]
+    starts = sorted(out[:, isa.T_BASE0 + 3])
+    assert all(b - a >= T * dv for a, b in zip(starts, starts[1:]))  # 1-byte elements
+    assert r.total_cycles > 0

@@ -128,9 +128,8 @@ def test_an_unknown_activation_is_a_clear_error(tmp_path):
 def test_dynamic_quantize_lstm_runs_its_gemms_in_int8(tmp_path):
     """ONNX Runtime's DynamicQuantizeLSTM (int8 W [D, I, 4H] and R [D, H, 4H], scales and
     zero points after the LSTM's inputs) on server (2 bytes): the LSTM's layers and MACs;
-    its GEMMs move what the float LSTM's move on a 1-byte config (the weights read input x
-    gates, one run per input row, where the float op reads one per gate row), its cells
-    what the float LSTM's move on server."""
+    its GEMMs move what they move when the whole config is 1 byte wide (they compute in
+    int8), its cells what the float LSTM's cells move on server (they stay float)."""
     S, B, I, H = 5, 2, 24, 16
     I8, U8, F = TensorProto.INT8, TensorProto.UINT8, TensorProto.FLOAT
     scalars = ["W_scale", "W_zero_point", "R_scale", "R_zero_point"]

@@ -77,9 +77,9 @@ inside these ops costs exactly what the plain node costs.
 
 ONNX Runtime's dynamic quantization of a fused graph writes two more: ``QAttention``, the
 com.microsoft Attention with its QKV projection in int8 (input, weights and projection
-output at 1 byte per element) and the rest in float; ``QEmbedLayerNormalization``,
-EmbedLayerNormalization with int8 tables, each gathered element dequantized (sub, mul)
-before the adds on a config wider than int8.
+output at 1 byte per element: npusim's GEMMs store at their width) and the rest in float;
+``QEmbedLayerNormalization``, EmbedLayerNormalization with int8 tables, each gathered
+element dequantized (sub, mul) before the adds on a config wider than int8.
 
 Not supported: DecoderMaskedMultiHeadAttention, PackedAttention, PackedMultiHeadAttention,
 SparseAttention, PagedAttention, QOrderedAttention (CUDA only). MatMulNBits is a GEMM
@@ -343,8 +343,10 @@ def lower_ms_attention(ctx: LoweringContext, node: Node,
     L = _shape(ctx, present)[3] if present else P + S
 
     float_precision = ctx.node_precision
-    # (room for Q, K and V in float: the attention reads them so)
+    # (room for Q, K and V in float: the attention reads them so; the bias in its own width)
     qkv = ctx.scratch(f"{node.name}::qkv", (B, S, Htot), ctx.precision)
+    if bias:
+        ctx.addr(bias)
     ctx.node_precision = projection_precision or float_precision
     prec = ctx.precision
     prob = GemmProblem(N=B * S, C=Hin, M=Htot, batch_offsets=[(0, 0, 0)], x_addr=ctx.addr(x),
@@ -548,6 +550,9 @@ def lower_qattention(ctx: LoweringContext, node: Node) -> None:
     Attention): the QKV projection of the quantized input with int8 weights computes in
     int8, its dequantization (scales, zero points, bias) in the output path as for any
     integer GEMM; the attention itself runs in float, as ONNX Runtime's kernel runs it.
+    The projection stores Q, K and V at the width it computes in (1 byte), as every npusim
+    GEMM stores its output (MatMulIntegerToFloat likewise), where ONNX Runtime stores them
+    dequantized: their store is counted at 1 byte per element, not the float width.
     Inputs: input, weight, bias, input_scale, weight_scale, [mask_index,
     input_zero_point, weight_zero_point, past]; scales and zero points are not loaded."""
     ins = list(node.inputs) + [""] * (9 - len(node.inputs))
@@ -750,12 +755,13 @@ def lower_embed_layer_norm(ctx: LoweringContext, node: Node,
 
 def lower_qembed_layer_norm(ctx: LoweringContext, node: Node) -> None:
     """QEmbedLayerNormalization (ONNX Runtime's dynamic quantization of
-    EmbedLayerNormalization): the tables (and gamma, beta) stored in int8, each gathered
-    element dequantized as it is read (a DequantizeLinear's steps; none on an int8
-    config), then the float op. Inputs: input_ids, segment_ids, the word, position and
-    segment tables, gamma, beta, mask, then scales and zero points (not loaded). The
-    tables' rows are read at the layer's width: a few rows per token, a small share of a
-    model's bytes, which the row emitter moves at one width."""
+    EmbedLayerNormalization): the tables stored in int8, each gathered element dequantized
+    as it is read (a DequantizeLinear's steps; none on an int8 config), then the float op
+    (gamma and beta, int8 too, are loaded once per tile: their widening is not charged).
+    Inputs: input_ids, segment_ids, the word, position and segment tables, gamma, beta,
+    mask, then scales and zero points (not loaded). The tables' rows are read at the
+    layer's width: a few rows per token, a small share of a model's bytes, which the row
+    emitter moves at one width."""
     ins = list(node.inputs) + [""] * (8 - len(node.inputs))
     widen = tuple(op for op, passes in dequantize_steps(ctx) for _ in range(passes))
     lower_embed_layer_norm(ctx, replace(node, inputs=ins[:8]), widen)

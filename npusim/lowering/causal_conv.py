@@ -45,8 +45,9 @@ def lower_causal_conv(ctx: LoweringContext, node: Node) -> None:
                           f"one of {', '.join(ACTIVATIONS)}")
     B, C, L = x_shape
     k = w_shape[2]
-    conv = Node(name=node.name, op_type=node.op_type, inputs=[x, w] + ([bias] if bias else []),
-                outputs=[y], attrs={"pads": [k - 1, 0], "group": C})
+    # (the past state among the inputs: the layer waits for whatever writes it)
+    conv = Node(name=node.name, op_type=node.op_type, inputs=[x, w, bias, past], outputs=[y],
+                attrs={"pads": [k - 1, 0], "group": C})
     lower_pool(ctx, conv, carried=past or None, after=ACTIVATIONS[act])
     if k > 1 and present and (g.consumers(present) or present in g.outputs):
         _copy_state(ctx, node, x, past, present, B, C, L, k - 1)

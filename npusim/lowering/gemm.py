@@ -40,7 +40,7 @@ class GemmProblem:
     y_addr: int
     bias_addr: int | None = None
     bias_rows: int = 1  # 1: one bias row broadcast over N; N: a full N x M addend
-    bias_batch_stride: int = 0  # bytes from one batch's N x M addend to the next's
+    bias_batch_stride: int = 0  # bytes from one batch's bias (or N x M addend) to the next's
     # the weights' own width and layout when narrower than the layer's precision (stored
     # per output column, so w_trans); None: at the precision, as stored
     weight: WeightFormat | None = None
@@ -137,9 +137,9 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
                         wb = prob.w_addr + wo + c0 * M * prec + m0 * prec
                     bb = 0
                     if prob.bias_addr is not None:
-                        bb = prob.bias_addr + m0 * ACC_BYTES
+                        bb = prob.bias_addr + m0 * ACC_BYTES + j * prob.bias_batch_stride
                         if prob.bias_rows != 1:
-                            bb += n0 * M * ACC_BYTES + j * prob.bias_batch_stride
+                            bb += n0 * M * ACC_BYTES
                     yb = prob.y_addr + yo + n0 * M * prec + m0 * prec
                     builder.add_tile(template(nt, ct, mt, first, last,
                                               c0 if wf is not None else 0), (xb, wb, bb, yb))

@@ -30,12 +30,16 @@ The ``g = q_num_heads / kv_num_heads`` query heads of a KV head share its state,
 values (grouped-query). The scale is folded into the GEMM output (free), as attention's.
 A state layer waits for every layer of its chunk that reads the state it replaces (it is
 updated in place). Without ``past_state`` the first chunk works on a zero state, as the op
-defines it. The state is kept at accumulator width (it is an addend of the next update).
+defines it. ``decay`` reads the decay's row of the chunk's last token (the exponential of its
+prefix sum comes from ``gates``, which needs it for ``K''``).
 
-Addresses: operands read as rows (``x``) are read exactly where the packed
-``(B, T, H * d)`` layout puts them; a block read as the array's weights (K, V) or written
-by a GEMM (the output) is addressed as one contiguous ``[rows, d]`` block per head, as
-attention's are (the same bytes; only their DRAM addresses differ).
+Widths and addresses: the GEMMs read and write at the layer's precision, and read an addend
+(``U``, ``inter``'s rows, the state) at accumulator width, as every npusim GEMM does; so the
+buffers read as addends are allocated at accumulator width (as the recurrent ops' XW).
+Operands read as rows (``x``) are read exactly where the packed ``(B, T, H * d)`` layout puts
+them; a block read as the array's weights (K, V) or written by a GEMM (the output) is the
+head's contiguous ``[T, d]`` block of a ``(B, H, T, d)`` layout (ONNX Runtime's BNSH, as
+attention's): the same bytes, disjoint per head; only their DRAM addresses differ.
 """
 
 from __future__ import annotations
@@ -89,13 +93,24 @@ def lower_linear_attention(ctx: LoweringContext, node: Node) -> None:
         raise NpusimError(f"LinearAttention '{node.name}': chunk_size {chunk} must be positive")
     B, T = q_shape[:2]
     dk, dv = q_shape[2] // Hq, v_shape[2] // Hkv
-    la = _Chunks(ctx, node, B, T, Hq, Hkv, dk, dv, rule)
-    # the state, updated in place chunk by chunk (accumulator width: an addend)
-    state = present or ctx.scratch(f"{node.name}::present", (B, Hkv, dk, dv))
-    ctx.addr(state, B * Hkv * dk * dv * max(ctx.precision, ACC_BYTES))
+    for t, widths in ((decay, (Hkv * dk, Hkv)), (beta, (Hkv, 1))):
+        if t and (g.shape(t)[:2] != (B, T) or g.shape(t)[2] not in widths):
+            raise NpusimError(f"LinearAttention '{node.name}': {t} has shape {g.shape(t)}; "
+                              f"expected ({B}, {T}, one of {widths})")
+    acc = max(ctx.precision, ACC_BYTES)
+    # the state, updated in place chunk by chunk (an addend: accumulator width)
+    state = present or ctx.scratch(f"{node.name}::present", (B, Hkv, dk, dv), acc)
+    ctx.addr(state, B * Hkv * dk * dv * acc)
     if past:
-        ctx.addr(past, B * Hkv * dk * dv * max(ctx.precision, ACC_BYTES))
-    s_prev = past or ctx.scratch(f"{node.name}::state0", (B, Hkv, dk, dv), ACC_BYTES)
+        ctx.addr(past, B * Hkv * dk * dv * acc)
+    s_prev = past or ctx.scratch(f"{node.name}::state0", (B, Hkv, dk, dv), acc)
+    if T == 0:  # no token: the state passes through
+        ctx.alias(state, s_prev)
+        for t in (y, state):
+            if s_prev in ctx.producer_layer:
+                ctx.producer_layer[t] = ctx.producer_layer[s_prev]
+        return
+    la = _Chunks(ctx, node, B, T, Hq, Hkv, dk, dv, rule)
     c = min(chunk, T)
     n_chunks = ceil(T / c)
     outputs = []
@@ -157,91 +172,85 @@ class _Chunks:
         ctx, p = self.ctx, self.p
         B, T, Hq, Hkv, dk, dv = self.B, self.T, self.Hq, self.Hkv, self.dk, self.dv
         gated, delta = self.rule in GATED, self.rule in DELTA
-        qs, ks, vs = Hq * dk, Hkv * dk, Hkv * dv  # row strides (elements) of the packed inputs
-        q_at = ctx.addr(q) + r0 * qs * p
-        k_at = ctx.addr(k) + r0 * ks * p
-        v_at = ctx.addr(v) + r0 * vs * p
-        state_block = dk * dv * max(p, ACC_BYTES)
+        acc = max(p, ACC_BYTES)
+        qs, ks = Hq * dk, Hkv * dk  # row widths (elements) of the packed Q and K
+
+        def rows(length, width, d):
+            """(batch, head) -> byte offset of the head's first row in a packed tensor of
+            ``length`` rows per batch, ``width`` elements a row (read as rows)."""
+            return lambda b, h: (b * length * width + h * d) * p
+
+        def block(length, heads, d, first=0, item=p):
+            """(batch, head) -> byte offset of the head's [length, d] block in a (B, heads,
+            length, d) layout, from row ``first``."""
+            return lambda b, h: ((b * heads + h) * length + first) * d * item
 
         def sc(what, shape, itemsize=None):
             return ctx.scratch(f"{tag}::{what}", shape, itemsize)
 
-        q_in, k_in, k_state = q, k, k  # what the GEMMs read (decayed copies when gated)
+        # what the GEMMs read: Q and K rows from the chunk's first token, or the gates'
+        # decayed copies of the chunk (B, c, H * d)
+        q_in, k_in, k_state = q, k, k
+        q_at, q_len = ctx.addr(q) + r0 * qs * p, T
+        k_len, k_first = T, r0
         if gated:
-            q_in, k_in, k_state = sc("q", (B, c, qs)), sc("k", (B, c, ks)), sc("k_state", (B, c, ks))
+            q_in, k_in = sc("q", (B, c, qs)), sc("k", (B, c, ks))
+            k_state = sc("k_state", (B, c, ks))
             self._gates(tag, r0, c, q, k, decay, q_in, k_in, k_state)
-            q_at, k_at = ctx.addr(q_in), ctx.addr(k_in)
+            q_at, q_len = ctx.addr(q_in), c
+            k_len, k_first = c, 0
         # A = Q' K'^T per query head: the chunk's scores
         A = self._gemm(f"{tag}/scores", [q_in, k_in], sc("scores", (B * Hq, c, c)), c, dk, c,
-                       self._per_q_head(lambda b, h: (b * T * qs + h * dk) * p if not gated
-                                        else (b * c * qs + h * dk) * p,
-                                        lambda b, h: (b * (T if not gated else c) * ks
-                                                      + h * dk) * p,
-                                        lambda b, h: (b * Hq + h) * c * c * p),
-                       q_at, qs * p, k_at, w_trans=True, out_shape=(B, Hq, c, c))
+                       self._per_q_head(rows(q_len, qs, dk), block(k_len, Hkv, dk, k_first),
+                                        block(c, Hq, c)),
+                       q_at, qs * p, ctx.addr(k_in), w_trans=True, out_shape=(B, Hq, c, c))
         kk = None
-        if delta:
+        if delta:  # K K^T, then (masks) T in place
             kk = self._gemm(f"{tag}/kk", [k], sc("kk", (B * Hkv, c, c)), c, dk, c,
-                            self._per_kv_head(lambda b, h: (b * T * ks + h * dk) * p,
-                                              lambda b, h: (b * T * ks + h * dk) * p,
-                                              lambda b, h: (b * Hkv + h) * c * c * p),
-                            ctx.addr(k) + r0 * ks * p, ks * p, ctx.addr(k) + r0 * ks * p,
-                            w_trans=True, out_shape=(B, Hkv, c, c))
-        self._masks(tag, c, A, kk, beta, r0)  # (delta rules: K K^T becomes T in place)
-        Tm = kk
+                            self._per_kv_head(rows(T, ks, dk), block(T, Hkv, dk, r0),
+                                              block(c, Hkv, c)),
+                            ctx.addr(k) + r0 * ks * p, ks * p, ctx.addr(k), w_trans=True,
+                            out_shape=(B, Hkv, c, c))
+        self._masks(tag, c, A, kk, beta, r0)
         # U' (the values the state takes in): V, or for the delta rules U - W S
         if delta:
-            k_rows = ctx.addr(k_in) + (0 if gated else r0 * ks * p)
-            k_batch = c if gated else T
-            per_kv = lambda n: (lambda b, h: (b * Hkv + h) * c * n * p)  # noqa: E731
-            W = self._gemm(f"{tag}/w", [Tm, k_in], sc("w", (B * Hkv, c, dk)), c, c, dk,
-                           self._per_kv_head(per_kv(c), lambda b, h: (b * k_batch * ks
-                                                                      + h * dk) * p,
-                                             per_kv(dk)),
-                           ctx.addr(Tm), c * p, k_rows, out_shape=(B, Hkv, c, dk))
-            U = self._gemm(f"{tag}/u", [Tm, v], sc("u", (B * Hkv, c, dv), max(p, ACC_BYTES)),
-                           c, c, dv,
-                           self._per_kv_head(per_kv(c), lambda b, h: (b * T * vs + h * dv) * p,
-                                             lambda b, h: (b * Hkv + h) * c * dv
-                                             * max(p, ACC_BYTES)),
-                           ctx.addr(Tm), c * p, v_at, out_shape=(B, Hkv, c, dv))
+            W = self._gemm(f"{tag}/w", [kk, k_in], sc("w", (B * Hkv, c, dk)), c, c, dk,
+                           self._per_kv_head(block(c, Hkv, c), block(k_len, Hkv, dk, k_first),
+                                             block(c, Hkv, dk)),
+                           ctx.addr(kk), c * p, ctx.addr(k_in), out_shape=(B, Hkv, c, dk))
+            U = self._gemm(f"{tag}/u", [kk, v], sc("u", (B * Hkv, c, dv), acc), c, c, dv,
+                           self._per_kv_head(block(c, Hkv, c), block(T, Hkv, dv, r0),
+                                             block(c, Hkv, dv, item=acc)),
+                           ctx.addr(kk), c * p, ctx.addr(v), out_shape=(B, Hkv, c, dv))
             u_new = self._gemm(f"{tag}/delta", [W, s_prev, U], sc("u_new", (B * Hkv, c, dv)),
                                c, dk, dv,
-                               self._per_kv_head(per_kv(dk), lambda b, h: (b * Hkv + h)
-                                                 * state_block, per_kv(dv)),
+                               self._per_kv_head(block(c, Hkv, dk), block(dk, Hkv, dv, item=acc),
+                                                 block(c, Hkv, dv)),
                                ctx.addr(W), dk * p, ctx.addr(s_prev), bias=U, bias_rows=c,
-                               bias_stride=c * dv * ACC_BYTES, out_shape=(B, Hkv, c, dv))
-            u_at, u_off = ctx.addr(u_new), (lambda b, h: (b * Hkv + h) * c * dv * p)
+                               bias_stride=c * dv * acc, out_shape=(B, Hkv, c, dv))
+            u_off = block(c, Hkv, dv)
         else:
-            u_new, u_at, u_off = v, v_at, (lambda b, h: (b * T * vs + h * dv) * p)
+            u_new, u_off = v, block(T, Hkv, dv, r0)
         # the output rows: Q' S, then A U' added onto them
-        q_rows = (lambda b, h: (b * T * qs + h * dk) * p) if not gated else \
-            (lambda b, h: (b * c * qs + h * dk) * p)
-        inter = self._gemm(f"{tag}/inter", [q_in, s_prev],
-                           sc("inter", (B * Hq, c, dv), max(p, ACC_BYTES)), c, dk, dv,
-                           self._per_q_head(q_rows, lambda b, h: (b * Hkv + h) * state_block,
-                                            lambda b, h: (b * Hq + h) * c * dv
-                                            * max(p, ACC_BYTES)),
+        inter = self._gemm(f"{tag}/inter", [q_in, s_prev], sc("inter", (B * Hq, c, dv), acc),
+                           c, dk, dv,
+                           self._per_q_head(rows(q_len, qs, dk), block(dk, Hkv, dv, item=acc),
+                                            block(c, Hq, dv, item=acc)),
                            q_at, qs * p, ctx.addr(s_prev), out_shape=(B, Hq, c, dv))
         out = self._gemm(f"{tag}/out", [A, u_new, inter], f"{tag}::out", c, c, dv,
-                         self._per_q_head(lambda b, h: (b * Hq + h) * c * c * p, u_off,
-                                          lambda b, h: (b * T * Hq + h) * dv * p),
-                         ctx.addr(A), c * p, u_at,
-                         y_addr=ctx.addr(self.node.outputs[0]) + r0 * Hq * dv * p,
-                         bias=inter, bias_rows=c, bias_stride=c * dv * ACC_BYTES,
-                         out_shape=(B, Hq, c, dv))
+                         self._per_q_head(block(c, Hq, c), u_off, block(T, Hq, dv, r0)),
+                         ctx.addr(A), c * p, ctx.addr(u_new),
+                         y_addr=ctx.addr(self.node.outputs[0]), bias=inter, bias_rows=c,
+                         bias_stride=c * dv * acc, out_shape=(B, Hq, c, dv))
         # the state: S = K''^T U' + exp(G_last) S, in place once its readers are done
-        addend = s_prev
-        if gated:
-            addend = self._decay(tag, r0, c, decay, s_prev)
-        kx = ctx.addr(k_state) + (0 if gated else r0 * ks * p)
-        k_batch = c if gated else T
+        addend = self._decay(tag, r0, c, decay, s_prev) if gated else s_prev
         readers = [inter] + ([u_new] if delta else [])
         self._gemm(f"{tag}/state", [k_state, u_new, addend, *readers], s_next, dk, c, dv,
-                   self._per_kv_head(lambda b, h: (b * k_batch * ks + h * dk) * p, u_off,
-                                     lambda b, h: (b * Hkv + h) * state_block),
-                   kx, ks * p, u_at, x_trans=True, bias=addend, bias_rows=dk,
-                   bias_stride=state_block, out_shape=(B, Hkv, dk, dv))
+                   self._per_kv_head(lambda b, h: (b * k_len * ks + h * dk) * p, u_off,
+                                     block(dk, Hkv, dv, item=acc)),
+                   ctx.addr(k_state) + k_first * ks * p, ks * p, ctx.addr(u_new), x_trans=True,
+                   bias=addend, bias_rows=dk, bias_stride=dk * dv * acc,
+                   out_shape=(B, Hkv, dk, dv))
         return out
 
     def _gates(self, tag, r0, c, q, k, decay, q_out, k_out, k_state) -> None:
@@ -286,7 +295,8 @@ class _Chunks:
         em.finish()
 
     def _decay(self, tag, r0, c, decay, s_prev) -> str:
-        """exp(G_last) S: the state decayed over the chunk (gated rules)."""
+        """exp(G_last) S: the state decayed over the chunk (gated rules), reading the decay's
+        row of the chunk's last token."""
         ctx, B, T, Hkv, dk, dv = self.ctx, self.B, self.T, self.Hkv, self.dk, self.dv
         out = ctx.scratch(f"{tag}::decayed", (B, Hkv, dk, dv), max(self.p, ACC_BYTES))
         d_width = ctx.graph.shape(decay)[2]
