@@ -127,6 +127,34 @@ def test_qattention_projects_in_int8_and_attends_in_float(tmp_path):
         assert moved(r[f"attn/{part}"]) == moved(f2[f"attn/{part}"])
 
 
+def test_decoder_masked_mha_is_mha_with_its_inputs_reordered(tmp_path):
+    """One decoding token with a KV cache and a bias: ONNX Runtime's DecoderMaskedMulti-
+    HeadAttention (bias last, past at 5 and 6) costs what MultiHeadAttention (bias at 3,
+    past at 6 and 7) costs on the same tensors, layer by layer."""
+    B, N, d, P = 2, 4, 16, 31
+    D = N * d
+    ins = [vi("q", [B, 1, D]), vi("k", [B, 1, D]), vi("v", [B, 1, D]),
+           vi("pk", [B, N, P, d]), vi("pv", [B, N, P, d])]
+    outs = [vi("y", [B, 1, D]), vi("ck", [B, N, P + 1, d]), vi("cv", [B, N, P + 1, d])]
+    runs = {}
+    for op, names in (("DecoderMaskedMultiHeadAttention",
+                       ["q", "k", "v", "", "", "pk", "pv", "", "", "", "b"]),
+                      ("MultiHeadAttention", ["q", "k", "v", "b", "", "", "pk", "pv"])):
+        node = helper.make_node(op, names, ["y", "ck", "cv"], name="attn", domain=MS,
+                                num_heads=N)
+        path = save(tmp_path, [node], ins, outs, [("b", [3 * D])], name=op)
+        runs[op] = npusim.simulate(path, "server", overrides=IDEAL)
+    dmmha, mha = runs["DecoderMaskedMultiHeadAttention"], runs["MultiHeadAttention"]
+
+    def timeline(r):
+        return [(lay["name"], lay["cycles"], lay["macs"], lay["bytes_loaded"])
+                for lay in r.layers]
+
+    assert timeline(dmmha) == timeline(mha)
+    assert any(lay["name"].endswith("_prep") for lay in dmmha.layers)  # the bias is read
+    assert macs(dmmha) == 2 * B * N * (P + 1) * d  # scores and context over past + new
+
+
 def test_attention_with_a_kv_cache_attends_to_past_plus_new(tmp_path):
     B, S, h, heads, past = 1, 4, 32, 2, 12
     d, kv = h // heads, past + S

@@ -81,8 +81,11 @@ output at 1 byte per element: npusim's GEMMs store at their width) and the rest 
 ``QEmbedLayerNormalization``, EmbedLayerNormalization with int8 tables, each gathered
 element dequantized (sub, mul) before the adds on a config wider than int8.
 
-Not supported: DecoderMaskedMultiHeadAttention, PackedAttention, PackedMultiHeadAttention,
-SparseAttention, PagedAttention, QOrderedAttention (CUDA only). MatMulNBits is a GEMM
+``DecoderMaskedMultiHeadAttention`` (ONNX Runtime's one-token decoding attention) is
+MultiHeadAttention with its inputs reordered.
+
+Not supported: PackedAttention, PackedMultiHeadAttention, SparseAttention, PagedAttention,
+QOrderedAttention (CUDA only). MatMulNBits is a GEMM
 with a narrow weight (``gemm.lower_matmul_nbits``).
 """
 
@@ -465,6 +468,20 @@ def lower_mha(ctx: LoweringContext, node: Node) -> None:
                    qk_out=qk_out)
 
 
+def lower_decoder_masked_mha(ctx: LoweringContext, node: Node) -> None:
+    """com.microsoft DecoderMaskedMultiHeadAttention (ONNX Runtime's one-token decoding
+    attention of its GPT-2, Whisper and beam-search exports): MultiHeadAttention with its
+    inputs in another order (query, key, value, mask_index, attention_bias, past_key,
+    past_value, past_sequence_length, beam_width, cache_indirection, bias). With
+    ``past_present_share_buffer`` the cache is a buffer of the maximum length, and the
+    length attended is that buffer's, as for GroupQueryAttention: the current length is
+    data (``past_sequence_length``); so are the beams' cache indirections, read as the
+    plain cache."""
+    ins = list(node.inputs) + [""] * (11 - len(node.inputs))
+    lower_mha(ctx, replace(node, inputs=[ins[0], ins[1], ins[2], ins[10], ins[3], ins[4],
+                                         ins[5], ins[6]]))
+
+
 def lower_gqa(ctx: LoweringContext, node: Node) -> None:
     """com.microsoft GroupQueryAttention: num_heads query heads share kv_num_heads K/V heads
     (always causal); optional packed QKV, KV cache (past/present) and rotary embedding."""
@@ -819,6 +836,7 @@ LOWERINGS: dict = {
     "Attention": lower_attention,
     "QAttention": lower_qattention,
     "MultiHeadAttention": lower_mha,
+    "DecoderMaskedMultiHeadAttention": lower_decoder_masked_mha,
     "GroupQueryAttention": lower_gqa,
     "FusedConv": lower_fused_conv,
     "FusedGemm": lower_fused_gemm,
