@@ -17,7 +17,7 @@ from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import SPATIAL_RANKS, lower_conv
 from npusim.lowering.gemm import lower_gemm, lower_matmul, lower_matmul_nbits
 from npusim.lowering import (attention, causal_conv, conv_transpose, deform_conv, einsum,
-                              linear_attention, movement, recurrent, spectral, vector)
+                              linear_attention, moe, movement, recurrent, spectral, vector)
 from npusim.lowering.fusion import fused_input, plan_fusions, vector_groups
 from npusim.lowering.layout import lower_empty, lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
@@ -46,6 +46,7 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
     **deform_conv.LOWERINGS,
     **causal_conv.LOWERINGS,
     **linear_attention.LOWERINGS,
+    **moe.LOWERINGS,
 }
 # element-wise ops that may share one vector pass with their neighbours (fusion.vector_groups)
 GROUPABLE = {op for op, lower in LOWERINGS.items()

@@ -1,0 +1,102 @@
+"""MoE (com.microsoft, npusim/lowering/moe.py): the experts a routing evenly spread over
+them runs, their GEMMs' MACs and weight traffic, and the vector passes, against formulas."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import npusim
+from npusim.errors import NpusimError
+
+F, MS = TensorProto.FLOAT, "com.microsoft"
+LAT = dict(add=1, sub=2, mul=3, div=5, max=7, min=11, exp=13, log=17, sqrt=19, rsqrt=23,
+           recip=29, tanh=31, sigmoid=37, erf=41, gelu=43, pow=47, cast=53, reduce=59)
+SCALAR_VU = ["memory.type=ideal", "core.vector.lanes=1", "core.vector.alus=1"] + \
+    [f"core.vector.latency.{k}={v}" for k, v in LAT.items()]
+
+
+def _vi(name, shape):
+    return helper.make_tensor_value_info(name, F, shape)
+
+
+def _save(tmp_path, nodes, inputs, outputs, name):
+    g = helper.make_graph(nodes, name, inputs, outputs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid(MS, 1)])
+    m.ir_version = 8
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(m, str(path))
+    return str(path)
+
+
+def moe(tmp_path, T, h=64, inner=128, E=8, k=2, fusion=1, act="swiglu", **attrs):
+    f = 2 if act == "swiglu" and fusion else 1
+    ins = [_vi("x", [T, h]), _vi("probs", [T, E]), _vi("w1", [E, f * inner, h]),
+           _vi("w2", [E, h, inner])]
+    names = ["x", "probs", "w1", "", "w2"]
+    if act == "swiglu" and not fusion:
+        ins.append(_vi("w3", [E, inner, h]))
+        names += ["", "w3"]
+    node = helper.make_node("MoE", names, ["y"], domain=MS, k=k, activation_type=act,
+                            swiglu_fusion=fusion, name="moe", **attrs)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    return _save(tmp_path, [node], ins, [_vi("y", [T, h])], f"moe{T}")
+
+
+def test_a_decode_step_runs_and_reads_only_its_k_experts(tmp_path):
+    """One token, top 2 of 8 experts, SwiGLU fused: fc1 [1, 64] x [64, 256] and fc2
+    [1, 128] x [128, 64] for 2 experts, which move a quarter of what the same token sent
+    to all 8 experts moves."""
+    h, inner = 64, 128
+    runs = {k: npusim.simulate(moe(tmp_path / str(k), 1, k=k), "gemmini_validation",
+                               overrides=SCALAR_VU) for k in (2, 8)}
+    by = {lay["name"]: lay for lay in runs[2].layers}
+    assert list(by) == ["moe/route", "moe/dispatch", "moe/fc1", "moe/act", "moe/fc2",
+                        "moe/combine"]
+    assert by["moe/fc1"]["macs"] == 2 * h * 2 * inner
+    assert by["moe/fc2"]["macs"] == 2 * inner * h
+    every = {lay["name"]: lay for lay in runs[8].layers}
+    for gemm in ("moe/fc1", "moe/fc2"):
+        assert 4 * by[gemm]["bytes_loaded"] == every[gemm]["bytes_loaded"]
+
+
+def test_a_prefill_spreads_its_tokens_over_every_expert(tmp_path):
+    """64 tokens, top 2 of 8: 128 token-expert pairs, 16 tokens on each of the 8 experts;
+    the MACs are the dense FFN's times k. Vector: SwiGLU (3 mul, sigmoid, add) on every
+    expert's 16 x 128 inner elements; the combine a mul and an add per pair element; the
+    routing what a TopK node with k = 2 costs on the router probabilities."""
+    T, h, inner, E, k = 64, 64, 128, 8, 2
+    r = npusim.simulate(moe(tmp_path, T), "gemmini_validation", overrides=SCALAR_VU)
+    by = {lay["name"]: lay for lay in r.layers}
+    assert by["moe/fc1"]["macs"] == T * k * h * 2 * inner
+    assert by["moe/fc2"]["macs"] == T * k * inner * h
+    assert by["moe/fc1"]["bytes_loaded"] >= E * 2 * inner * h  # every expert's weights
+    topk = helper.make_node("TopK", ["probs", "kk"], ["v", "i"], name="topk")
+    kk = helper.make_node("Constant", [], ["kk"], value=helper.make_tensor(
+        "kk", TensorProto.INT64, [1], [k]))
+    t = npusim.simulate(_save(tmp_path, [kk, topk], [_vi("probs", [T, E])],
+                              [_vi("v", [T, k]), helper.make_tensor_value_info(
+                                  "i", TensorProto.INT64, [T, k])], "topk"),
+                        "gemmini_validation", overrides=SCALAR_VU)
+    assert by["moe/route"]["vector_cycles"] == t.layers[0]["vector_cycles"] > 0
+    swiglu = E * 16 * inner * (3 * LAT["mul"] + LAT["sigmoid"] + LAT["add"])
+    assert by["moe/act"]["vector_cycles"] == swiglu
+    assert by["moe/combine"]["vector_cycles"] == T * k * h * (LAT["mul"] + LAT["add"])
+
+
+@pytest.mark.parametrize("fusion", [0, 1, 2])
+def test_swiglu_costs_the_same_fused_or_not(tmp_path, fusion):
+    """Gate and up in one GEMM (interleaved or in halves) or two: the same MACs and the
+    same activation pass."""
+    r = npusim.simulate(moe(tmp_path, 16, fusion=fusion), "gemmini_validation",
+                        overrides=SCALAR_VU)
+    assert sum(lay["macs"] for lay in r.layers) == 16 * 2 * (64 * 256 + 128 * 64)
+    act = next(lay for lay in r.layers if lay["name"] == "moe/act")
+    assert act["vector_cycles"] == 4 * 8 * 128 * (3 * LAT["mul"] + LAT["sigmoid"] + LAT["add"])
+
+
+def test_an_activation_moe_does_not_define_is_a_clear_error(tmp_path):
+    with pytest.raises(NpusimError, match="MoE 'moe'.*relu2"):
+        npusim.simulate(moe(tmp_path, 4, act="relu2"), "gemmini_validation")
