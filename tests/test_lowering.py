@@ -75,6 +75,20 @@ def test_gemm_with_trans_b_and_bias_loads_weights_and_bias(tmp_path):
     assert loaded >= 16 * 256 + 96 * 256 + 96 * ACC_BYTES
 
 
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_weights_stored_either_way_move_their_bytes_once(tmp_path, trans_b):
+    """A [1, 64] x [64, 256] Gemm on gemmini_validation (8 x 8 array, 1-byte elements,
+    32-byte requests), its weights stored C x M or transposed M x C (transB, what a Linear
+    exports as): the weights' 16 KiB move once either way. Transposed, each column is one
+    run per chunk of the reduction; a chunk cut below a request (8-byte blocks) made every
+    run cost a whole request: twice the bytes."""
+    node = helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=trans_b)
+    w = [256, 64] if trans_b else [64, 256]
+    path = save(tmp_path, [node], [("x", [1, 64])], [("y", [1, 256])], [("w", w)])
+    r = npusim.simulate(str(path), "gemmini_validation", overrides=["memory.type=ideal"])
+    assert r.layers[0]["bytes_loaded"] == 64 * 256 + 64  # the weights, and x's row
+
+
 def test_batched_matmul_runs_each_batch(tmp_path):
     node = helper.make_node("MatMul", ["a", "b"], ["y"], name="bmm")
     path = save(tmp_path, [node], [("a", [4, 32, 64]), ("b", [4, 64, 48])], [("y", [4, 32, 48])], [])

@@ -77,8 +77,12 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
     layer = builder.begin_layer(info, ctx.preds(node))
 
     # weights load in a few chunks along the reduction, each spanning all m_t columns (long
-    # DRAM runs); compute walks the chunks in order, so it starts after the first chunk
+    # DRAM runs); compute walks the chunks in order, so it starts after the first chunk.
+    # Weights stored M x C (transposed) are one run per column in each chunk: a chunk holds
+    # at least a DMA request of each column, as a request moves whole (cut shorter, every
+    # run cost a whole request: twice the bytes on an 8-row array with 32-byte requests)
     max_chunks = max(1, ctx.config.core.ld_queue - 2)
+    min_trans_blocks = ceil(ctx.config.dma.request_bytes / (H * prec))
 
     def template(nt: int, ct: int, mt: int, first: bool, last: bool, c0: int):
         def build():
@@ -95,6 +99,8 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
                 deps_x = (0, len(rows) - 1)
             n_cb = ceil(ct / H)
             per_chunk = ceil(n_cb / min(n_cb, max_chunks))
+            if prob.w_trans and wf is None:
+                per_chunk = max(per_chunk, min_trans_blocks)
             chunk_of_cb = []
             for cb0 in range(0, n_cb, per_chunk):
                 c_lo = cb0 * H
