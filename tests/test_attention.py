@@ -373,15 +373,22 @@ def test_fused_gemm_costs_the_gemm(tmp_path):
 
 @pytest.mark.parametrize("ta,tb", [(0, 1), (1, 0), (1, 1)])
 def test_fused_matmul_transposes_its_operands(tmp_path, ta, tb):
+    """FusedMatMul, and TransposeMatMul (its older name, in older optimized files): the same
+    MACs and the same cycles."""
     Bt, N, C, M = 3, 16, 32, 24
     a = [Bt, C, N] if ta else [Bt, N, C]
     b = [Bt, M, C] if tb else [Bt, C, M]
-    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], name="fmm", domain=MS,
-                            transA=ta, transB=tb, alpha=0.125)
-    path = save(tmp_path, [node], [vi("a", a), vi("b", b)], [vi("y", [Bt, N, M])])
-    r = npusim.simulate(path, "mobile", overrides=IDEAL)
+    runs = []
+    for op in ("FusedMatMul", "TransposeMatMul"):
+        attrs = dict(transA=ta, transB=tb, alpha=0.125)
+        node = helper.make_node(op, ["a", "b"], ["y"], name="fmm", domain=MS, **attrs)
+        path = save(tmp_path, [node], [vi("a", a), vi("b", b)], [vi("y", [Bt, N, M])],
+                    name=op)
+        runs.append(npusim.simulate(path, "mobile", overrides=IDEAL))
+    r = runs[0]
     assert macs(r) == Bt * N * C * M
     assert sum(c["bytes_stored"] for c in r.cores) >= Bt * N * M
+    assert runs[1].total_cycles == r.total_cycles and macs(runs[1]) == macs(r)
 
 
 # --------------------------------------------------------------------------- vector contrib ops

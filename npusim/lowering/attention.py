@@ -841,6 +841,7 @@ LOWERINGS: dict = {
     "FusedConv": lower_fused_conv,
     "FusedGemm": lower_fused_gemm,
     "FusedMatMul": lower_fused_matmul,
+    "TransposeMatMul": lower_fused_matmul,  # FusedMatMul's older name (ONNX Runtime keeps both)
     "GemmFastGelu": lower_gemm_fast_gelu,
     "SkipLayerNormalization": lower_skip_layer_norm,
     "SkipSimplifiedLayerNormalization": lower_skip_layer_norm,
