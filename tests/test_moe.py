@@ -100,3 +100,31 @@ def test_swiglu_costs_the_same_fused_or_not(tmp_path, fusion):
 def test_an_activation_moe_does_not_define_is_a_clear_error(tmp_path):
     with pytest.raises(NpusimError, match="MoE 'moe'.*relu2"):
         npusim.simulate(moe(tmp_path, 4, act="relu2"), "gemmini_validation")
+
+
+def qmoe(tmp_path, T, bits, block, h=64, inner=128, E=8, k=2):
+    U8 = TensorProto.UINT8
+    ins = [_vi("x", [T, h]), _vi("probs", [T, E]),
+           helper.make_tensor_value_info("w1", U8, [E, 2 * inner, h * bits // 8]),
+           _vi("s1", [E, 2 * inner, h // block]),
+           helper.make_tensor_value_info("w2", U8, [E, h, inner * bits // 8]),
+           _vi("s2", [E, h, inner // block])]
+    node = helper.make_node("QMoE", ["x", "probs", "w1", "s1", "", "w2", "s2"], ["y"],
+                            domain=MS, k=k, activation_type="swiglu", swiglu_fusion=1,
+                            expert_weight_bits=bits, block_size=block, name="moe")
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    return _save(tmp_path, [node], ins, [_vi("y", [T, h])], f"qmoe{T}")
+
+
+def test_qmoe_reads_its_experts_in_their_stored_width(tmp_path):
+    """4-bit experts, a scale per 32 elements (at 1 byte on gemmini_validation): a column of
+    64 is 2 blocks of 1 + 16 bytes. One token to 2 experts: fc1 reads 2 x 256 such columns,
+    and the MoE's MACs and layers are the float MoE's."""
+    q = npusim.simulate(qmoe(tmp_path / "q", 1, 4, 32), "gemmini_validation",
+                        overrides=SCALAR_VU)
+    f = npusim.simulate(moe(tmp_path / "f", 1), "gemmini_validation", overrides=SCALAR_VU)
+    assert [(lay["name"], lay["macs"]) for lay in q.layers] == \
+        [(lay["name"], lay["macs"]) for lay in f.layers]
+    fc1 = next(lay for lay in q.layers if lay["name"] == "moe/fc1")
+    assert fc1["weight_bits"] == 4
+    assert fc1["bytes_loaded"] == 2 * 256 * 2 * (1 + 16) + 2 * 64  # weights, each token row

@@ -26,18 +26,24 @@ token-expert pairs fall on ``min(E, T k)`` experts, ``ceil(T k / active)`` token
 decode step of one token runs ``k`` experts and reads only their weights; a long prefill runs
 all ``E``. The weights are stored per expert as ONNX Runtime holds them (out x in). The
 normalization of the ``k`` routing weights (``k`` divisions a token) is not charged.
+
+``QMoE`` is the same with the experts' weights stored narrow (2 to 8 bits, fp8, fp4), read
+at that width by the GEMMs (``tiling.WeightFormat``, as MatMulNBits' weights).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import ceil
 
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.gemm import GemmProblem, emit_gemm
+from npusim.lowering.tiling import WeightFormat
 from npusim.lowering.vector import (ELEMENTWISE, LayerEmitter, View, emit_row_layer,
                                     emit_views, row_major)
+from npusim.lowering.weights import weight_format
 from npusim.program import LayerInfo
 
 # the activation's vector steps per inner element (SwiGLU's clamps added when limited)
@@ -55,7 +61,28 @@ def _attr(node: Node, name: str, default):
     return v.decode() if isinstance(v, bytes) else v
 
 
-def lower_moe(ctx: LoweringContext, node: Node) -> None:
+def lower_qmoe(ctx: LoweringContext, node: Node) -> None:
+    """QMoE: MoE with the experts' weights stored in ``expert_weight_bits`` (2, 3, 4, 8;
+    fp8 and the fp4 formats: 8 and 4), packed per output column, a scale per column or per
+    ``block_size`` elements of it (and zero points): the GEMMs read them in that width
+    (``tiling.WeightFormat``, as MatMulNBits). Inputs: input, router_probs, then per FC its
+    weights, scales and bias (fc1, fc2, fc3), then the zero points."""
+    a = node.attrs
+    kind = _attr(node, "quant_type", "int")
+    bits = {"fp8": 8, "fp4": 4, "nvfp4": 4, "wfp4afp8": 4}.get(
+        kind, int(a.get("expert_weight_bits", 4)))
+    if kind not in ("int", "fp8", "fp4", "nvfp4", "wfp4afp8") or bits not in (2, 3, 4, 8):
+        raise NpusimError(f"QMoE '{node.name}': quant_type '{kind}' with {bits}-bit "
+                          f"weights; npusim lowers int (2, 3, 4, 8 bits), fp8 and fp4")
+    ins = list(node.inputs) + [""] * (14 - len(node.inputs))
+    zp_bits = bits if ins[11] else 0
+    wf = weight_format(ctx, bits, int(a.get("block_size", 0) or 0), zp_bits)
+    lower_moe(ctx, replace(node, inputs=[ins[0], ins[1], ins[2], ins[4], ins[5], ins[7],
+                                         ins[8], ins[10]]), weight=wf)
+
+
+def lower_moe(ctx: LoweringContext, node: Node, *, weight: WeightFormat | None = None) -> None:
+    """``weight``: the experts' weight format when stored narrower (QMoE)."""
     g = ctx.graph
     ins = list(node.inputs) + [""] * (8 - len(node.inputs))
     x, probs, w1, b1, w2, b2, w3, b3 = ins[:8]
@@ -74,9 +101,13 @@ def lower_moe(ctx: LoweringContext, node: Node) -> None:
     E, f_inner = g.shape(w1)[0], g.shape(w1)[1]
     f = 2 if act == "swiglu" and fused else 1
     inner = f_inner // f
-    if (len(x_shape) not in (2, 3) or tuple(p_shape) != (T, E) or g.shape(w1)[2] != h
-            or tuple(g.shape(w2)) != (E, h, inner) or not 1 <= k <= E
-            or (act == "swiglu" and not fused and not w3)):
+
+    def stored(n):  # a weight row of n elements as the file holds it (packed when narrow)
+        return n if weight is None else ceil(n * weight.bits / 8)
+
+    if (len(x_shape) not in (2, 3) or tuple(p_shape) != (T, E)
+            or g.shape(w1)[2] != stored(h) or tuple(g.shape(w2)) != (E, h, stored(inner))
+            or not 1 <= k <= E or (act == "swiglu" and not fused and not w3)):
         raise NpusimError(f"MoE '{node.name}': needs input (tokens, h) or (B, S, h), "
                           f"router_probs (tokens, E), fc1 (E, f x inner, h), fc2 (E, h, inner) "
                           f"and 1 <= k <= E (SwiGLU unfused: fc3 too); got input {x_shape}, "
@@ -111,13 +142,16 @@ def lower_moe(ctx: LoweringContext, node: Node) -> None:
     em.finish()
 
     def experts(name, inputs, out, C, M, x_t, w, bias):
-        """Per active expert [n, C] x [C, M] (+ bias), the weights stored M x C."""
-        offsets = [(e * n * C * prec, e * M * C * prec, e * n * M * prec) for e in range(active)]
+        """Per active expert [n, C] x [C, M] (+ bias), the weights stored M x C (a column
+        of C in ``weight``'s layout when narrow)."""
+        column = C * prec if weight is None else int(weight.column_bytes(C))
+        offsets = [(e * n * C * prec, e * M * column, e * n * M * prec) for e in range(active)]
         sub = Node(f"{node.name}/{name}", node.op_type, inputs=inputs, outputs=[out])
         emit_gemm(ctx, sub, GemmProblem(
             N=n, C=C, M=M, batch_offsets=offsets, x_addr=ctx.addr(x_t), x_row_stride=C * prec,
-            x_trans=False, w_addr=ctx.addr(w), w_trans=True, y_addr=ctx.addr(out),
-            bias_addr=ctx.addr(bias) if bias else None, bias_batch_stride=M * prec),
+            x_trans=False, w_addr=ctx.addr(w, E * M * column), w_trans=True,
+            y_addr=ctx.addr(out), bias_addr=ctx.addr(bias) if bias else None,
+            bias_batch_stride=M * prec, weight=weight),
             info(sub.name, (active, n, M), active * n * C * M))
         return out
 
@@ -157,4 +191,4 @@ def lower_moe(ctx: LoweringContext, node: Node) -> None:
     em.finish()
 
 
-LOWERINGS: dict = {"MoE": lower_moe}
+LOWERINGS: dict = {"MoE": lower_moe, "QMoE": lower_qmoe}

@@ -43,7 +43,10 @@ FLOATS = (TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOA
           TensorProto.FLOAT8E5M2FNUZ, TensorProto.FLOAT4E2M1)
 
 
-def _format(ctx, bits: int, block: int, zero_point_bits: int) -> WeightFormat:
+def weight_format(ctx, bits: int, block: int, zero_point_bits: int) -> WeightFormat:
+    """A weight stored in ``bits``, with a scale (at the layer's precision) and a zero point
+    of ``zero_point_bits`` per ``block`` reduction elements of a column (0: none per column),
+    read never wider than the layer computes."""
     prec_bits = ctx.precision * 8
     header = prec_bits + zero_point_bits if block else 0
     return WeightFormat(min(bits, prec_bits), block, header)
@@ -64,7 +67,7 @@ def dequantized_weight(ctx, node: Node, tensor: str, k_axes: tuple[int, ...],
     block = prod(stored.blocks[a] for a in k_axes)
     if stored.blocks[n_axis] != 1:
         block = 0
-    return _format(ctx, stored.bits, block, stored.zero_point_bits)
+    return weight_format(ctx, stored.bits, block, stored.zero_point_bits)
 
 
 def nbits_weight(ctx, node: Node) -> WeightFormat:
@@ -92,7 +95,7 @@ def nbits_weight(ctx, node: Node) -> WeightFormat:
     zero_point_bits = 0
     if ins[3]:
         zero_point_bits = bits if g.tensor(ins[3]).elem_type == UINT8 else ctx.precision * 8
-    return _format(ctx, bits, block, zero_point_bits)
+    return weight_format(ctx, bits, block, zero_point_bits)
 
 
 EMBEDDING_FORM = ("gather_axis = 0 with quantize_axis = the table's last axis (rank >= 2): "
@@ -148,8 +151,8 @@ def gather_block_weight(ctx, node: Node) -> tuple[WeightFormat, int]:
                           f"{list(shape[:-1]) + [D]} in blocks of {block} needs "
                           f"{list(per_row)}")
     if scales != per_row:  # shared by the rows (FP8 / FP4): held once, not per row
-        return _format(ctx, bits, 0, 0), D
-    return _format(ctx, bits, block, bits if ins[3] else 0), D
+        return weight_format(ctx, bits, 0, 0), D
+    return weight_format(ctx, bits, block, bits if ins[3] else 0), D
 
 
 __all__ = ["EMBEDDING_FORM", "NBITS", "dequantized_weight", "embedding_form",
