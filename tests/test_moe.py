@@ -128,3 +128,47 @@ def test_qmoe_reads_its_experts_in_their_stored_width(tmp_path):
     fc1 = next(lay for lay in q.layers if lay["name"] == "moe/fc1")
     assert fc1["weight_bits"] == 4
     assert fc1["bytes_loaded"] == 2 * 256 * 2 * (1 + 16) + 2 * 64  # weights, each token row
+
+
+def test_an_uneven_split_runs_exactly_its_pairs(tmp_path):
+    """5 tokens, top 2 of 8: 10 pairs on 8 experts, 2 experts with 2 pairs (fc1/more) and 6
+    with 1: the MACs are the dense FFN's times k, not 8 experts x 2 rows."""
+    T, h, inner, k = 5, 64, 128, 2
+    r = npusim.simulate(moe(tmp_path, T), "gemmini_validation", overrides=SCALAR_VU)
+    by = {lay["name"]: lay for lay in r.layers}
+    assert by["moe/fc1"]["macs"] == 6 * 1 * h * 2 * inner
+    assert by["moe/fc1/more"]["macs"] == 2 * 2 * h * 2 * inner
+    assert sum(lay["macs"] for lay in r.layers) == T * k * (h * 2 * inner + inner * h)
+    assert by["moe/act"]["start_cycle"] >= max(by["moe/fc1"]["end_cycle"],
+                                               by["moe/fc1/more"]["end_cycle"])
+
+
+def test_silu_with_an_up_projection_is_gated(tmp_path):
+    """Mixtral's form: activation silu with fc3 given: the up GEMM runs and the activation
+    multiplies by it (sigmoid, mul, mul per inner element)."""
+    T, h, inner, E, k = 16, 64, 128, 8, 2
+    ins = [_vi("x", [T, h]), _vi("probs", [T, E]), _vi("w1", [E, inner, h]),
+           _vi("w2", [E, h, inner]), _vi("w3", [E, inner, h])]
+    node = helper.make_node("MoE", ["x", "probs", "w1", "", "w2", "", "w3"], ["y"], domain=MS,
+                            k=k, activation_type="silu", name="moe")
+    r = npusim.simulate(_save(tmp_path, [node], ins, [_vi("y", [T, h])], "mixtral"),
+                        "gemmini_validation", overrides=SCALAR_VU)
+    by = {lay["name"]: lay for lay in r.layers}
+    assert by["moe/fc3"]["macs"] == T * k * h * inner
+    assert by["moe/act"]["vector_cycles"] == T * k * inner * (LAT["sigmoid"] + 2 * LAT["mul"])
+
+
+def test_a_decode_combine_keeps_each_token_in_one_tile(tmp_path):
+    """On 4 cores one token's k expert rows are summed in one tile: no two tiles of the
+    combine store the same output row."""
+    from npusim.config import load_config
+    from npusim.frontend import load_graph
+    from npusim.kernels import isa
+    from npusim.lowering import lower_graph
+
+    path = moe(tmp_path, 2, h=256, k=4)
+    prog = lower_graph(load_graph(path), load_config("server"))
+    layer = [info.name for info in prog.layers].index("moe/combine")
+    tiles = prog.tile[prog.tile[:, isa.T_LAYER] == layer]
+    stores = tiles[:, isa.T_BASE0 + 2]  # (slots: the expert rows, the routing values, y)
+    assert len(set(stores)) == len(stores)
