@@ -38,8 +38,7 @@ def lower_causal_conv(ctx: LoweringContext, node: Node) -> None:
         raise NpusimError(f"CausalConvWithState '{node.name}': needs an input (batch, "
                           f"channels, length) and depthwise weights (channels, 1, k); got "
                           f"{x_shape} and {w_shape}")
-    act = node.attrs.get("activation", "none")
-    act = act.decode() if isinstance(act, bytes) else act
+    act = node.attrs.get("activation", "none")  # (the loader decodes string attributes)
     if act not in ACTIVATIONS:
         raise NpusimError(f"CausalConvWithState '{node.name}': activation '{act}' is not "
                           f"one of {', '.join(ACTIVATIONS)}")

@@ -59,10 +59,6 @@ GATED = ("gated", "gated_delta")
 DELTA = ("delta", "gated_delta")
 
 
-def _attr(node: Node, name: str, default):
-    v = node.attrs.get(name, default)
-    return v.decode() if isinstance(v, bytes) else v
-
 
 def lower_linear_attention(ctx: LoweringContext, node: Node) -> None:
     g = ctx.graph
@@ -70,7 +66,7 @@ def lower_linear_attention(ctx: LoweringContext, node: Node) -> None:
     q, k, v, past, decay, beta = ins[:6]
     y = node.outputs[0]
     present = node.outputs[1] if len(node.outputs) > 1 else ""
-    rule = _attr(node, "update_rule", "gated_delta")
+    rule = node.attrs.get("update_rule", "gated_delta")
     if rule not in UPDATE_RULES:
         raise NpusimError(f"LinearAttention '{node.name}': update_rule '{rule}' is not one of "
                           f"{', '.join(UPDATE_RULES)}")

@@ -65,17 +65,13 @@ QUANT_TYPES = {"int": (None, 0), "fp8": (8, 0), "fp4": (4, 32), "nvfp4": (4, 16)
                "wfp4afp8": (4, 32)}
 
 
-def _attr(node: Node, name: str, default):
-    v = node.attrs.get(name, default)
-    return v.decode() if isinstance(v, bytes) else v
-
 
 def lower_qmoe(ctx: LoweringContext, node: Node) -> None:
     """QMoE: inputs input, router_probs, then per FC its weights, scales and bias (fc1, fc2,
     fc3), then the zero points (``expert_weight_bits``, or ``fc<n>_expert_weight_bits`` per
     FC; a scale per column, or per ``block_size`` elements of it)."""
     a = node.attrs
-    kind = _attr(node, "quant_type", "int")
+    kind = node.attrs.get("quant_type", "int")
     if kind not in QUANT_TYPES:
         raise NpusimError(f"QMoE '{node.name}': quant_type '{kind}'; npusim lowers "
                           f"{', '.join(QUANT_TYPES)}")
@@ -102,7 +98,7 @@ def lower_moe(ctx: LoweringContext, node: Node,
     x, probs, w1, b1, w2, b2, w3, b3 = ins[:8]
     y = node.outputs[0]
     x_shape, p_shape = g.shape(x), g.shape(probs)
-    act = _attr(node, "activation_type", "relu")
+    act = node.attrs.get("activation_type", "relu")
     if act not in ACTIVATIONS:
         raise NpusimError(f"MoE '{node.name}': activation_type '{act}' is not one of "
                           f"{', '.join(ACTIVATIONS)} (ONNX Runtime's CPU ones)")
