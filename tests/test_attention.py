@@ -481,6 +481,7 @@ def test_qembed_layer_norm_dequantizes_each_gathered_element(tmp_path, preset, w
     ("FastGelu", ["x"], ["gelu"]),
     ("QuickGelu", ["x"], ["mul", "sigmoid", "mul"]),
     ("BiasAdd", ["x", "bias", "skip"], ["add", "add"]),
+    ("ScaledSiLU", ["x"], ["mul", "sigmoid", "mul"]),
 ])
 def test_elementwise_contrib_ops(tmp_path, op, inputs, steps):
     B, S, H = 1, 8, 32
@@ -511,6 +512,109 @@ def test_rotary_embedding(tmp_path):
                 [vi("y", [B, N, S, Hd])], opset=23)
     r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
     assert vector_busy(r) == B * N * S * Hd * (LAT["mul"] + LAT["mul"] + LAT["add"])
+
+
+def test_mrotary_embedding_costs_the_rotation_of_rotary_embedding(tmp_path):
+    """M-RoPE takes its cos/sin half row from three position streams: the same rotation."""
+    B, S, N, Hd = 1, 8, 2, 16
+    node = helper.make_node("MRotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="mrope",
+                            domain=MS, num_heads=N, mrope_section=[4, 2, 2])
+    path = save(tmp_path, [node], [vi("x", [B, S, N * Hd]), vi("pos", [3, B, S],
+                                                                TensorProto.INT64)],
+                [vi("y", [B, S, N * Hd])], [("cos", [64, Hd // 2]), ("sin", [64, Hd // 2])])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == B * S * N * Hd * (LAT["mul"] + LAT["mul"] + LAT["add"])
+
+
+@pytest.mark.parametrize("projected", [False, True])
+def test_gated_add_scales_by_a_per_row_gate(tmp_path, projected):
+    """X + Y * gate: a mul and an add per element; projected, the gate is first each row's
+    K activations times gate_weight on the array (K MACs a row) and a sigmoid per row."""
+    B, S, H, K = 2, 8, 32, 16
+    rows = B * S
+    ins = [vi("x", [B, S, H]), vi("y", [B, S, H]), vi("g", [B, S, K if projected else 1])]
+    node = helper.make_node("GatedAdd", ["x", "y", "g"] + (["w"] if projected else []), ["o"],
+                            name="ga", domain=MS)
+    path = save(tmp_path, [node], ins, [vi("o", [B, S, H])], [("w", [K, 1])] if projected else [])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == rows * H * (LAT["mul"] + LAT["add"]) + \
+        (rows * LAT["sigmoid"] if projected else 0)
+    assert macs(r) == (rows * K if projected else 0)
+    if projected:
+        layers = by_name(r)
+        assert layers["ga"]["start_cycle"] >= layers["ga/sigmoid"]["end_cycle"] \
+            >= layers["ga/gate"]["end_cycle"]
+
+
+@pytest.mark.parametrize("act,steps", [("silu", ["sigmoid", "mul"]), ("sigmoid", ["sigmoid"])])
+def test_gated_rms_norm_normalizes_each_head_and_gates_it(tmp_path, act, steps):
+    """A packed (B, T, H * C) tensor is B * T * H rows of C: an RMS norm each, and per element
+    the gate's activation and one product."""
+    B, T_, H, C = 2, 4, 3, 16
+    rows, E = B * T_ * H, B * T_ * H * C
+    node = helper.make_node("GatedRMSNorm", ["x", "scale", "z"], ["y"], name="grn", domain=MS,
+                            activation=act, epsilon=1e-6)
+    path = save(tmp_path, [node], [vi("x", [B, T_, H * C]), vi("z", [B, T_, H * C])],
+                [vi("y", [B, T_, H * C])], [("scale", [C])])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == E * (sum(LAT[s] for s in steps) + LAT["mul"]) + _rms(C, rows, E)
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_branchwise_rms_norm_normalizes_each_branch(tmp_path, flat):
+    """Each branch's H values are a row; a scale of C * H values costs a multiply an element
+    on the way (flattened form), one of H values is the norm's own (grouped form)."""
+    B, T_, C, H = 2, 4, 3, 16
+    rows, E = B * T_ * C, B * T_ * C * H
+    shape = [B, T_, C * H] if flat else [B, T_, C, H]
+    node = helper.make_node("BranchwiseRMSNorm", ["x", "scale"], ["y"], name="brn", domain=MS,
+                            **({"num_branches": C} if flat else {}))
+    path = save(tmp_path, [node], [vi("x", shape)], [vi("y", shape)],
+                [("scale", [C * H] if flat else [H])])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == (E * LAT["mul"] if flat else 0) + _rms(H, rows, E)
+
+
+def test_linear_attention_gate_is_two_elementwise_passes(tmp_path):
+    """decay = decay_scale * Softplus(a + dt_bias): add, exp, add, log, mul an element;
+    beta = Sigmoid(b)."""
+    B, T_, H = 2, 8, 4
+    E = B * T_ * H
+    node = helper.make_node("LinearAttentionGate", ["a", "dt", "ds", "b"], ["decay", "beta"],
+                            name="lag", domain=MS)
+    path = save(tmp_path, [node], [vi("a", [B, T_, H]), vi("b", [B, T_, H])],
+                [vi("decay", [B, T_, H]), vi("beta", [B, T_, H])], [("dt", [H]), ("ds", [H])])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == E * (LAT["add"] + LAT["exp"] + LAT["add"] + LAT["log"]
+                                  + LAT["mul"] + LAT["sigmoid"])
+    assert [l["name"] for l in r.layers] == ["lag", "lag/beta"]
+
+
+def test_expand_dims_is_a_relabel(tmp_path):
+    node = helper.make_node("ExpandDims", ["x", "axis"], ["y"], name="ed", domain=MS)
+    axis = helper.make_tensor("axis", TensorProto.INT32, [], [1])
+    g = helper.make_graph([node], "m", [vi("x", [4, 8])], [vi("y", [4, 1, 8])],
+                          initializer=[axis])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid(MS, 1)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "ed.onnx"))
+    r = npusim.simulate(str(tmp_path / "ed.onnx"), "mobile", overrides=IDEAL)
+    assert r.layers[0]["output_shape"] == [4, 1, 8]
+    assert r.total_cycles == 0 and r.layers[0]["mapping_source"].startswith("relabel")
+
+
+def test_generation_loops_get_a_reason(tmp_path):
+    """ONNX Runtime's BeamSearch wraps a decoder in a data-dependent loop: the error says
+    so and where to go instead, before any work."""
+    dec = helper.make_graph([helper.make_node("Identity", ["a"], ["b"])], "decoder",
+                            [vi("a", [1])], [vi("b", [1])])
+    node = helper.make_node("BeamSearch", ["ids", "max_len"], ["seq"], name="bs", domain=MS,
+                            decoder=dec, eos_token_id=2, pad_token_id=0)
+    path = save(tmp_path, [node], [vi("ids", [1, 4], I32), vi("max_len", [1], I32)],
+                [vi("seq", [1, 1, 8], I32)])
+    with pytest.raises(NpusimError, match="BeamSearch: bs .*generation loop.*LLM request"):
+        lower_graph(load_graph(path), load_config("mobile"))
 
 
 # --------------------------------------------------------------------------- one cost per op

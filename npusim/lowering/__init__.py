@@ -36,6 +36,7 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
     "Identity": lower_relabel,
     "Dropout": lower_relabel,  # inference: the output is the input
     "BitCast": lower_relabel,
+    "ExpandDims": lower_relabel,  # ONNX Runtime's Unsqueeze with the axis as an input
     **vector.LOWERINGS,
     **movement.LOWERINGS,
     **einsum.LOWERINGS,
@@ -53,10 +54,10 @@ GROUPABLE = {op for op, lower in LOWERINGS.items()
              if lower is vector.lower_elementwise and op not in vector.NOT_IN_PASSES}
 
 
-# Standard ONNX ops npusim does not lower, and why (the up-front error quotes the reason).
-# Every op of the standard set is in LOWERINGS, folded by the front end
-# (frontend.shapes.ALWAYS_FOLDED), mapped to a float op (frontend.quantized.QUANTIZED) or
-# here; tests/test_onnx_package.py checks it for the installed onnx.
+# Ops npusim does not lower, and why (the up-front error quotes the reason). Every op of the
+# standard set is in LOWERINGS, folded by the front end (frontend.shapes.ALWAYS_FOLDED),
+# mapped to a float op (frontend.quantized.QUANTIZED) or here; tests/test_onnx_package.py
+# checks it for the installed onnx. ONNX Runtime ops are here when a reason helps.
 _SEQUENCES = "sequence and optional values: npusim lowers tensors only"
 _CONTROL = ("data-dependent control flow (an If is inlined when its condition is a "
             "constant, a Loop unrolled when its trip count and condition are); export the "
@@ -65,6 +66,9 @@ _RANDOM = "random number generation: no NPU cost model"
 _DATA_SIZED = "the output size depends on the data, which npusim never reads"
 _NOT_NPU = "not NPU work (strings, image decoding, training losses)"
 _NOT_YET = "no lowering yet"
+_GENERATION = ("ONNX Runtime's generation loop: it runs its decoder subgraph once per token "
+               "until the data stops it; simulate the decoder alone, or the generation as an "
+               "LLM request (prompt and generate tokens: README, LLM serving)")
 CANNOT_LOWER: dict[str, str] = {
     **dict.fromkeys(["SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase",
                      "SequenceInsert", "SequenceLength", "SequenceMap", "SplitToSequence",
@@ -78,6 +82,8 @@ CANNOT_LOWER: dict[str, str] = {
                      "TfIdfVectorizer", "ImageDecoder", "SoftmaxCrossEntropyLoss",
                      "NegativeLogLikelihoodLoss"], _NOT_NPU),
     **dict.fromkeys(["Det", "RoiAlign", "MaxRoiPool"], _NOT_YET),
+    **dict.fromkeys(["BeamSearch", "GreedySearch", "Sampling", "WhisperBeamSearch"],
+                    _GENERATION),
 }
 
 

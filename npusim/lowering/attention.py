@@ -684,12 +684,16 @@ def _rows_cols(shape, axis: int = -1) -> tuple[int, int]:
 
 def _row_operand(ctx: LoweringContext, t: str, rows: int, cols: int) -> RowInput:
     """An operand over the op's rows: the full tensor, or rows repeating over the leading
-    dims (e.g. a skip of [S, H] for [B, S, H]), or one broadcast row."""
+    dims (e.g. a skip of [S, H] for [B, S, H]), one broadcast row, or one value per row."""
     n = prod(_shape(ctx, t))
     if n == rows * cols:
         return RowInput(ctx.addr(t))
     if n == cols or n == 1:
         return RowInput(ctx.addr(t), "bcast", elems=None if n == cols else 1)
+    if n == rows:  # one value per row (a per-row gate)
+        prec = ctx.precision
+        return RowInput(ctx.addr(t), "gather", elems=1, row_stride=prec,
+                        base_of=lambda r0: r0 * prec)
     if n % cols == 0 and rows % (n // cols) == 0:
         period = n // cols
         prec = ctx.precision
@@ -832,6 +836,100 @@ def lower_rotary(ctx: LoweringContext, node: Node) -> None:
               output_shape=_shape(ctx, y))
 
 
+def lower_gated_add(ctx: LoweringContext, node: Node) -> None:
+    """GatedAdd: X + Y * gate, the gate one value per row (plain mode). In projected mode
+    (a ``gate_weight`` input) the gate is first the row's activation (..., K) times
+    gate_weight (K, 1) on the array, then a sigmoid per row (layers ``name/gate``,
+    ``name/sigmoid``)."""
+    x, y_in, gate = node.inputs[:3]
+    weight = _opt(node, 3)
+    if weight:
+        gs = _shape(ctx, gate)
+        rows, K = prod(gs[:-1]), gs[-1]
+        proj = ctx.scratch(f"{node.name}::gate", (*gs[:-1], 1))
+        sub = Node(f"{node.name}/gate", node.op_type, domain=node.domain, inputs=[gate, weight],
+                   outputs=[proj])
+        emit_gemm(ctx, sub, GemmProblem(
+            N=rows, C=K, M=1, batch_offsets=[(0, 0, 0)], x_addr=ctx.addr(gate),
+            x_row_stride=K * ctx.precision, x_trans=False, w_addr=ctx.addr(weight),
+            w_trans=False, y_addr=ctx.addr(proj)),
+            LayerInfo(name=sub.name, op_type=node.op_type, input_shapes=[gs, _shape(ctx, weight)],
+                      output_shape=(*gs[:-1], 1), macs=rows * K, mapping="", mapping_source=""))
+        emit_elementwise(ctx, Node(f"{node.name}/sigmoid", node.op_type, domain=node.domain,
+                                   inputs=[proj], outputs=[proj]), ELEMENTWISE["Sigmoid"])
+        gate = proj
+    _simple_rows(ctx, replace(node, inputs=[x, y_in, gate]), [x, y_in, gate], ("mul", "add"))
+
+
+# the gate's activation in GatedRMSNorm: its element steps before the product
+_GATE_STEPS = {"silu": ("sigmoid", "mul"), "swish": ("sigmoid", "mul"), "sigmoid": ("sigmoid",)}
+
+
+def lower_gated_rms_norm(ctx: LoweringContext, node: Node) -> None:
+    """GatedRMSNorm (Mamba2, Gated DeltaNet outputs): RMS norm over each group of C
+    elements (C = len(scale), so a packed (B, T, H * C) tensor is H rows a token) times the
+    activated gate. One row pass: the gate's activation and product are element steps of
+    the pass (charged as its prefix: the same steps, in the row's one pass, since a head's
+    row fits on chip)."""
+    x, scale, gate = node.inputs[:3]
+    act = str(node.attrs.get("activation", "silu"))
+    if act not in _GATE_STEPS:
+        raise _err(node, f"activation '{act}' is not one of {', '.join(_GATE_STEPS)}")
+    C = prod(_shape(ctx, scale))
+    xs = _shape(ctx, x)
+    if not xs or C < 1 or xs[-1] % C:
+        raise _err(node, f"the last dim of X {xs} must be a multiple of scale's length {C}")
+    _group_rows(ctx, node, xs, C, [x, gate], (*_GATE_STEPS[act], "mul"), [scale])
+
+
+def lower_branchwise_rms_norm(ctx: LoweringContext, node: Node) -> None:
+    """BranchwiseRMSNorm: RMS norm of each branch's H values, X grouped (..., C, H) or
+    flattened (..., C * H) with ``num_branches`` C; a scale of H values is the norm's own,
+    one of C * H values is one multiply per element on the way."""
+    x, scale = node.inputs[0], _opt(node, 1)
+    xs = _shape(ctx, x)
+    branches = int(node.attrs.get("num_branches", 0))
+    if not xs or (branches and xs[-1] % branches) or (not branches and len(xs) < 2):
+        raise _err(node, f"X {xs} is neither (..., C, H) nor (..., C * H) with num_branches "
+                         f"{branches} dividing its last dim")
+    H = xs[-1] // branches if branches else xs[-1]
+    per_col = scale and prod(_shape(ctx, scale)) == H
+    _group_rows(ctx, node, xs, H, [x] + ([scale] if scale and not per_col else []),
+                ("mul",) if scale and not per_col else (), [scale] if per_col else [])
+
+
+def _group_rows(ctx, node, xs, cols, operands, prefix, params) -> None:
+    """A row op over groups of ``cols`` consecutive elements of ``xs`` (one row each)."""
+    rows = prod(xs) // cols
+    y = node.outputs[0]
+    first, *rest = [RowInput(ctx.addr(operands[0]))] + [
+        _row_operand(ctx, t, rows, cols) for t in operands[1:]]
+    emit_rows(ctx, node, name=node.name, rows=rows, cols=cols, x=first.addr, y=ctx.addr(y),
+              prefix=prefix, op="SimplifiedLayerNormalization",
+              inputs=tuple(rest) + tuple(RowInput(ctx.addr(t), "params") for t in params),
+              preds=_preds(ctx, node.inputs), outputs=node.outputs,
+              input_shapes=[_shape(ctx, t) for t in node.inputs if t],
+              output_shape=_shape(ctx, y))
+
+
+def lower_linear_attention_gate(ctx: LoweringContext, node: Node) -> None:
+    """LinearAttentionGate: decay = decay_scale * Softplus(a + dt_bias) (layer ``name``)
+    and, when asked for, beta = Sigmoid(b) (layer ``name/beta``): element-wise passes over
+    (B, T, H), the per-head vectors broadcast."""
+    a, dt_bias, scale = node.inputs[:3]
+    b = _opt(node, 3)
+    decay, beta = node.outputs[0], _opt_out(node, 1)
+    steps = ELEMENTWISE["Add"] + ELEMENTWISE["Softplus"] + ELEMENTWISE["Mul"]
+    if decay:
+        emit_elementwise(ctx, Node(node.name, node.op_type, domain=node.domain,
+                                   inputs=[a, dt_bias, scale], outputs=[decay]), steps)
+    if beta:
+        if not b:
+            raise _err(node, "the beta output needs the b input")
+        emit_elementwise(ctx, Node(f"{node.name}/beta", node.op_type, domain=node.domain,
+                                   inputs=[b], outputs=[beta]), ELEMENTWISE["Sigmoid"])
+
+
 LOWERINGS: dict = {
     "Attention": lower_attention,
     "QAttention": lower_qattention,
@@ -853,4 +951,12 @@ LOWERINGS: dict = {
     "BiasAdd": lower_bias_add,
     "BiasSoftmax": lower_bias_softmax,
     "RotaryEmbedding": lower_rotary,
+    # M-RoPE (Qwen-VL, Qwen3.5): each section's cos/sin from its own position stream (T, H
+    # or W), the same half row of table values a token; the same rotation
+    "MRotaryEmbedding": lower_rotary,
+    "ScaledSiLU": lower_quick_gelu,  # z * sigmoid(z), z = scale * x
+    "GatedAdd": lower_gated_add,
+    "GatedRMSNorm": lower_gated_rms_norm,
+    "BranchwiseRMSNorm": lower_branchwise_rms_norm,
+    "LinearAttentionGate": lower_linear_attention_gate,
 }
