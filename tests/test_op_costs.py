@@ -638,6 +638,63 @@ def test_causal_conv_with_state_names_an_unknown_activation(tmp_path):
                   [("y", (1, 2, 4)), ("present", (1, 2, 2))], opset=27))
 
 
+def _varlen_conv(tmp_path, total, B, C, k, dilation=1, capacity=0):
+    keep = (k - 1) * dilation
+    outs = [("y", (total, C)), ("s1", (B, C, keep))] + \
+        ([("su", (B, capacity, C))] if capacity else [])
+    node = helper.make_node("VarlenCausalConvWithState", ["x", "w", "cu", "b", "s0"],
+                            [o[0] for o in outs], name="vc", domain="com.microsoft",
+                            activation="silu", dilation=dilation,
+                            **({"state_update_capacity": capacity} if capacity else {}))
+    return sim(model(tmp_path, [node], [("x", (total, C)), ("w", (C, 1, k)), ("b", (C,)),
+                                         ("cu", (B + 1,), TensorProto.INT32),
+                                         ("s0", (B, C, keep))], outs,
+                     domains=["com.microsoft"], name=f"vc{total}_{B}_{dilation}"))
+
+
+def test_varlen_causal_conv_is_causal_conv_with_state_on_each_sequence(tmp_path):
+    """Packed (total, C) tokens of B equal sequences cost what CausalConvWithState costs on
+    (B, C, T) with a past state (test above: 2 x 8 tokens, 4 channels, 4 taps)."""
+    r = _varlen_conv(tmp_path, 16, 2, 4, 4)
+    conv, state = r.layers
+    assert (conv["name"], state["name"]) == ("vc", "vc/state")
+    assert conv["macs"] == 2 * 8 * 4 * 4
+    assert busy(r) == cost(r, [("mul", 64, 4), ("add", 64, 4), ("add", 64, 1),
+                               ("sigmoid", 64, 1), ("mul", 64, 1)])
+    assert conv["bytes_loaded"] == 2 * (R + R + R) + 2 * R
+    assert state["bytes_loaded"] == 2 * R and state["bytes_stored"] == R
+
+
+def test_varlen_causal_conv_takes_ragged_sequences_as_the_even_spread(tmp_path):
+    """11 tokens over 3 sequences: two of 4 tokens and one of 3, a conv each, and a layer
+    joining them."""
+    r = _varlen_conv(tmp_path, 11, 3, 4, 4)
+    assert [layer["name"] for layer in r.layers] == ["vc/g0", "vc/g0/state", "vc/g1",
+                                                     "vc/g1/state", "vc"]
+    assert [layer["macs"] for layer in r.layers] == [2 * 4 * 4 * 4, 0, 3 * 4 * 4, 0, 0]
+    by = {layer["name"]: layer for layer in r.layers}
+    assert by["vc"]["start_cycle"] >= max(by[n]["end_cycle"] for n in by if n != "vc")
+
+
+def test_varlen_causal_conv_dilation_spaces_the_taps(tmp_path):
+    """Dilation 2: the same 4 taps a token, a state of (4 - 1) x 2 = 6 positions (each
+    sequence's first tile loads 6 x 4 state bytes, one request) and present_state the
+    input's last 6 rows."""
+    r = _varlen_conv(tmp_path, 16, 2, 4, 4, dilation=2)
+    conv, state = r.layers
+    assert busy(r) == cost(r, [("mul", 64, 4), ("add", 64, 4), ("add", 64, 1),
+                               ("sigmoid", 64, 1), ("mul", 64, 1)])
+    assert state["bytes_stored"] == requests(2 * 6 * 4)
+
+
+def test_varlen_causal_conv_captures_the_first_tokens(tmp_path):
+    """state_update_capacity 2: each sequence's first 2 input rows copied out."""
+    r = _varlen_conv(tmp_path, 16, 2, 4, 4, capacity=2)
+    capture = r.layers[-1]
+    assert capture["name"] == "vc/capture"
+    assert capture["bytes_stored"] == requests(2 * 2 * 4)
+
+
 def _linear_attention(tmp_path, rule, B, T, Hq, Hkv, dk, dv, chunk, past=False,
                       decay_width=None, beta_width=None, extra=()):
     inputs = [("q", (B, T, Hq * dk)), ("k", (B, T, Hkv * dk)), ("v", (B, T, Hkv * dv))]
@@ -753,3 +810,131 @@ def test_linear_attention_heads_read_and_write_their_own_blocks(tmp_path, T):
     starts = sorted(out[:, isa.T_BASE0 + 3])
     assert all(b - a >= T * dv for a, b in zip(starts, starts[1:]))  # 1-byte elements
     assert r.total_cycles > 0
+
+
+def _gated_delta_net(tmp_path, total, Hq, dk, Hv, dv, B, *, lead=None, cu=False,
+                     packed=False, decay_width=None, name="gdn", **attrs):
+    """ONNX Runtime's GatedDeltaNet: token-major (total, H, d) operands (or ``lead`` dims
+    (B, S)), an initial state (B, H_v, d_v, d_k)."""
+    lead = list(lead or [total])
+    dw = decay_width or Hv
+    inputs = ([("q", (*lead, 2 * Hq * dk + Hv * dv))] if packed else
+              [("q", (*lead, Hq, dk)), ("k", (*lead, Hq, dk)), ("v", (*lead, Hv, dv))])
+    names = ["q", "", ""] if packed else ["q", "k", "v"]
+    names.append("cu" if cu else "")
+    if cu:
+        inputs.append(("cu", (B + 1,), TensorProto.INT32))
+    inputs += [("decay", (*lead, Hv) if dw == Hv else (*lead, Hv, dk)), ("beta", (*lead, Hv)),
+               ("s0", (B, Hv, dv, dk))]
+    names += ["decay", "beta", "s0"]
+    node = helper.make_node("GatedDeltaNet", names, ["y", "s1"], name=name,
+                            domain="com.microsoft", **attrs)
+    return model(tmp_path, [node], inputs, [("y", (*lead, Hv, dv)), ("s1", (B, Hv, dv, dk))],
+                 domains=["com.microsoft"])
+
+
+def _gdn_macs(c, dk, dv):
+    """One chunk of c tokens, one head: scores, K K^T (c x dk x c), W (c x c x dk), U and
+    out (c x c x dv), delta, inter (c x dk x dv) and the state (dv x c x dk)."""
+    return 2 * c * c * dk + c * c * dk + 2 * c * c * dv + 3 * c * dk * dv
+
+
+def test_gated_delta_net_decode_step_value_heads_share_their_query_head(tmp_path):
+    """A decode step of 2 sequences, 2 query/key heads shared by 4 value heads (inverse
+    grouped-query), d_k = d_v = 8, a decay and an update rate per value head: every GEMM
+    runs per value head; vector work as LinearAttention's, at 4 heads: Q' and K'' of 64
+    elements each, the masks on 8 one-element blocks, 512 state elements decayed."""
+    r = sim(_gated_delta_net(tmp_path, 2, 2, 8, 4, 8, 2))
+    parts = ["gates", "scores", "kk", "masks", "w", "u", "delta", "inter", "out", "decay",
+             "state"]
+    assert [layer["name"] for layer in r.layers] == [f"gdn/c0/{p}" for p in parts] + ["gdn"]
+    heads = 2 * 4
+    assert [layer["macs"] for layer in r.layers] == [
+        0, heads * 8, heads * 8, 0, heads * 8, heads * 8, heads * 64, heads * 64, heads * 8,
+        0, heads * 64, 0]
+    assert busy(r) == (cost(r, [("add", 64, 1), ("exp", 64, 1), ("mul", 64, 1)])
+                       + cost(r, [("add", 64, 1), ("exp", 64, 2), ("sub", 64, 1),
+                                  ("mul", 64, 2)])
+                       + cost(r, [("mul", 8, 1)]) + cost(r, [("mul", 8, 3), ("add", 8, 1)])
+                       + cost(r, [("mul", 512, 1)]))
+
+
+def test_gated_delta_net_reads_the_shared_query_and_its_own_state(tmp_path):
+    """Per value head, the scores read the query rows of its query head (2 value heads
+    share each) and write their own block; inter reads the value head's own state."""
+    from npusim.config import load_config
+    from npusim.frontend import load_graph
+    from npusim.kernels import isa
+    from npusim.lowering import lower_graph
+
+    B, Hq, Hv = 2, 2, 4
+    path = _gated_delta_net(tmp_path, B, Hq, 8, Hv, 8, B, update_rule="delta")
+    prog = lower_graph(load_graph(path), load_config("gemmini_validation"))
+    names = [info.name for info in prog.layers]
+
+    def distinct(part, slot):
+        tiles = prog.tile[prog.tile[:, isa.T_LAYER] == names.index(f"gdn/c0/{part}")]
+        assert len(tiles) == B * Hv
+        return len(set(tiles[:, isa.T_BASE0 + slot]))
+
+    assert distinct("scores", 0) == B * Hq  # Q rows: shared by 2 value heads
+    assert distinct("scores", 3) == B * Hv
+    assert distinct("inter", 1) == B * Hv  # each value head's state
+    assert distinct("state", 3) == B * Hv
+
+
+def test_gated_delta_net_costs_what_linear_attention_costs_without_head_sharing(tmp_path):
+    """With as many value heads as query heads, GatedDeltaNet on (B, S, H, d) is
+    LinearAttention on (B, S, H * d) with a transposed state: the same MACs per layer and
+    the same vector work."""
+    B, S, H, dk, dv = 2, 6, 2, 8, 4
+    gdn = sim(_gated_delta_net(tmp_path, B * S, H, dk, H, dv, B, lead=(B, S), chunk_size=4,
+                               decay_width=H * dk))
+    la = _linear_attention(tmp_path, "gated_delta", B, S, H, H, dk, dv, 4,
+                           decay_width=H * dk, beta_width=H, past=True)
+    def parts(r):
+        return [(layer["name"].partition("/")[2], layer["macs"]) for layer in r.layers]
+
+    assert parts(gdn) == parts(la)
+    assert busy(gdn) == busy(la)
+
+
+def test_gated_delta_net_takes_ragged_sequences_as_the_even_spread(tmp_path):
+    """cu_seqlens makes the lengths data: 10 tokens over 3 sequences are one of 4 tokens
+    and two of 3, each chunked on its own (chunk_size 64: one chunk each)."""
+    r = sim(_gated_delta_net(tmp_path, 10, 1, 8, 2, 8, 3, cu=True))
+    assert {layer["name"].split("/c0")[0] for layer in r.layers} == {"gdn/g0", "gdn/g1",
+                                                                      "gdn"}
+    assert macs(r) == 2 * (1 * _gdn_macs(4, 8, 8) + 2 * _gdn_macs(3, 8, 8))
+
+
+def test_gated_delta_net_packed_qkv_with_its_gates_on_the_vector_unit(tmp_path):
+    """Packed QKV, the Qwen3.5 gate (-exp(a_log) Softplus(decay + dt_bias): add, exp, add,
+    log, mul per decay value), a sigmoid on beta and the L2 norm of every query and key
+    head: three vector layers first; the recurrence's MACs are the unpacked ones."""
+    total, Hq, dk, Hv, dv = 4, 2, 8, 4, 8
+    r = sim(_gated_delta_net(tmp_path, total, Hq, dk, Hv, dv, 1, packed=True,
+                             gate_activation="softplus", beta_activation="sigmoid",
+                             qk_l2_norm=1))
+    by = {layer["name"]: layer for layer in r.layers}
+    assert [layer["name"] for layer in r.layers[:3]] == ["gdn/gate", "gdn/beta", "gdn/l2norm"]
+    E = total * Hv
+    assert by["gdn/gate"]["vector_cycles"] == cost(r, [("add", E, 2), ("exp", E, 1),
+                                                       ("log", E, 1), ("mul", E, 1)])
+    assert by["gdn/beta"]["vector_cycles"] == cost(r, [("sigmoid", E, 1)])
+    # the norm reads each query and key head's row once (a DMA request each), not the values
+    assert by["gdn/l2norm"]["bytes_loaded"] == 2 * total * Hq * requests(dk)
+    assert macs(r) == Hv * _gdn_macs(total, dk, dv)
+    assert by["gdn/c0/gates"]["start_cycle"] >= by["gdn/l2norm"]["end_cycle"]
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(Hv=3), "H_v a multiple of H_q"),
+    (dict(total=5, B=2), "5 tokens do not split evenly over initial_state's batch of 2 "
+                         r"\(give cu_seqlens"),
+])
+def test_gated_delta_net_bad_heads_are_a_clear_error(tmp_path, kw, match):
+    args = dict(total=4, Hq=2, dk=8, Hv=4, dv=8, B=1)
+    args.update(kw)
+    with pytest.raises(NpusimError, match=match):
+        sim(_gated_delta_net(tmp_path, **args))

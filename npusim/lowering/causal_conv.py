@@ -23,11 +23,15 @@ from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.vector import ELEMENTWISE, LayerEmitter, View, emit_views, lower_pool
+from npusim.program import LayerInfo
 
 ACTIVATIONS = {"none": [], "silu": ELEMENTWISE["Swish"], "swish": ELEMENTWISE["Swish"]}
 
 
-def lower_causal_conv(ctx: LoweringContext, node: Node) -> None:
+def lower_causal_conv(ctx: LoweringContext, node: Node, *,
+                      write_state: bool | None = None) -> None:
+    """``write_state``: whether present_state is written (default: when something reads
+    it)."""
     g = ctx.graph
     ins = list(node.inputs) + [""] * (4 - len(node.inputs))
     x, w, bias, past = ins[:4]
@@ -44,12 +48,18 @@ def lower_causal_conv(ctx: LoweringContext, node: Node) -> None:
                           f"one of {', '.join(ACTIVATIONS)}")
     B, C, L = x_shape
     k = w_shape[2]
+    dilation = int(node.attrs.get("dilation", 1))  # (VarlenCausalConvWithState's)
+    if dilation < 1:
+        raise NpusimError(f"{node.op_type} '{node.name}': dilation {dilation} must be >= 1")
+    keep = (k - 1) * dilation  # the positions before the sequence a window reaches
     # (the past state among the inputs: the layer waits for whatever writes it)
     conv = Node(name=node.name, op_type=node.op_type, inputs=[x, w, bias, past], outputs=[y],
-                attrs={"pads": [k - 1, 0], "group": C})
+                attrs={"pads": [keep, 0], "group": C, "dilations": [dilation]})
     lower_pool(ctx, conv, carried=past or None, after=ACTIVATIONS[act])
-    if k > 1 and present and (g.consumers(present) or present in g.outputs):
-        _copy_state(ctx, node, x, past, present, B, C, L, k - 1)
+    if write_state is None:
+        write_state = bool(present) and bool(g.consumers(present) or present in g.outputs)
+    if keep and present and write_state:
+        _copy_state(ctx, node, x, past, present, B, C, L, keep)
 
 
 def _copy_state(ctx, node, x, past, present, B, C, L, keep) -> None:
@@ -68,4 +78,81 @@ def _copy_state(ctx, node, x, past, present, B, C, L, keep) -> None:
     em.finish()
 
 
-LOWERINGS: dict = {"CausalConvWithState": lower_causal_conv}
+def lower_varlen_causal_conv(ctx: LoweringContext, node: Node) -> None:
+    """VarlenCausalConvWithState (ONNX Runtime, CUDA and WebGPU): CausalConvWithState over
+    a packed token-major batch (total_tokens, C), sequence i from cu_seqlens[i], with the
+    required initial_state (B, C, (k - 1) x dilation). The lengths are data, so they are
+    taken as the even spread of the tokens (``total mod B`` sequences one token longer,
+    first: layers ``name/g0``, ``name/g1``, each CausalConvWithState's). A
+    ``state_update`` output (speculative decoding's compact transitions) is a copy of the
+    first ``state_update_capacity`` input tokens of each sequence (``name/capture``)."""
+    g = ctx.graph
+    ins = list(node.inputs) + [""] * (5 - len(node.inputs))
+    x, w, cu, bias, init = ins[:5]
+    outs = list(node.outputs) + [""] * (3 - len(node.outputs))
+    y, final, update = outs[:3]
+    x_shape = g.shape(x)
+    if len(x_shape) != 2 or not init or len(g.shape(init)) != 3 or not cu:
+        raise NpusimError(f"VarlenCausalConvWithState '{node.name}': needs an input "
+                          f"(total_tokens, channels), cu_seqlens and an initial_state (batch, "
+                          f"channels, state length); got input {x_shape}")
+    total, C = x_shape
+    B, _, keep = g.shape(init)
+    p = ctx.precision
+    n, longer = divmod(total, B)
+    groups = [(b, t) for b, t in ((longer, n + 1), (B - longer, n)) if b and t]
+    token0 = seq0 = 0
+    layers = []
+    for gi, (Bg, T) in enumerate(groups):
+        tag = node.name if len(groups) == 1 else f"{node.name}/g{gi}"
+        views = {}
+        for role, t, shape, offset in (("x", x, (Bg, C, T), token0 * C),
+                                       ("y", y, (Bg, C, T), token0 * C),
+                                       ("past", init, (Bg, C, keep), seq0 * C * keep),
+                                       ("present", final, (Bg, C, keep), seq0 * C * keep)):
+            if not t:
+                views[role] = ""
+                continue
+            views[role] = ctx.scratch(f"{tag}::{role}", shape)
+            ctx.address[views[role]] = ctx.addr(t) + offset * p
+            if t in ctx.producer_layer:
+                ctx.producer_layer[views[role]] = ctx.producer_layer[t]
+        sub = Node(name=tag, op_type=node.op_type,
+                   inputs=[views["x"], w, bias, views["past"]],
+                   outputs=[views["y"]] + ([views["present"]] if final else []),
+                   attrs=dict(node.attrs))
+        before = ctx.builder.n_layers
+        lower_causal_conv(ctx, sub, write_state=bool(final) and bool(
+            g.consumers(final) or final in g.outputs))
+        layers += range(before, ctx.builder.n_layers)
+        token0 += Bg * T
+        seq0 += Bg
+    capacity = int(node.attrs.get("state_update_capacity", 0))
+    if update and capacity > 0:
+        em = LayerEmitter(ctx, Node(f"{node.name}/capture", node.op_type, inputs=[x],
+                                    outputs=[update]), "DMA copy")
+        dst, token0 = ctx.addr(update), 0
+        for Bg, T in groups:
+            take = min(capacity, T)
+            emit_views(em, (Bg, take, C), [View(ctx.addr(x) + token0 * C * p, [T * C, C, 1])],
+                       [View(dst, [capacity * C, C, 1])], [])
+            dst += Bg * capacity * C * p
+            token0 += Bg * T
+        em.finish()
+    if len(groups) > 1:  # the outputs are complete when every group's layers are
+        join = ctx.builder.begin_layer(
+            LayerInfo(name=node.name, op_type=node.op_type, input_shapes=[x_shape],
+                      output_shape=x_shape, macs=0, mapping="",
+                      mapping_source="the sequence groups joined (no data moved)"),
+            sorted(set(layers)))
+        for t in (y, final):
+            if t:
+                ctx.producer_layer[t] = join
+    else:
+        for t, role in ((y, "y"), (final, "present")):
+            if t and views[role] in ctx.producer_layer:
+                ctx.producer_layer[t] = ctx.producer_layer[views[role]]
+
+
+LOWERINGS: dict = {"CausalConvWithState": lower_causal_conv,
+                   "VarlenCausalConvWithState": lower_varlen_causal_conv}

@@ -1324,7 +1324,8 @@ def lower_pool(ctx: LoweringContext, node: Node, *, carried: str | None = None,
     P, Q = y_shape[2], prod(y_shape[3:])
     n_sp = len(x_shape) - 2
     # (conv.py hands depthwise convolutions here; causal_conv.py its stateful causal form)
-    depthwise = op in ("Conv", "FusedConv", "CausalConvWithState")
+    depthwise = op in ("Conv", "FusedConv", "CausalConvWithState",
+                       "VarlenCausalConvWithState")
     kernel = list(_shape(ctx, node.inputs[1])[2:]) if depthwise \
         else list(node.attrs["kernel_shape"])
     strides = list(node.attrs.get("strides", [1] * n_sp))
