@@ -560,6 +560,19 @@ def test_gated_rms_norm_normalizes_each_head_and_gates_it(tmp_path, act, steps):
     assert vector_busy(r) == E * (sum(LAT[s] for s in steps) + LAT["mul"]) + _rms(C, rows, E)
 
 
+def test_branchwise_rms_norm_reads_a_scale_per_branch_and_column(tmp_path):
+    """A (C, H) scale is H values a row, repeating every C rows, also when the rows
+    number C x H (B x T = H): the layer reads X and a scale row per row."""
+    B, T_, C, H = 1, 16, 4, 16
+    E = B * T_ * C * H
+    node = helper.make_node("BranchwiseRMSNorm", ["x", "scale"], ["y"], name="brn", domain=MS,
+                            num_branches=C)
+    path = save(tmp_path, [node], [vi("x", [B, T_, C * H])], [vi("y", [B, T_, C * H])],
+                [("scale", [C, H])])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert r.layers[0]["bytes_loaded"] >= 2 * E
+
+
 @pytest.mark.parametrize("flat", [False, True])
 def test_branchwise_rms_norm_normalizes_each_branch(tmp_path, flat):
     """Each branch's H values are a row; a scale of C * H values costs a multiply an element

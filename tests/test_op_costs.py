@@ -687,6 +687,16 @@ def test_varlen_causal_conv_dilation_spaces_the_taps(tmp_path):
     assert state["bytes_stored"] == requests(2 * 6 * 4)
 
 
+def test_varlen_causal_conv_state_must_fit_the_taps(tmp_path):
+    """4 taps at dilation 2 reach 6 positions back: a state of 3 is refused, naming it."""
+    node = helper.make_node("VarlenCausalConvWithState", ["x", "w", "cu", "", "s0"],
+                            ["y", "s1"], name="vc", domain="com.microsoft", dilation=2)
+    with pytest.raises(NpusimError, match=r"initial_state \(2, 4, 3\) must be .*kernel 4"):
+        sim(model(tmp_path, [node], [("x", (8, 4)), ("w", (4, 1, 4)),
+                                     ("cu", (3,), TensorProto.INT32), ("s0", (2, 4, 3))],
+                  [("y", (8, 4)), ("s1", (2, 4, 3))], domains=["com.microsoft"]))
+
+
 def test_varlen_causal_conv_captures_the_first_tokens(tmp_path):
     """state_update_capacity 2: each sequence's first 2 input rows copied out."""
     r = _varlen_conv(tmp_path, 16, 2, 4, 4, capacity=2)
@@ -906,6 +916,60 @@ def test_gated_delta_net_takes_ragged_sequences_as_the_even_spread(tmp_path):
     assert {layer["name"].split("/c0")[0] for layer in r.layers} == {"gdn/g0", "gdn/g1",
                                                                       "gdn"}
     assert macs(r) == 2 * (1 * _gdn_macs(4, 8, 8) + 2 * _gdn_macs(3, 8, 8))
+
+
+def test_gated_delta_net_final_state_waits_for_every_group(tmp_path):
+    """With ragged sequences each group's last chunk writes its part of final_state: a
+    reader of final_state waits for all of them."""
+    path = _gated_delta_net(tmp_path, 10, 1, 8, 2, 8, 3, cu=True)
+    m = onnx.load(str(path))
+    m.graph.node.append(helper.make_node("Relu", ["s1"], ["r"], name="relu"))
+    m.graph.output.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [3, 2, 8, 8]))
+    onnx.save(m, str(path))
+    from npusim.config import load_config
+    from npusim.frontend import load_graph
+    from npusim.lowering import lower_into
+    from npusim.program import ProgramBuilder
+
+    b = ProgramBuilder()
+    lower_into(b, load_graph(path), load_config("gemmini_validation"))
+    names = [b.layer_info(i).name for i in range(b.n_layers)]
+
+    def waits_for(layer, other):  # through the layers' predecessors
+        seen, todo = set(), [layer]
+        while todo:
+            for p in b.preds_of(todo.pop()):
+                if p not in seen:
+                    seen.add(p)
+                    todo.append(p)
+        return other in seen
+
+    states = [i for i, n in enumerate(names) if n.endswith("/state")]
+    assert len(states) == 2
+    assert all(waits_for(names.index("relu"), s) for s in states)
+
+
+def test_gated_delta_net_packed_qkv_reads_the_normalized_keys(tmp_path):
+    """Packed QKV with the L2 norm: the norm writes the Q rows, then the K rows, into its
+    copy; the recurrence reads Q and K there: K K^T's rows start total x W bytes after
+    the scores' (K's first column), not at K's column in the packed layout."""
+    from npusim.config import load_config
+    from npusim.frontend import load_graph
+    from npusim.kernels import isa
+    from npusim.lowering import lower_graph
+
+    total, Hq, dk, Hv, dv = 4, 2, 8, 2, 8
+    W = 2 * Hq * dk + Hv * dv
+    path = _gated_delta_net(tmp_path, total, Hq, dk, Hv, dv, 1, packed=True, qk_l2_norm=1,
+                            update_rule="delta")
+    prog = lower_graph(load_graph(path), load_config("gemmini_validation"))
+    names = [info.name for info in prog.layers]
+
+    def first_x(part):
+        tiles = prog.tile[prog.tile[:, isa.T_LAYER] == names.index(f"gdn/c0/{part}")]
+        return int(tiles[0, isa.T_BASE0])
+
+    assert first_x("kk") - first_x("scores") == total * W  # 1-byte elements
 
 
 def test_gated_delta_net_packed_qkv_with_its_gates_on_the_vector_unit(tmp_path):

@@ -685,15 +685,16 @@ def _rows_cols(shape, axis: int = -1) -> tuple[int, int]:
 def _row_operand(ctx: LoweringContext, t: str, rows: int, cols: int) -> RowInput:
     """An operand over the op's rows: the full tensor, or rows repeating over the leading
     dims (e.g. a skip of [S, H] for [B, S, H]), one broadcast row, or one value per row."""
-    n = prod(_shape(ctx, t))
+    shape = _shape(ctx, t)
+    n = prod(shape)
     if n == rows * cols:
         return RowInput(ctx.addr(t))
-    if n == cols or n == 1:
-        return RowInput(ctx.addr(t), "bcast", elems=None if n == cols else 1)
-    if n == rows:  # one value per row (a per-row gate)
+    if n == rows > 1 and shape[-1] == 1 < cols:  # one value per row (a gate of (..., 1))
         prec = ctx.precision
         return RowInput(ctx.addr(t), "gather", elems=1, row_stride=prec,
                         base_of=lambda r0: r0 * prec)
+    if n == cols or n == 1:
+        return RowInput(ctx.addr(t), "bcast", elems=None if n == cols else 1)
     if n % cols == 0 and rows % (n // cols) == 0:
         period = n // cols
         prec = ctx.precision

@@ -19,6 +19,8 @@ read and write them; the states likewise (B, k - 1, C).
 
 from __future__ import annotations
 
+from math import prod
+
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
@@ -98,6 +100,12 @@ def lower_varlen_causal_conv(ctx: LoweringContext, node: Node) -> None:
                           f"channels, state length); got input {x_shape}")
     total, C = x_shape
     B, _, keep = g.shape(init)
+    k, dilation = g.shape(w)[-1], int(node.attrs.get("dilation", 1))
+    if keep != (k - 1) * dilation or prod(g.shape(cu)) != B + 1 or not total:
+        raise NpusimError(f"VarlenCausalConvWithState '{node.name}': initial_state "
+                          f"{g.shape(init)} must be (batch, channels, (kernel {k} - 1) x "
+                          f"dilation {dilation}) with batch = len(cu_seqlens) - 1 = "
+                          f"{prod(g.shape(cu)) - 1}, over at least one token")
     p = ctx.precision
     n, longer = divmod(total, B)
     groups = [(b, t) for b, t in ((longer, n + 1), (B - longer, n)) if b and t]

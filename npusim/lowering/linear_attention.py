@@ -189,7 +189,7 @@ def lower_chunked(ctx: LoweringContext, node: Node, rule: str, heads: Heads, dk:
     offsets = offsets or {}
     widths = dict(dict(q=q_rows[1], k=k_rows[1], v=heads.v * dv, y=heads.out * dv,
                        decay=decay_width, beta=beta_width), **(widths or {}))
-    outputs = []
+    outputs, last_states = [], []
     token0, seq0 = 0, 0
     for gi, (Bg, T) in enumerate(groups):
         def at(role, t0=token0):
@@ -211,6 +211,8 @@ def lower_chunked(ctx: LoweringContext, node: Node, rule: str, heads: Heads, dk:
                 ctx.alias(s_next, state)
             outputs.append(la.chunk(f"{tag}/c{i}", r0, min(c, T - r0), s_prev, s_next))
             s_prev = s_next
+        if n_chunks:
+            last_states.append(ctx.producer_layer[state])
         token0 += Bg * T
         seq0 += Bg
     # the output is complete when every chunk's rows are: a layer with no work joins them
@@ -219,8 +221,10 @@ def lower_chunked(ctx: LoweringContext, node: Node, rule: str, heads: Heads, dk:
                   input_shapes=[ctx.graph.shape(t) for t in node.inputs if t],
                   output_shape=ctx.graph.shape(y), macs=0, mapping="",
                   mapping_source="the chunks' outputs joined (no data moved)"),
-        sorted({ctx.producer_layer[t] for t in outputs}))
+        sorted({ctx.producer_layer[t] for t in outputs} | set(last_states)))
     ctx.producer_layer[y] = join
+    if len(groups) > 1:  # every group's last chunk writes its sequences' part of the state
+        ctx.producer_layer[state] = join
 
 
 class _Chunks:
@@ -575,7 +579,7 @@ def lower_gated_delta_net(ctx: LoweringContext, node: Node) -> None:
         normed = _l2_norm_heads(ctx, node, total, Hq, dk, rows_q, rows_k, offsets)
         names.update(q=normed, k=normed)
         rows_q, rows_k = (normed, rows_q[1]), (normed, rows_k[1])
-        offsets = dict(offsets, q=0, k=total * rows_q[1] * p + offsets.get("k", 0))
+        offsets = dict(offsets, q=0, k=total * rows_q[1] * p)  # (K at column 0 of its copy)
     lower_chunked(ctx, node, rule, Heads(q=Hq, k=Hq, v=Hv, state=Hv, out=Hv), dk, dv, groups,
                   names, rows_q, rows_k, init, final, v_major=True,
                   decay_width=widths.get("decay", 0), beta_width=widths.get("beta", 0),
