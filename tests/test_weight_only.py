@@ -95,6 +95,33 @@ def test_a_matmulnbits_layer_loads_its_packed_weights_and_block_scales_exactly(
     assert lay["macs"] == K * N
 
 
+@pytest.mark.parametrize("op,attrs,block,zp_bits", [
+    ("MatMulBnb4", dict(block_size=64, quant_type=1), 64, 0),
+    ("MatMulFpQ4", dict(blk_quant_type=0), 32, 0),
+    ("MatMulFpQ4", dict(blk_quant_type=1), 32, 8),
+    ("MatMulFpQ4", dict(blk_quant_type=2), 64, 0),
+])
+def test_other_four_bit_matmuls_load_their_weights_and_block_headers(tmp_path, op, attrs,
+                                                                     block, zp_bits):
+    """MatMulBnb4 (NF4/FP4: one absmax per block) and MatMulFpQ4 (MLAS's blocks: 32 or 64
+    values, with or without an 8-bit offset) on the decode row of the test above: x, the
+    4-bit weights and a bf16 scale (+ offset) per block of each column, exactly."""
+    K, N = 256, 128
+    if op == "MatMulBnb4":
+        inits = [weight("B", [N * K // 2], TensorProto.UINT8), weight("absmax", [N * K // block])]
+        node = helper.make_node(op, ["x", "B", "absmax"], ["y"], name="q",
+                                domain="com.microsoft", K=K, N=N, **attrs)
+    else:
+        inits = [weight("B", [N * K // 2 + N * (K // block) * (2 + zp_bits // 8)],
+                        TensorProto.UINT8),
+                 helper.make_tensor("B_shape", TensorProto.INT64, [2], [K, N])]
+        node = helper.make_node(op, ["x", "B", "B_shape"], ["y"], name="q",
+                                domain="com.microsoft", **attrs)
+    lay, _ = _layer(_save(tmp_path, [node], inits, [1, K], [1, N]))
+    assert lay["bytes_loaded"] == K * 2 + N * K // 2 + N * (K // block) * (16 + zp_bits) // 8
+    assert lay["weight_bits"] == 4 and lay["op_type"] == op and lay["macs"] == K * N
+
+
 def test_four_bit_weights_move_a_quarter_of_fp16_and_half_of_int8(tmp_path):
     """The same GEMM (x [1, 256] . W [256, 128]) on server with W float (read at bf16), and
     W an int4 or a uint8 constant through a per-tensor DequantizeLinear (one scale: a

@@ -15,7 +15,8 @@ from npusim.frontend.graph import Graph, Node
 from npusim.frontend.shapes import ALWAYS_FOLDED
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import SPATIAL_RANKS, lower_conv
-from npusim.lowering.gemm import lower_gemm, lower_matmul, lower_matmul_nbits
+from npusim.lowering.gemm import (lower_gemm, lower_matmul, lower_matmul_bnb4, lower_matmul_fpq4,
+                                  lower_matmul_nbits)
 from npusim.lowering import (attention, causal_conv, conv_transpose, deform_conv, einsum,
                               linear_attention, moe, movement, recurrent, spectral, vector)
 from npusim.lowering.fusion import fused_input, plan_fusions, vector_groups
@@ -28,6 +29,8 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
     "MatMul": lower_matmul,
     "Gemm": lower_gemm,
     "MatMulNBits": lower_matmul_nbits,  # ONNX Runtime's weight-only quantized MatMul
+    "MatMulBnb4": lower_matmul_bnb4,  # ... with bitsandbytes' FP4/NF4 weights
+    "MatMulFpQ4": lower_matmul_fpq4,  # ... with MLAS's pre-packed 4-bit blocks
     "Conv": lower_conv,
     "Reshape": lower_relabel,
     "Flatten": lower_relabel,

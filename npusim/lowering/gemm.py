@@ -20,7 +20,7 @@ from npusim.lowering.context import LoweringContext
 from npusim.lowering.mapping import LoopCounts
 from npusim.lowering.tiling import (ACC_BYTES, GemmTile, WeightFormat, choose_gemm_tile,
                                     gemm_tile_fits)
-from npusim.lowering.weights import dequantized_weight, nbits_weight
+from npusim.lowering.weights import dequantized_weight, nbits_weight, weight_format
 from npusim.program import Instr, LayerInfo
 
 
@@ -232,11 +232,49 @@ def lower_matmul_nbits(ctx: LoweringContext, node: Node) -> None:
     """ONNX Runtime's MatMulNBits (A [.., K] float, B packed [N, blocks, blob], scales,
     zero points, bias): a GEMM of every row of A with B, its weights read in ``bits``
     (:func:`weights.nbits_weight`)."""
-    wf = nbits_weight(ctx, node)
-    K, N = int(node.attrs["K"]), int(node.attrs["N"])
-    a, y = node.inputs[0], node.outputs[0]
-    rows = prod(ctx.graph.shape(a)[:-1])
     bias = node.inputs[5] if len(node.inputs) > 5 and node.inputs[5] else None
+    _packed_weight_gemm(ctx, node, int(node.attrs["K"]), int(node.attrs["N"]),
+                        nbits_weight(ctx, node), bias)
+
+
+def lower_matmul_bnb4(ctx: LoweringContext, node: Node) -> None:
+    """ONNX Runtime's MatMulBnb4 (bitsandbytes' FP4/NF4 weights: 4 bits, one absmax scale
+    per ``block_size`` values, the code a table lookup as MatMulNBits' dequantization):
+    MatMulNBits' GEMM with those weights. (A, B packed, absmax.)"""
+    K, N, block = (int(node.attrs.get(k, 0)) for k in ("K", "N", "block_size"))
+    if K < 1 or N < 1 or block < 16 or block & (block - 1):
+        raise NpusimError(f"MatMulBnb4 '{node.name}': K = {K} and N = {N} must be positive "
+                          f"and block_size = {block} a power of 2 from 16")
+    _packed_weight_gemm(ctx, node, K, N, weight_format(ctx, 4, block, 0), None)
+
+
+# MatMulFpQ4's blk_quant_type -> (block size, zero point bits) (MLAS BlkQ4Sym, BlkQ4Zp8,
+# BlkQ4Sym64)
+FPQ4_BLOCKS = {0: (32, 0), 1: (32, 8), 2: (64, 0)}
+
+
+def lower_matmul_fpq4(ctx: LoweringContext, node: Node) -> None:
+    """ONNX Runtime's MatMulFpQ4 (A, a pre-packed blob of 4-bit blocks, B's shape [K, N] as
+    a constant): MatMulNBits' GEMM with the blocks of ``blk_quant_type``."""
+    kind = int(node.attrs.get("blk_quant_type", 1))
+    shape = ctx.graph.tensor(node.inputs[2]).value if len(node.inputs) > 2 else None
+    if kind not in FPQ4_BLOCKS or shape is None or len(shape) != 2:
+        raise NpusimError(f"MatMulFpQ4 '{node.name}': needs blk_quant_type in "
+                          f"{sorted(FPQ4_BLOCKS)} (got {kind}) and B_shape as a constant "
+                          f"[K, N]")
+    K, N = (int(d) for d in shape)
+    block, zero_point_bits = FPQ4_BLOCKS[kind]
+    _packed_weight_gemm(ctx, node, K, N, weight_format(ctx, 4, block, zero_point_bits), None)
+
+
+def _packed_weight_gemm(ctx: LoweringContext, node: Node, K: int, N: int, wf: WeightFormat,
+                        bias: str | None) -> None:
+    """Every row of A [.., K] times a weight of N columns of K stored packed in ``wf``."""
+    a, y = node.inputs[0], node.outputs[0]
+    if ctx.graph.shape(a)[-1:] != (K,):
+        raise NpusimError(f"{node.op_type} '{node.name}': A has shape "
+                          f"{list(ctx.graph.shape(a))}, its last dim must be K = {K}")
+    rows = prod(ctx.graph.shape(a)[:-1])
     bias = bias or ctx.folded_bias.get(node.name)
     prob = GemmProblem(N=rows, C=K, M=N, batch_offsets=[(0, 0, 0)], x_addr=ctx.addr(a),
                        x_row_stride=K * ctx.precision, x_trans=False,
