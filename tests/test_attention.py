@@ -603,6 +603,15 @@ def test_linear_attention_gate_is_two_elementwise_passes(tmp_path):
     assert [l["name"] for l in r.layers] == ["lag", "lag/beta"]
 
 
+def test_inverse_is_gauss_jordan_on_the_vector_unit(tmp_path):
+    """3 matrices of 8 x 8: per element a div and 7 mul and sub (n^3 multiply-adds a
+    matrix)."""
+    node = helper.make_node("Inverse", ["x"], ["y"], name="inv", domain=MS)
+    path = save(tmp_path, [node], [vi("x", [3, 8, 8])], [vi("y", [3, 8, 8])])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == 3 * 64 * (LAT["div"] + 7 * LAT["mul"] + 7 * LAT["sub"])
+
+
 def test_expand_dims_is_a_relabel(tmp_path):
     node = helper.make_node("ExpandDims", ["x", "axis"], ["y"], name="ed", domain=MS)
     axis = helper.make_tensor("axis", TensorProto.INT32, [], [1])

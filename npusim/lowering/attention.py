@@ -931,6 +931,14 @@ def lower_linear_attention_gate(ctx: LoweringContext, node: Node) -> None:
                                    inputs=[b], outputs=[beta]), ELEMENTWISE["Sigmoid"])
 
 
+def lower_inverse(ctx: LoweringContext, node: Node) -> None:
+    """Inverse (ONNX Runtime): each n x n matrix by Gauss-Jordan elimination on the vector
+    unit: per pivot its row divided (n divisions) and the n - 1 other rows reduced (n
+    multiply-subtracts each), so per element one div and n - 1 mul and sub."""
+    n = _shape(ctx, node.inputs[0])[-1]
+    emit_elementwise(ctx, node, [("div", 1), ("mul", n - 1), ("sub", n - 1)])
+
+
 LOWERINGS: dict = {
     "Attention": lower_attention,
     "QAttention": lower_qattention,
@@ -960,4 +968,5 @@ LOWERINGS: dict = {
     "GatedRMSNorm": lower_gated_rms_norm,
     "BranchwiseRMSNorm": lower_branchwise_rms_norm,
     "LinearAttentionGate": lower_linear_attention_gate,
+    "Inverse": lower_inverse,
 }
