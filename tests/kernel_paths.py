@@ -32,13 +32,18 @@ ROUTERS = [("chiplet", []),
 
 
 def exercise(traced_only: bool) -> None:
-    """Run every path; ``traced_only``: the runs that have an untraced form are traced."""
-    record.RING_BINS, record.LOG_ROWS, record.INTERVAL_ROWS = 1, 40, 40
+    """Run every path. ``traced_only`` (the bounds-checked build): the runs that have an
+    untraced form are traced, with tiny trace rings; else (the variants check) every run
+    also untraced, and each configuration traced once with the usual rings (a variant is
+    a type: what the trace records does not change it)."""
     windowed = TraceOptions(None, window=(1000, 4000), bin_cycles=7)
-    plain = [None] if not traced_only else []
+    if traced_only:
+        record.RING_BINS, record.LOG_ROWS, record.INTERVAL_ROWS = 1, 40, 40
     for preset, overrides in CROSSBAR + ROUTERS:
         for skip in (True, False):
-            for trace in plain + [windowed if skip else TraceOptions(None)]:
+            traces = ([windowed if skip else TraceOptions(None)] if traced_only
+                      else [None] + ([windowed] if skip else []))
+            for trace in traces:
                 npusim.simulate("tiny_cnn", preset, overrides=overrides, skip=skip,
                                 trace=trace)
         if not traced_only:
