@@ -612,6 +612,38 @@ def test_inverse_is_gauss_jordan_on_the_vector_unit(tmp_path):
     assert vector_busy(r) == 3 * 64 * (LAT["div"] + 7 * LAT["mul"] + 7 * LAT["sub"])
 
 
+@pytest.mark.parametrize("mix_shape", [[2, 4, 4, 1], [2, 4, 4, 16]])
+def test_hyper_connection_pre_mix_reduces_the_streams(tmp_path, mix_shape):
+    """4 streams of 16 for 2 x 4 tokens, a gate per branch or per element: a multiply and
+    an add per stream element; the one output row per token stored once."""
+    T, C, H = 8, 4, 16
+    node = helper.make_node("HyperConnectionPreMix", ["x", "m"], ["y"], name="pre",
+                            domain=MS, reduction_scale=0.5)
+    path = save(tmp_path, [node], [vi("x", [2, 4, C, H]), vi("m", mix_shape)],
+                [vi("y", [2, 4, H])])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    assert vector_busy(r) == T * C * H * (LAT["mul"] + LAT["add"])
+    assert sum(c["bytes_stored"] for c in r.cores) < C * T * H  # once, not once a branch
+
+
+@pytest.mark.parametrize("stream_mix", [False, True])
+def test_hyper_connection_post_mix_mixes_then_injects(tmp_path, stream_mix):
+    """Flattened streams (num_branches 4): with a stream mix, C multiply-adds per output
+    element (layer pst/mix) before the injection's multiply and add per element."""
+    T, C, H = 8, 4, 16
+    inputs = ["x", "b", "p"] + (["s"] if stream_mix else [])
+    node = helper.make_node("HyperConnectionPostMix", inputs, ["y"], name="pst", domain=MS,
+                            num_branches=C)
+    ins = [vi("x", [T, C * H]), vi("b", [T, H]), vi("p", [T, C, 1])]
+    if stream_mix:
+        ins.append(vi("s", [T, C, C]))
+    path = save(tmp_path, [node], ins, [vi("y", [T, C * H])])
+    r = npusim.simulate(path, "mobile", overrides=SCALAR_VU)
+    per = LAT["mul"] + LAT["add"]
+    assert vector_busy(r) == T * C * H * per * ((C + 1) if stream_mix else 1)
+    assert [l["name"] for l in r.layers] == (["pst/mix"] if stream_mix else []) + ["pst"]
+
+
 def test_expand_dims_is_a_relabel(tmp_path):
     node = helper.make_node("ExpandDims", ["x", "axis"], ["y"], name="ed", domain=MS)
     axis = helper.make_tensor("axis", TensorProto.INT32, [], [1])

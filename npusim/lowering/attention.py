@@ -102,9 +102,9 @@ from npusim.frontend.quantized import INT8
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import lower_conv
 from npusim.lowering.gemm import GemmProblem, _batch_strides, emit_gemm, lower_gemm
-from npusim.lowering.vector import (ELEMENTWISE, LayerEmitter, RowInput, dequantize_steps,
-                                    emit_elementwise,
-                                    emit_row_layer)
+from npusim.lowering.vector import (ELEMENTWISE, LayerEmitter, RowInput, View,
+                                    dequantize_steps, emit_elementwise, emit_row_layer,
+                                    emit_views)
 from npusim.program import LayerInfo
 
 MS = "com.microsoft"
@@ -931,6 +931,79 @@ def lower_linear_attention_gate(ctx: LoweringContext, node: Node) -> None:
                                    inputs=[b], outputs=[beta]), ELEMENTWISE["Sigmoid"])
 
 
+def _streams(ctx: LoweringContext, node: Node) -> tuple[int, int, int]:
+    """(tokens, C, H) of hyper-connection streams: grouped (..., C, H) or flattened
+    (..., C * H) with ``num_branches`` C."""
+    xs = _shape(ctx, node.inputs[0])
+    C = int(node.attrs.get("num_branches", 0))
+    if C:
+        if not xs or xs[-1] % C:
+            raise _err(node, f"streams {xs}: the last dim is not num_branches = {C} branches")
+        return prod(xs[:-1]), C, xs[-1] // C
+    if len(xs) < 2:
+        raise _err(node, f"streams {xs} are neither (..., C, H) nor flattened with "
+                         f"num_branches")
+    return prod(xs[:-2]), xs[-2], xs[-1]
+
+
+def _per_branch_view(ctx, node, t, T, C, H, order) -> View:
+    """A mix input of (..., C) / (..., C, 1) values (one per branch) or (..., C, H) / (...,
+    C * H) (one per element), over an iteration space whose axes are ``order`` (a string of
+    t, c, h)."""
+    n = prod(_shape(ctx, t))
+    if n == T * C:
+        stride = {"t": C, "c": 1, "h": 0}
+    elif n == T * C * H:
+        stride = {"t": C * H, "c": H, "h": 1}
+    else:
+        raise _err(node, f"'{t}' of shape {_shape(ctx, t)} is neither one value per branch "
+                         f"({T} x {C}) nor one per element ({T} x {C} x {H})")
+    return View(ctx.addr(t), [stride[a] for a in order])
+
+
+def lower_hyper_connection_pre_mix(ctx: LoweringContext, node: Node) -> None:
+    """HyperConnectionPreMix: Y[.., h] = scale * sum_c X[.., c, h] * pre_mix[.., c, (h)], a
+    multiply and an add per stream element (the scale, one multiply per output, rides in
+    the add's pass). The iteration space is (tokens, H, C), C innermost, so a tile holds
+    every branch of the outputs it writes."""
+    T, C, H = _streams(ctx, node)
+    em = LayerEmitter(ctx, node, "vector unit")
+    emit_views(em, (T, H, C), [View(ctx.addr(node.inputs[0]), [C * H, 1, H]),
+                               _per_branch_view(ctx, node, node.inputs[1], T, C, H, "thc")],
+               [View(ctx.addr(node.outputs[0]), [H, 1, 0])], [("mul", 1), ("add", 1)])
+    em.finish()
+
+
+def lower_hyper_connection_post_mix(ctx: LoweringContext, node: Node) -> None:
+    """HyperConnectionPostMix: Y[.., k, h] = sum_c stream_mix[.., c, k] X[.., c, h] +
+    post_mix[.., k, (h)] block_output[.., h]. With a stream_mix, layer ``name/mix`` first:
+    C multiply-adds per output element (space (tokens, k, h, c), c innermost); then the
+    injection, a multiply and an add per output element, onto the mix (or the streams)."""
+    T, C, H = _streams(ctx, node)
+    x, block, post = node.inputs[:3]
+    mix = _opt(node, 3)
+    y = node.outputs[0]
+    base = x
+    if mix:
+        if prod(_shape(ctx, mix)) != T * C * C:
+            raise _err(node, f"stream_mix {_shape(ctx, mix)} is not ({T} x {C} x {C})")
+        mixed = ctx.scratch(f"{node.name}::mix", (T, C, H))
+        em = LayerEmitter(ctx, Node(f"{node.name}/mix", node.op_type, domain=node.domain,
+                                    inputs=[x, mix], outputs=[mixed]), "vector unit")
+        emit_views(em, (T, C, H, C), [View(ctx.addr(x), [C * H, 0, 1, H]),
+                                      View(ctx.addr(mix), [C * C, 1, 0, C])],
+                   [View(ctx.addr(mixed), [C * H, H, 1, 0])], [("mul", 1), ("add", 1)])
+        em.finish()
+        base = mixed
+    em = LayerEmitter(ctx, Node(node.name, node.op_type, domain=node.domain,
+                                inputs=[base, block, post], outputs=[y]), "vector unit")
+    emit_views(em, (T, C, H), [View(ctx.addr(base), [C * H, H, 1]),
+                               View(ctx.addr(block), [H, 0, 1]),
+                               _per_branch_view(ctx, node, post, T, C, H, "tch")],
+               [View(ctx.addr(y), [C * H, H, 1])], [("mul", 1), ("add", 1)])
+    em.finish()
+
+
 def lower_inverse(ctx: LoweringContext, node: Node) -> None:
     """Inverse (ONNX Runtime): each n x n matrix by Gauss-Jordan elimination on the vector
     unit: per pivot its row divided (n divisions) and the n - 1 other rows reduced (n
@@ -969,4 +1042,6 @@ LOWERINGS: dict = {
     "BranchwiseRMSNorm": lower_branchwise_rms_norm,
     "LinearAttentionGate": lower_linear_attention_gate,
     "Inverse": lower_inverse,
+    "HyperConnectionPreMix": lower_hyper_connection_pre_mix,
+    "HyperConnectionPostMix": lower_hyper_connection_post_mix,
 }
