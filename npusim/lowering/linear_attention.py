@@ -366,23 +366,25 @@ class _Chunks:
                          bias_stride=c * dv * acc, out_shape=(B, hd.out, c, dv))
         # the state: S = K''^T U' + exp(G_last) S (V-major: its transpose U'^T K''), in
         # place once its readers are done
-        addend, addend_at = ((self._decay(tag, r0, c, s_prev), None) if gated
-                             else (s_prev, self._state_at(s_prev)))
-        if addend_at is None:
+        if gated:
+            addend = self._decay(tag, r0, c, s_prev)
             addend_at = ctx.addr(addend)
+        else:
+            addend, addend_at = s_prev, self._state_at(s_prev)
         readers = [inter] + ([u_new] if delta else [])
-        k_rows_at = (ctx.addr(k_state) if gated else ops.k + r0 * ops.k_width * p)
-        k_rows_w = hd.state * dk if gated else ops.k_width
-        k_rows = rows(k_len, k_rows_w, dk, k_of_state)
         u_rows = block(u_len, u_heads, dv, u_first, head=u_state)
         if vm:  # S^T [dv, dk] = U'^T [dv, c] . K'' [c, dk]
             self._gemm(f"{tag}/state", [k_state, u_new, addend, *readers], s_next, dv, c, dk,
                        self._per_state_head(u_rows, block(k_len, k_heads, dk, k_first,
                                                           head=k_of_state), state_block),
-                       u_at, dv * p, ctx.addr(k_state) if gated else ops.k, x_trans=True, y_addr=self._state_at(s_next),
+                       u_at, dv * p, ctx.addr(k_state) if gated else ops.k, x_trans=True,
+                       y_addr=self._state_at(s_next),
                        bias=addend, bias_addr=addend_at, bias_rows=dv,
                        bias_stride=dv * dk * acc, out_shape=(B, hd.state, dv, dk))
         else:
+            k_rows_at = ctx.addr(k_state) if gated else ops.k + r0 * ops.k_width * p
+            k_rows_w = hd.state * dk if gated else ops.k_width
+            k_rows = rows(k_len, k_rows_w, dk, k_of_state)
             self._gemm(f"{tag}/state", [k_state, u_new, addend, *readers], s_next, dk, c, dv,
                        self._per_state_head(k_rows, u_rows, state_block),
                        k_rows_at, k_rows_w * p, u_at, x_trans=True,
@@ -556,7 +558,6 @@ def lower_gated_delta_net(ctx: LoweringContext, node: Node) -> None:
         groups = [(B, total // B)]
     else:
         raise err("without cu_seqlens, initial_state gives the batch size: give one of them")
-    widths.update(y=Hv * dv)
     for role, t, allowed in (("decay", decay, (Hv, Hv * dk)), ("beta", beta, (Hv,))):
         if not t:
             continue
