@@ -2,6 +2,7 @@
 
 from npusim.frontend.graph import Graph, Node, TensorInfo
 from npusim.frontend.onnx_loader import (
+    data_sized_dims,
     default_dims,
     list_bundled_models,
     load_graph,
@@ -12,6 +13,7 @@ from npusim.frontend.onnx_loader import (
 )
 
 __all__ = [
+    "data_sized_dims",
     "default_dims",
     "Graph",
     "Node",

@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError
 from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper, version_converter
 
 from npusim.errors import NpusimError
+from npusim.frontend.data_sized import count_names, is_data_sized, missing_message
 from npusim.frontend.graph import Graph, Node, TensorInfo
 from npusim.frontend.ort_shapes import MS
 from npusim.frontend.quantized import as_float_ops, fold_qdq
@@ -57,6 +58,12 @@ def resolve_model_path(name_or_path: str | Path) -> Path:
         f"model '{name_or_path}' not found: it is not an existing file and not a bundled "
         f"model name; bundled models are: {names}"
     )
+
+
+def data_sized_dims(path: str | Path) -> list[str]:
+    """The dims a model's data-sized nodes (NonZero, NonMaxSuppression, ...: see
+    :mod:`.data_sized`) take: ``--dim`` may bind them, and must where such a node runs."""
+    return list(count_names(_read_model(Path(path)).graph.node))
 
 
 def symbolic_dims(path: str | Path) -> tuple[int, list[str]]:
@@ -185,8 +192,13 @@ def load_graph(path: str | Path, dims: dict[str, int] | None = None) -> Graph:
     model = _upgrade_opset(model, where)
 
     bound = dict(dims or {})
-    _bind_dims(model.graph, bound, where)
-    shaped = infer_static(model, moved, where)
+    sized = count_names(model.graph.node)
+    counts = {k: v for k, v in bound.items() if k in sized}
+    _bind_dims(model.graph, {k: v for k, v in bound.items() if k not in counts}, where,
+               list(sized))
+    for name, value in counts.items():
+        _check_dim_value(name, value)
+    shaped = infer_static(model, moved, where, counts)
     return _build_graph(model, shaped, weights, path, bound)
 
 
@@ -302,13 +314,19 @@ def _topo_sort(g: onnx.GraphProto, where: str) -> None:
     g.node.extend(copies)
 
 
-def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str) -> None:
-    """Replace symbolic input dims by the values in ``dims``; unknown or missing names fail.
-    A dim named by an expression of other dims (:func:`dim_expression`) takes its value
-    from theirs unless ``dims`` gives it explicitly."""
+def _check_dim_value(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise NpusimError(f"--dim {name}={value!r}: a dimension must be a positive integer")
+
+
+def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str,
+               counts: list[str] = ()) -> None:
+    """Replace symbolic input dims by the values in ``dims``; unknown or missing names fail
+    (``counts``, the data-sized nodes' dims, are named in that error too). A dim named by an
+    expression of other dims (:func:`dim_expression`) takes its value from theirs unless
+    ``dims`` gives it explicitly."""
     for name, value in dims.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise NpusimError(f"--dim {name}={value!r}: a dimension must be a positive integer")
+        _check_dim_value(name, value)
 
     graph_dims: dict[str, list[str]] = {}  # dim name -> inputs using it
     unnamed: list[str] = []
@@ -335,9 +353,10 @@ def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str) -> None:
     unknown = sorted(set(dims) - set(graph_dims) - set(free))
     if unknown:
         names = ", ".join(sorted(free)) or "none (all input dims are static)"
+        sized = f"; the sizes of its data-sized nodes: {', '.join(counts)}" if counts else ""
         raise NpusimError(
             f"{where} has no dimension named {', '.join(repr(u) for u in unknown)}; "
-            f"its symbolic dims are: {names}"
+            f"its symbolic dims are: {names}{sized}"
         )
     values = dict(dims)
     uses: dict[str, list[str]] = {}  # unbound name -> where it is used
@@ -455,7 +474,9 @@ def _unshaped_message(where: str, tensor: str, node, shaped, dims: dict[str, int
             seen.append(f"{i} {list(t.shape)}")
     name = node.name or node.op_type
     bound = " ".join(f"--dim {k}={v}" for k, v in dims.items())
-    if node.op_type in NOT_FOLDED and node.domain in ("", "ai.onnx"):
+    if is_data_sized(node) and node.output[0] in shaped.bounds:
+        why = missing_message(node.op_type, node.output[0], shaped.bounds[node.output[0]])
+    elif node.op_type in NOT_FOLDED and node.domain in ("", "ai.onnx"):
         why = (f"npusim shapes only tensors, not the sequences or loops of {node.op_type}; "
                "export the model without them (e.g. unrolled)")
     elif any(shaped.tensors.get(i) is not None for i in node.input if i):

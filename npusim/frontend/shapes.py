@@ -39,6 +39,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, TypeProto, defs, helper, numpy_helper
 
 from npusim.errors import NpusimError
+from npusim.frontend.data_sized import check_count, count_bound, is_data_sized, output_types
 from npusim.frontend.graph import Stored
 from npusim.frontend.quantized import stored_after
 
@@ -87,6 +88,7 @@ class Shaped:
     tensors: dict[str, Tensor]
     folded: int = 0  # nodes folded away
     unshaped: dict[str, onnx.NodeProto] = field(default_factory=dict)  # tensor -> producer
+    bounds: dict[str, int] = field(default_factory=dict)  # data-sized node -> its most
 
 
 def _static(tp: TypeProto) -> tuple[int, tuple[int, ...] | None] | None:
@@ -118,9 +120,11 @@ def _np_dtype(elem_type: int):
 
 
 class _Pass:
-    def __init__(self, model: onnx.ModelProto, where: str):
+    def __init__(self, model: onnx.ModelProto, where: str, counts: dict[str, int]):
         self.where = where
         self.model = model
+        self.counts = counts  # data-sized nodes' counts by name (frontend.data_sized)
+        self.bounds: dict[str, int] = {}  # the most each data-sized node may keep
         self.opsets = {o.domain or "": o.version for o in model.opset_import}
         self.opsets.setdefault("", defs.onnx_opset_version())
         self.tensors: dict[str, Tensor] = {}
@@ -276,6 +280,9 @@ class _Pass:
         if self.fold_shape_of(node, ins):
             return
         out_types = self.infer(node, ins)
+        if is_data_sized(node) and not all(_known(out_types.get(i))
+                                           for i, o in enumerate(node.output) if o):
+            out_types = self.sized_by_count(node, ins, out_types)
         if self.foldable(node, ins):
             folded = self.evaluate(node, ins, out_types)
             if not folded and all(_known(out_types.get(i))
@@ -304,6 +311,22 @@ class _Pass:
                 self.tensors[o] = Tensor(st[0], st[1])
             elif o in self.needed and o not in self.unshaped:
                 self.unshaped[o] = node
+
+    def sized_by_count(self, node, ins, out_types):
+        """A data-sized node's outputs shaped by the count the user gave (``--dim``)."""
+        if not ins or any(n and (t is None or t.shape is None) for n, t in zip(node.input, ins)):
+            return out_types  # an input's shape unknown: reported as such
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        shapes = [t.shape if t is not None else None for t in ins]
+        values = [t.value if t is not None else None for t in ins]
+        name = node.output[0]
+        bound = count_bound(node.op_type, attrs, shapes, values)
+        self.bounds[name] = bound
+        if name not in self.counts:
+            return out_types
+        check_count(node, name, self.counts[name], bound)
+        given = output_types(node.op_type, attrs, shapes, ins[0].elem_type, self.counts[name])
+        return dict(enumerate(given))
 
     def fold_shape_of(self, node, ins) -> bool:
         """Shape, Size and EyeLike of a tensor whose shape is known are constants."""
@@ -564,14 +587,16 @@ def _with_defaults(node, schema):
     return filled
 
 
-def infer_static(model: onnx.ModelProto, weights: set[str], where: str) -> Shaped:
+def infer_static(model: onnx.ModelProto, weights: set[str], where: str,
+                 counts: dict[str, int] | None = None) -> Shaped:
     """Fold constants and give every tensor of ``model`` a static shape (see the module
-    docstring). ``weights``: graph inputs that are weights (initializers without data)."""
-    p = _Pass(model, where)
+    docstring). ``weights``: graph inputs that are weights (initializers without data);
+    ``counts``: the sizes of data-sized nodes' outputs (:mod:`.data_sized`) by name."""
+    p = _Pass(model, where, dict(counts or {}))
     p.seed(weights)
     p.run(list(model.graph.node))
     tensors = {n: t for n, t in p.tensors.items()}
-    return Shaped(p.nodes, tensors, p.folded, p.unshaped)
+    return Shaped(p.nodes, tensors, p.folded, p.unshaped, p.bounds)
 
 
 __all__ = ["ALWAYS_FOLDED", "Shaped", "Tensor", "infer_static", "VALUE_MAX"]

@@ -17,8 +17,9 @@ from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import SPATIAL_RANKS, lower_conv
 from npusim.lowering.gemm import (lower_gemm, lower_matmul, lower_matmul_bnb4, lower_matmul_fpq4,
                                   lower_matmul_nbits)
-from npusim.lowering import (attention, causal_conv, conv_transpose, deform_conv, einsum,
-                              linear_attention, moe, movement, recurrent, spectral, vector)
+from npusim.lowering import (attention, causal_conv, conv_transpose, data_sized, deform_conv,
+                              einsum, linear_attention, moe, movement, recurrent, spectral,
+                              vector)
 from npusim.lowering.fusion import fused_input, plan_fusions, vector_groups
 from npusim.lowering.layout import lower_empty, lower_free, lower_relabel
 from npusim.lowering.mapping import MappingTable
@@ -51,6 +52,7 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
     **causal_conv.LOWERINGS,
     **linear_attention.LOWERINGS,
     **moe.LOWERINGS,
+    **data_sized.LOWERINGS,
 }
 # element-wise ops that may share one vector pass with their neighbours (fusion.vector_groups)
 GROUPABLE = {op for op, lower in LOWERINGS.items()
@@ -66,7 +68,6 @@ _CONTROL = ("data-dependent control flow (an If is inlined when its condition is
             "constant, a Loop unrolled when its trip count and condition are); export the "
             "model with loops unrolled")
 _RANDOM = "random number generation: no NPU cost model"
-_DATA_SIZED = "the output size depends on the data, which npusim never reads"
 _NOT_NPU = "not NPU work (strings, image decoding, training losses)"
 _NOT_YET = "no lowering yet"
 _GENERATION = ("ONNX Runtime's generation loop: it runs its decoder subgraph once per token "
@@ -80,11 +81,10 @@ CANNOT_LOWER: dict[str, str] = {
     **dict.fromkeys(["If", "Loop", "Scan"], _CONTROL),
     **dict.fromkeys(["Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
                      "RandomUniform", "RandomUniformLike"], _RANDOM),
-    **dict.fromkeys(["NonZero", "Unique", "Compress", "NonMaxSuppression"], _DATA_SIZED),
     **dict.fromkeys(["StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
                      "TfIdfVectorizer", "ImageDecoder", "SoftmaxCrossEntropyLoss",
                      "NegativeLogLikelihoodLoss"], _NOT_NPU),
-    **dict.fromkeys(["Det", "RoiAlign", "MaxRoiPool"], _NOT_YET),
+    **dict.fromkeys(["Det", "MaxRoiPool"], _NOT_YET),
     **dict.fromkeys(["BeamSearch", "GreedySearch", "Sampling", "WhisperBeamSearch"],
                     _GENERATION),
 }
@@ -97,6 +97,9 @@ _CONV_RANKS = (lambda g, n: len(g.shape(n.inputs[0])) - 2 in SPATIAL_RANKS,
 LIMITS: dict[str, tuple[Callable[[Graph, Node], bool], str]] = {
     "Conv": _CONV_RANKS, "FusedConv": _CONV_RANKS,
     "GatherBlockQuantized": (embedding_form, f"npusim lowers {EMBEDDING_FORM}"),
+    "RoiAlign": (lambda g, n: int(n.attrs.get("sampling_ratio", 0)) > 0,
+                 "sampling_ratio 0 samples as many points as each box covers, which depends "
+                 "on the boxes (data); export with a sampling_ratio >= 1"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Ops that move or replicate data: Pad, Tile, Resize/Upsample, GridSample, AffineGrid,
+"""Ops that move or replicate data: Pad, Tile, Resize/Upsample, GridSample, AffineGrid, RoiAlign,
 MaxUnpool, Col2Im, DepthToSpace, SpaceToDepth, GatherND, the Scatter family and OneHot.
 
 Each is a view problem for :func:`npusim.lowering.vector.emit_views`: an iteration space,
@@ -22,6 +22,14 @@ GridSample         two layers: per grid coordinate, unnormalize, keep in range a
                    then per output element Resize's taps (``2^k`` or ``4^k``), the input
                    read as a resize to the output's size would read it (the grid's values
                    are never read: a smooth warp)
+RoiAlign           two layers: per sample point of each box (``output_height x
+                   sampling_ratio`` by ``output_width x sampling_ratio``), GridSample's
+                   coordinate steps (bilinear, clamped) for its y and x into a packed word;
+                   then per sample its 4 taps weighted (4 mul) and folded into the bin
+                   (avg: 4 add, the 1/count folded into the weights, one more mul per
+                   coordinate; max: 4 max). Each box reads a window of one input pixel per
+                   sample (the resolution a feature pyramid picks a box's level for; the
+                   boxes are data npusim never reads), windows spread over the input
 AffineGrid         per grid element: its base coordinate and one row of theta: ``k + 1``
                    mul and add passes
 MaxUnpool          the output zero-filled by one move pass, then a DMA store of each input
@@ -279,6 +287,57 @@ def lower_affine_grid(ctx: LoweringContext, node: Node) -> None:
     em.finish()
 
 
+def _sampled_strides(bins: int, samples: int, extent: int) -> tuple[int, int]:
+    """Element strides of a box's bins and of their samples along an axis of ``extent``
+    pixels: one pixel per sample while they fit, else the bins spread over the axis."""
+    if bins * samples <= extent:
+        return samples, 1
+    return extent // bins, 0
+
+
+def lower_roi_align(ctx: LoweringContext, node: Node) -> None:
+    """RoiAlign with a fixed ``sampling_ratio`` (see the table above); the adaptive one (0)
+    samples as many points as each box covers, which depends on the boxes (data)."""
+    x, rois, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    x_shape, r_shape, y_shape = _shape(ctx, x), _shape(ctx, rois), _shape(ctx, y)
+    if len(x_shape) != 4 or len(r_shape) != 2 or r_shape[1] != 4 or len(y_shape) != 4:
+        raise NpusimError(f"RoiAlign '{node.name}': needs an input (N, C, H, W), rois (R, 4) "
+                          f"and an output (R, C, h, w); got {x_shape}, {r_shape}, {y_shape}")
+    N, C, H, W = x_shape
+    R, _, oh, ow = y_shape
+    s = int(node.attrs.get("sampling_ratio", 0))
+    mode = node.attrs.get("mode", "avg")
+    if s <= 0 or mode not in ("avg", "max"):
+        raise NpusimError(f"RoiAlign '{node.name}': sampling_ratio {s}, mode {mode!r}: npusim "
+                          f"lowers a sampling_ratio >= 1 (0 samples as many points as each box "
+                          f"covers: the boxes are data it never reads) and modes avg, max")
+    per_box = (oh * s, ow * s)
+    words = ctx.scratch(f"{node.name}::samples", (R, *per_box))
+    coordinate = [("mul", 1), ("add", 1), *GRID_PADDING["border"], *GRID_MODES["linear"][1],
+                  ("mul", 2 if mode == "avg" else 1)]  # the 4 weights (and 1/count: avg)
+    sub = Node(name=f"{node.name}/samples", op_type=node.op_type, inputs=[rois],
+               outputs=[words])
+    em = LayerEmitter(ctx, sub, "vector unit (sample coordinates)")
+    emit_views(em, (R, *per_box, 2), [View(ctx.addr(rois), [4, 0, 0, 1])],
+               [View(ctx.addr(words), row_major((R, *per_box)) + [0])], coordinate)
+    em.finish()
+
+    by, sy = _sampled_strides(oh, s, H)
+    bx, sx = _sampled_strides(ow, s, W)
+    span = ((oh - 1) * by + (s - 1) * sy) * W + (ow - 1) * bx + (s - 1) * sx + 1
+    step = max(0, (N * C * H * W - (C - 1) * H * W - span) // R)  # boxes spread over x
+    space = (R, C, oh, s, ow, s)
+    ys = row_major(y_shape)
+    main = Node(name=node.name, op_type=node.op_type, inputs=[x, words], outputs=[y])
+    em = LayerEmitter(ctx, main, f"vector unit (bilinear samples, {mode})")
+    emit_views(em, space,
+               [View(ctx.addr(x), [step, H * W, by * W, sy * W, bx, sx]),
+                View(ctx.addr(words), [prod(per_box), 0, s * ow * s, ow * s, s, 1])],
+               [View(ctx.addr(y), [ys[0], ys[1], ys[2], 0, 1, 0])],
+               [("mul", 4), ("add" if mode == "avg" else "max", 4)])
+    em.finish()
+
+
 # --------------------------------------------------------------------------- unpool / fold
 
 def lower_max_unpool(ctx: LoweringContext, node: Node) -> None:
@@ -468,6 +527,7 @@ LOWERINGS: dict = {
     "OneHot": lower_one_hot,
     "GridSample": lower_grid_sample,
     "AffineGrid": lower_affine_grid,
+    "RoiAlign": lower_roi_align,
     "MaxUnpool": lower_max_unpool,
     "Col2Im": lower_col2im,
 }

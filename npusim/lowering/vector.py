@@ -330,6 +330,28 @@ def _topk_phases(k: int, L: int) -> list[Phase]:
 ROW_OPS["TopK"] = _topk_phases
 
 
+def _nms_phases(rounds: int, L: int) -> list[Phase]:
+    """NonMaxSuppression over one class's L candidate scores keeping ``rounds`` boxes: the
+    score threshold, then per round over every candidate the row's max (its element pass
+    and T tree levels), the IoU with the box kept (corners: 2 max, 2 min; width, height: 2
+    sub, 2 max clamps; intersection: a mul; union: an add and a sub; against the
+    threshold: a mul and a sub) and the suppression (a select: max)."""
+    s, T = rounds, tree_levels(L)
+    return [Phase((("sub", 1, EL), ("max", 6 * s, EL), ("min", 2 * s, EL), ("sub", 4 * s, EL),
+                   ("mul", 2 * s, EL), ("add", s, EL), ("reduce", s * T, ROW)))]
+
+
+ROW_OPS["NonMaxSuppression"] = _nms_phases
+# a class none of whose boxes survive: the threshold, and one max that finds no candidate
+ROW_OPS["NonMaxSuppression/empty"] = [Phase((("sub", 1, EL), ("max", 1, EL),
+                                             ("reduce", TREE, ROW)))]
+# per box, a row of its 4 coordinates: the area ((x2 - x1) (y2 - y1)); from a centre and
+# size, the corners (half sizes: 2 mul; 2 sub, 2 add) and the area (w h)
+ROW_OPS["NonMaxSuppression/corners"] = [Phase((("sub", 2, ROW), ("mul", 1, ROW)))]
+ROW_OPS["NonMaxSuppression/centres"] = [Phase((("mul", 3, ROW), ("sub", 2, ROW),
+                                               ("add", 2, ROW)))]
+
+
 POOL_STEPS = {  # K = the window size (kh * kw for 2-D); LpPool: see lower_pool
     "MaxPool": lambda K: [("max", K)],
     "AveragePool": lambda K: [("add", K), ("mul", 1)],

@@ -1,0 +1,97 @@
+"""Ops whose output size depends on the data: NonZero, Compress, Unique, NonMaxSuppression.
+
+npusim never reads tensor values, so how many elements such a node keeps is a dimension the
+user gives, as for a symbolic input dim: ``--dim NAME=N``, NAME being the node's first output
+tensor (named in the error when it is missing). This file is the one list of those ops: for
+each, the most its inputs allow and its output shapes for a given count.
+
+=================  ==========================================================================
+NonZero            (rank, N): N of the input's elements are nonzero, at most all of them
+Compress           N slices kept along ``axis`` (N elements of the flattened input without
+                   one), at most the axis's length (and the condition's)
+Unique             N distinct slices along ``axis`` (elements without one): Y and counts
+                   hold N, indices N, inverse_indices one per input slice
+NonMaxSuppression  (N, 3) selected boxes, at most batches x classes x min(boxes,
+                   max_output_boxes_per_class); without that input ONNX selects none
+=================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+from onnx import TensorProto
+
+from npusim.errors import NpusimError
+
+DATA_SIZED = ("NonZero", "Compress", "Unique", "NonMaxSuppression")
+_STANDARD = ("", "ai.onnx")
+
+
+def is_data_sized(node) -> bool:
+    """Whether ``node`` (an ONNX NodeProto or an IR Node) is one of the ops above."""
+    return node.op_type in DATA_SIZED and node.domain in _STANDARD
+
+
+def count_names(nodes) -> dict[str, str]:
+    """The dim name of every data-sized node among ``nodes`` -> its op type."""
+    return {n.output[0]: n.op_type for n in nodes if is_data_sized(n) and n.output[0]}
+
+
+def _axis(attrs: dict, rank: int) -> int | None:
+    axis = attrs.get("axis")
+    return None if axis is None else int(axis) % max(rank, 1)
+
+
+def count_bound(op: str, attrs: dict, shapes: list, values: list) -> int:
+    """The largest count the inputs allow (``shapes``/``values``: per input, None unknown)."""
+    x = shapes[0]
+    if op == "NonZero":
+        return prod(x)
+    if op == "NonMaxSuppression":
+        batches, boxes = x[0], x[1]
+        classes = shapes[1][1]
+        if len(shapes) < 3 or shapes[2] is None:
+            return 0  # no max_output_boxes_per_class: ONNX selects no box
+        per_class = boxes if values[2] is None else min(boxes, int(np.asarray(values[2]).reshape(-1)[0]))
+        return batches * classes * max(per_class, 0)
+    axis = _axis(attrs, len(x))
+    length = prod(x) if axis is None else x[axis]
+    if op == "Compress" and shapes[1] is not None:
+        length = min(length, prod(shapes[1]))
+    return length
+
+
+def output_types(op: str, attrs: dict, shapes: list, elem_type: int, count: int
+                 ) -> list[tuple[int, tuple[int, ...]]]:
+    """(elem_type, shape) of each output when the node keeps ``count``."""
+    x = shapes[0]
+    if op == "NonZero":
+        return [(TensorProto.INT64, (len(x), count))]
+    if op == "NonMaxSuppression":
+        return [(TensorProto.INT64, (count, 3))]
+    axis = _axis(attrs, len(x))
+    kept = (count,) if axis is None else x[:axis] + (count,) + x[axis + 1:]
+    if op == "Compress":
+        return [(elem_type, kept)]
+    slices = prod(x) if axis is None else x[axis]
+    return [(elem_type, kept), (TensorProto.INT64, (count,)), (TensorProto.INT64, (slices,)),
+            (TensorProto.INT64, (count,))]
+
+
+def check_count(node, name: str, count: int, bound: int) -> None:
+    if count > bound:
+        raise NpusimError(f"--dim {name}={count}: {node.op_type} '{node.name or name}' keeps at "
+                          f"most {bound} with these inputs (1 <= {name} <= {bound})")
+
+
+def missing_message(op: str, name: str, bound: int | None) -> str:
+    """What to pass for a data-sized node whose count is not given."""
+    what = {"NonZero": "how many elements are nonzero",
+            "Compress": "how many slices the condition keeps",
+            "Unique": "how many distinct values there are",
+            "NonMaxSuppression": "how many boxes survive"}[op]
+    limit = f" (1 <= N <= {bound})" if bound else ""
+    return (f"its size is {what}, which depends on data npusim never reads: give it with "
+            f"--dim {name}=N{limit}")
