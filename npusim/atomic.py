@@ -31,6 +31,24 @@ def check_writable(path: str | Path, option: str, directory_ok: bool = False) ->
     return path
 
 
+def check_outputs_apart(outputs: dict[str, str | Path | None],
+                        inputs: dict[str, str | Path | None]) -> None:
+    """Fail before any work when an output (option -> path) would replace an input file
+    (what it is -> path) or another output."""
+    taken: dict[Path, str] = {}
+    for what, path in inputs.items():
+        if path is not None and Path(path).is_file():
+            taken[Path(path).resolve()] = what
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        key = Path(path).resolve()
+        if key in taken:
+            raise NpusimError(f"{option} {path} is {taken[key]}: writing there would replace "
+                              f"it; give another file name")
+        taken[key] = f"the {option} output"
+
+
 def _new_file_mode(path: Path) -> int:
     """The mode an existing target has, else what open() would give under the umask."""
     try:

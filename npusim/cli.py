@@ -29,6 +29,7 @@ from npusim.errors import NpusimError, NpusimWarning
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3
 EXIT_INTERRUPTED = 130
+EXIT_NO_POINT_OK = 1  # a sweep whose every point failed (its dataset is still written)
 PROGRESS_DELAY_S = 1.0  # the progress bar appears only for runs longer than this
 MAX_CORE_ROWS = 8  # more cores than this are summarised as min / mean / max
 ISSUES_HINT = ("this is a bug in npusim; please report it with the command line, the model "
@@ -263,6 +264,21 @@ def check_output_dir(path: Path, option: str = "--json") -> None:
     from npusim.atomic import check_writable
 
     check_writable(path, option)
+
+
+def _check_outputs_apart(outputs: dict, inputs: dict) -> None:
+    """No output replaces an input file or another output (a bundled model's name counts as
+    its file)."""
+    from npusim.atomic import check_outputs_apart
+    from npusim.frontend import resolve_model_path
+
+    model = inputs.get("the model file")
+    if model is not None and not Path(model).is_file():
+        try:
+            inputs = {**inputs, "the model file": resolve_model_path(model)}
+        except NpusimError:
+            pass  # not a model: the run says so
+    check_outputs_apart(outputs, inputs)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -502,6 +518,9 @@ def simulate(
     if json_out is not None:
         check_output_dir(json_out)
     trace_options = parse_trace_options(trace, trace_window, trace_bin)
+    _check_outputs_apart({"--json": json_out, "--trace": trace},
+                         {"the model file": model, "the config file": config,
+                          "the mapping file": mapping, "the requests file": requests_file})
 
     from npusim.simulation import simulate as run_simulation
 
@@ -660,6 +679,8 @@ def dram(
     overrides = parse_overrides(set_)
     if json_out is not None:
         check_output_dir(json_out)
+    _check_outputs_apart({"--json": json_out},
+                         {"the memory trace": trace, "the config file": config})
     from npusim.config import load_config
     from npusim.dram.replay import read_trace, replay_requests
 
@@ -734,6 +755,8 @@ def noc(
     overrides = parse_overrides(set_)
     if json_out is not None:
         check_output_dir(json_out)
+    _check_outputs_apart({"--json": json_out},
+                         {"the Booksim file": booksim, "the config file": config})
     if cycles is not None and cycles < 1:
         raise NpusimError(f"--cycles {cycles}: must be at least 1")
     from npusim.noc.traffic import PATTERNS
@@ -844,6 +867,7 @@ def trace_plot(
     from npusim.trace.report import plot_trace
 
     check_output_dir(out, "--out")
+    _check_outputs_apart({"--out": out}, {"the trace file": path})
     ds = open_trace(path)
     print(f"figure written to {plot_trace(ds, out)}")
 
@@ -939,6 +963,7 @@ def sweep(
 
     spec = load_sweep(sweep_file)
     check_out_path(out)
+    _check_outputs_apart({"--out": out}, {"the sweep file": sweep_file})
     if dry_run:
         points = spec.points()
         check_points(spec, points)
@@ -964,9 +989,12 @@ def sweep(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         reporter.close()
-    if quiet:
-        return
     status = ds["status"].values.ravel()
+    none_ok = status.size > 0 and not (status == "ok").any()
+    if quiet:
+        if none_ok:
+            raise typer.Exit(EXIT_NO_POINT_OK)
+        return
     failed = [(s, e) for s, e in zip(status, ds["error"].values.ravel()) if s == "failed"]
     print(f"sweep {spec.name}: {status.size} points, {int((status == 'ok').sum())} ok, "
           f"{len(failed)} failed; ran {reporter.done} in {time.perf_counter() - t0:.1f} s"
@@ -976,6 +1004,9 @@ def sweep(
     if len(failed) > MAX_FAILED_SHOWN:
         print(f"  ... and {len(failed) - MAX_FAILED_SHOWN} more (see the dataset's 'error')")
     print(f"written {out}")
+    if none_ok:
+        _print_err("error: no point of the sweep ran to the end (exit code 1)")
+        raise typer.Exit(EXIT_NO_POINT_OK)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -14,6 +14,32 @@ def models_dir() -> Path:
     return Path(str(resources.files("npusim.models")))
 
 
+def existing_file(path, what: str) -> Path:
+    """``path`` as a Path, or the error a user sees when it is missing or a directory
+    (``what`` names it: "mapping file", "memory trace", ...)."""
+    from npusim.errors import NpusimError
+
+    path = Path(path)
+    if path.is_dir():
+        raise NpusimError(f"{what} '{path}' is a directory, not a file")
+    if not path.is_file():
+        raise NpusimError(f"{what} not found: '{path}'")
+    return path
+
+
+def read_text(path: Path, what: str) -> str:
+    """A text file's contents, or one error naming ``what`` when it cannot be read or is
+    not text (a binary file given where a config, mapping or trace belongs)."""
+    from npusim.errors import NpusimError
+
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise NpusimError(f"{what} {path}: cannot read it ({err.strerror or err})") from None
+    except UnicodeDecodeError:
+        raise NpusimError(f"{what} {path}: not a text file") from None
+
+
 def bundled_names(folder: Path) -> list[str]:
     """Names of the bundled ``<name>.toml`` files of a data folder (``configs/dram`` ...)."""
     return sorted(p.stem for p in folder.glob("*.toml")) if folder.is_dir() else []

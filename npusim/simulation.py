@@ -113,6 +113,8 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
     result = collect("+".join(dict.fromkeys(Path(r.model).stem for r in requests)), cfg,
                      prog, raw)
     result.warnings = warnings + capacity_warnings(builder, cfg)
+    if table is not None:
+        result.warnings += table.unused_warnings()
     _request_results(result, requests, streams, servers, prog, raw, placement)
     _finish_trace(result, prog, raw)
     return result

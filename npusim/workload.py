@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from npusim.errors import NpusimError
+from npusim.paths import existing_file, read_text
 
 # The latest arrival a request may have (core cycles; 2**40 is 12.7 days at 1 GHz): the
 # engine keeps times in int64 ticks of a fraction of a cycle, and the NoC packs a due
@@ -89,11 +90,9 @@ def read_models_list(path: str | Path, core_freq_mhz: int) -> list[Request]:
     """Requests of an ONNXim models-list file; ``request_time`` is in milliseconds."""
     from npusim.frontend import data_sized_dims, symbolic_dims
 
-    path = Path(path)
-    if not path.is_file():
-        raise NpusimError(f"models list not found: '{path}'")
+    path = existing_file(path, "models list")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path, "models list"))
     except json.JSONDecodeError as e:
         raise NpusimError(f"{path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
     entries = data.get("models") if isinstance(data, dict) else None
@@ -136,10 +135,8 @@ def read_requests(path: str | Path, core_freq_mhz: int) -> list[Request]:
     """Requests of a request file (see the module docstring), in file order."""
     import tomllib
 
-    path = Path(path)
-    if not path.is_file():
-        raise NpusimError(f"request file not found: '{path}'")
-    text = path.read_text()
+    path = existing_file(path, "request file")
+    text = read_text(path, "request file")
     if path.suffix == ".json":
         try:
             data = json.loads(text)
@@ -247,15 +244,24 @@ def _parse_request(entry, where: str, folder: Path, core_freq_mhz: int) -> list[
                               f"{generate} exceeds the {spec.max_positions} positions of "
                               f"{spec.name}")
     else:
+        if "generate" in entry:  # given as 0
+            raise NpusimError(f"{where}: generate = 0: an LLM request generates at least 1 "
+                              f"token (without generate it is a plain model request)")
         for key in ("prompt", "context", "llm"):
             if key in entry:
                 raise NpusimError(f"{where}: {key} is only for LLM requests (with generate)")
+        if is_llm(model):
+            raise NpusimError(f"{where}: model = {model!r} is a language model: an LLM "
+                              f"request gives prompt and generate (tokens)")
         prompt = context = 0
         if "batch" in entry:
             dims["batch"] = _positive(entry, "batch", where, 1)
         from npusim.frontend import resolve_model_path
 
-        model = str(resolve_model_path(model))
+        try:
+            model = str(resolve_model_path(model))
+        except NpusimError as err:
+            raise NpusimError(f"{where}: {err}") from None
     return [Request(model=model, dims=dims, arrival_cycle=arrival + k * interval,
                     name=f"{name}#{k}" if name and count > 1 else name, partition=part,
                     prompt=prompt, generate=generate, context=context, llm=dict(llm))

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 import npusim
 from npusim import cli
 from npusim.cli import app
+from npusim.paths import models_dir
 
 from helpers import without_compile_notice
 
@@ -188,6 +189,73 @@ def test_bad_input_is_one_clear_error(case, tmp_path, unsupported_model, matmul_
     assert "Traceback" not in res.output
     assert not out.exists()
     assert set(tmp_path.iterdir()) == before  # no temp file either
+
+
+def _one_relu(path, shape, reads="X"):
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, shape)
+    node = helper.make_node("Relu", [reads], ["Y"], name="relu")
+    graph = helper.make_graph([node], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path))  # saved unchecked: some of these are not valid ONNX
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["a directory", "a huge dim", "a huge static input",
+                                  "a negative input dim", "an undefined input",
+                                  "the mapping a directory"])
+def test_more_bad_inputs_are_one_clear_error(tmp_path, case):
+    """Found from the outside (a bad-input sweep): each was a hang, an internal error or a
+    message that did not name the thing."""
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    args, needles = {
+        "a directory": ([str(folder)], ["adir", "is a directory"]),
+        "a huge dim": ([_one_relu(tmp_path / "sym.onnx", ["batch", 64]), "--dim",
+                        "batch=99999999999999999999999"], ["batch", "at most 2147483647"]),
+        "a huge static input": ([_one_relu(tmp_path / "huge.onnx", [10**12, 64])],
+                                ["tensor 'X'", "TiB", "more than npusim simulates"]),
+        "a negative input dim": ([_one_relu(tmp_path / "neg.onnx", [-3, 64])],
+                                 ["input 'X' axis 0 has size -3"]),
+        "an undefined input": ([_one_relu(tmp_path / "undef.onnx", [4, 64], reads="nope")],
+                               ["node 'relu'", "reads 'nope'"]),
+        "the mapping a directory": (["tiny_cnn", "--mapping", str(folder)],
+                                    ["mapping file", "is a directory"]),
+    }[case]
+    res = run("simulate", *args, "--json", str(tmp_path / "out.json"))
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith("error: ") and res.stderr.count("error:") == 1, res.stderr
+    for needle in needles:
+        assert needle in res.stderr, (needle, res.stderr)
+    assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize("outputs", [("--json", "model"), ("--trace", "model"),
+                                     ("--json", "config"), ("--json", "trace")])
+def test_an_output_never_replaces_an_input_or_another_output(tmp_path, outputs):
+    option, victim = outputs
+    model = tmp_path / "m.onnx"
+    model.write_bytes((models_dir() / "mlp.onnx").read_bytes())
+    config = tmp_path / "c.toml"
+    config.write_text('[memory]\ntype = "ideal"\n')
+    target = {"model": model, "config": config, "trace": tmp_path / "run.h5"}[victim]
+    before = {p: p.read_bytes() for p in (model, config)}
+    args = ["simulate", str(model), "--config", str(config), option, str(target)]
+    if victim == "trace":
+        args += ["--trace", str(target)]
+    res = run(*args)
+    assert res.exit_code == 2, res.output
+    assert "writing there would replace it" in res.stderr, res.stderr
+    assert {p: p.read_bytes() for p in (model, config)} == before
+    assert not (tmp_path / "run.h5").exists()
+
+
+def test_a_mapping_that_matches_no_layer_is_said(tmp_path):
+    unused = tmp_path / "other.map"
+    unused.write_text("[T] N16 C256 M512 - [O] N1 C1 M1 - [I] N16 C256 M512\n")
+    res = run("simulate", "tiny_cnn", "--mapping", str(unused), "-q")
+    assert res.exit_code == 0, res.output
+    assert "other.map: no line matched a layer" in res.stderr
 
 
 def test_json_into_missing_directory_fails_before_simulating(tmp_path):

@@ -134,7 +134,16 @@ def _bad_cases(tmp_path, good_trace):
     bad_addr.write_text("0x40 W\n0xzz R\n")
     empty = tmp_path / "empty.trace"
     empty.write_text("# nothing here\n\n")
+    binary = tmp_path / "bin.trace"
+    binary.write_bytes(bytes(range(128, 256)))
+    huge = tmp_path / "huge.trace"
+    huge.write_text("0x40 R\n0xffffffffffffffffffffffff R\n")
+    folder = tmp_path / "adir"
+    folder.mkdir()
     return {
+        "binary trace": ([str(binary)], ["bin.trace", "not text"]),
+        "address too large": ([str(huge)], ["huge.trace:2", "out of range"]),
+        "a directory": ([str(folder)], ["adir", "is a directory"]),
         "missing trace": ([str(tmp_path / "nope.trace")], ["nope.trace", "not found"]),
         "malformed line": ([str(malformed)], ["bad.trace:3", "0x80 X"]),
         "bad address": ([str(bad_addr)], ["badaddr.trace:2", "0xzz"]),
@@ -148,7 +157,8 @@ def _bad_cases(tmp_path, good_trace):
     }
 
 
-BAD_CASES = ["missing trace", "malformed line", "bad address", "empty trace",
+BAD_CASES = ["missing trace", "malformed line", "bad address", "empty trace", "binary trace",
+             "address too large", "a directory",
              "not a DRAM config", "unknown standard", "bad page policy"]
 
 

@@ -52,6 +52,21 @@ def test_an_unbound_count_names_the_dim_to_give_and_its_range(tmp_path):
         sim(nonzero_model(tmp_path), None)
 
 
+def test_missing_counts_come_before_the_shape_arithmetic_on_them(tmp_path):
+    """A MoE's expert loop: shape arithmetic on NonZero's output cannot be folded without
+    its count; the error asks for the counts (all of them), not for unsupported Shape ops."""
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="find"),
+             helper.make_node("Shape", ["nz"], ["s"]),
+             helper.make_node("ConstantOfShape", ["s"], ["z"]),
+             helper.make_node("NonZero", ["x"], ["nz2"], name="find2")]
+    path = model(tmp_path, nodes, [("x", X)], [("z", (3, "n")), ("nz2", (3, "m"), I64)])
+    with pytest.raises(NpusimError) as err:
+        sim(path, None)
+    message = str(err.value)
+    assert "--dim nz=N (1 <= N <= 512); also unbound: --dim nz2=N" in message
+    assert "cannot lower" not in message
+
+
 def test_a_count_above_what_the_inputs_allow_is_refused(tmp_path):
     with pytest.raises(NpusimError, match=r"--dim nz=513: NonZero 'find' keeps at most 512"):
         sim(nonzero_model(tmp_path), {"nz": 513})

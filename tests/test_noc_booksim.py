@@ -169,12 +169,21 @@ def test_cli_noc_json_and_summary(tmp_path):
     assert "packet latency" in res.stdout and "saturated       no" in res.stdout
 
 
+def test_a_binary_booksim_file_is_not_text(tmp_path):
+    f = tmp_path / "net.cfg"
+    f.write_bytes(bytes(range(128, 256)))
+    res = runner.invoke(app, ["noc", "--booksim", str(f)])
+    assert res.exit_code == 2
+    assert "net.cfg: not a text file" in res.output and "internal error" not in res.output
+
+
 @pytest.mark.parametrize("args, message", [
     (["--traffic", "zigzag"], "--traffic 'zigzag' is not a traffic pattern"),
     (["--rate", "0"], "traffic rate 0.0 flits/node/cycle is out of range"),
     (["--set", "noc.type=mesh", "--traffic", "transpose", "--set", "noc.dims=[3,3]"],
      "transpose needs a power-of-two number of nodes"),
     (["--booksim", "/nonexistent/booksim.cfg"], "cannot read it"),
+    (["--set", "noc.type=mesh", "--packet-flits", "0"], "packet size 0 flits is out of range"),
 ])
 def test_cli_noc_bad_input_is_one_clear_error(tmp_path, args, message):
     out = tmp_path / "out.json"

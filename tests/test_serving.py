@@ -131,6 +131,10 @@ def test_gqa_moves_less_kv_data_than_mha_and_is_faster_when_memory_bound():
     ('model = "gpt2"\nprompt = 1000\ngenerate = 100\n',
      "generate 100 exceeds the 1024 positions of gpt2"),
     ('model = "mlp"\nprompt = 4\n', "prompt is only for LLM requests"),
+    ('model = "gpt2"\nprompt = 4\ngenerate = 0\n', "generate = 0: an LLM request generates at "
+                                                 "least 1 token"),
+    ('model = "gpt2"\n', "model = 'gpt2' is a language model: an LLM request gives prompt"),
+    ('model = "nope"\n', "request 1: model 'nope' not found"),
     ('modell = "mlp"\n', r"unknown key\(s\) \['modell'\]"),
     # 2**40 + 1 cycles would overflow the NoC's packed due cycles; 2**40 itself is allowed
     ('model = "mlp"\narrival_cycles = 1099511627777\n', r"must be at most 1099511627776"),

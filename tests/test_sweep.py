@@ -195,6 +195,40 @@ def test_failures_are_recorded_and_do_not_stop_the_others(tmp_path, unsupported_
     assert open_sweep(out).attrs["points_ok"] == 3
 
 
+def test_a_sweep_none_of_whose_points_ran_exits_1(tmp_path, unsupported_model):
+    sweep = write(tmp_path / "f.toml", f"[workload]\nmodel = '{unsupported_model}'\n"
+                                       "[axes]\nnum_cores = [1, 2]\n")
+    out = tmp_path / "f.h5"
+    res = sweep_cli(str(sweep), "--out", str(out), "--workers", "1")
+    assert res.exit_code == 1, res.output
+    assert "0 ok, 2 failed" in res.output and "no point of the sweep ran" in res.output
+    assert out.exists()  # the dataset still says what failed
+
+
+def test_a_file_that_is_not_a_journal_is_left_alone(tmp_path):
+    sweep = write(tmp_path / "s.toml", "[workload]\nmodel = 'tiny_cnn'\n")
+    junk = bytes(range(256)) * 2
+    journal_path(tmp_path / "s.h5").write_bytes(junk)
+    res = sweep_cli(str(sweep), "--out", str(tmp_path / "s.h5"), "--workers", "1")
+    assert res.exit_code == 2 and "is not a sweep journal" in res.output, res.output
+    assert journal_path(tmp_path / "s.h5").read_bytes() == junk  # not cut
+
+
+def test_a_sweep_stopped_before_any_point_leaves_no_journal(tmp_path, monkeypatch):
+    # (a scheduler that cannot be reached, as --scheduler bogus://x; without dask's own
+    # failure, which leaves its loop state behind in a test process)
+    import npusim.sweep.run as sweep_run
+
+    def unreachable(*args):
+        raise NpusimError("--scheduler bogus://x: cannot connect")
+
+    monkeypatch.setattr(sweep_run, "_client", unreachable)
+    sweep = write(tmp_path / "s.toml", "[workload]\nmodel = 'tiny_cnn'\n")
+    res = sweep_cli(str(sweep), "--out", str(tmp_path / "s.h5"), "--scheduler", "bogus://x")
+    assert res.exit_code == 2 and "cannot connect" in res.output, res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
 def test_a_point_past_its_timeout_is_recorded_as_failed(tmp_path):
     sweep = write(tmp_path / "t.toml", """
         [workload]

@@ -224,6 +224,20 @@ def test_summary_and_plot(cli_run, tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
     res = runner.invoke(app, ["trace", "summary", str(tmp_path / "missing.h5")])
     assert res.exit_code == 2 and "trace file not found" in res.output
+    res = runner.invoke(app, ["trace", "plot", str(path), "--out", str(tmp_path / "fig.xyz")])
+    assert res.exit_code == 2 and "supported: " in res.output and "png" in res.output
+    assert not (tmp_path / "fig.xyz").exists()
+    res = runner.invoke(app, ["trace", "plot", str(path), "--out", str(path)])
+    assert res.exit_code == 2 and "is the trace file" in res.output
+
+
+def test_a_sweep_result_is_not_taken_for_a_trace(tmp_path):
+    import xarray as xr
+
+    ds = xr.Dataset({"total_cycles": ("point", [1, 2])}, attrs={"npusim_version": "x"})
+    ds.to_netcdf(tmp_path / "sweep.h5", engine="h5netcdf")
+    res = runner.invoke(app, ["trace", "summary", str(tmp_path / "sweep.h5")])
+    assert res.exit_code == 2 and "is not an npusim trace" in res.output, res.output
 
 
 @pytest.mark.parametrize("args,message", [

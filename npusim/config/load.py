@@ -140,4 +140,20 @@ def _read(name_or_path: str | Path) -> tuple[dict, str]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise NpusimError(f"{path}: malformed TOML: {err}") from None
     data.setdefault("name", path.stem)
+    _files_beside(data, path.parent)
     return data, str(path)
+
+
+# config fields naming a file: a relative name is looked up beside the config file first
+# (as ONNXim's icnt_config_path and a sweep's base.config are), then from the working folder
+FILE_FIELDS = (("noc", "file"), ("energy", "table"))
+
+
+def _files_beside(data: dict, folder: Path) -> None:
+    for section, key in FILE_FIELDS:
+        table = data.get(section)
+        value = table.get(key) if isinstance(table, dict) else None
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            beside = folder / value
+            if beside.is_file():
+                table[key] = str(beside)

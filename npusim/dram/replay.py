@@ -15,34 +15,37 @@ import numpy as np
 
 from npusim.config import NpuConfig
 from npusim.errors import NpusimError
+from npusim.paths import existing_file
 
 CHUNK = 1 << 20
 
 
 def read_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """(addresses, is_write) of a trace file, or a clear error naming file:line."""
-    path = Path(path)
-    if not path.is_file():
-        raise NpusimError(f"memory trace not found: '{path}'")
+    path = existing_file(path, "memory trace")
     addrs: list[int] = []
     writes: list[int] = []
-    with path.open() as f:
-        for no, line in enumerate(f, 1):
-            text = line.split("#", 1)[0].strip()
-            if not text:
-                continue
-            parts = text.split()
-            if len(parts) != 2 or parts[1].upper() not in ("R", "W"):
-                raise NpusimError(f"{path}:{no}: expected '0x<address> R' or '0x<address> W', "
-                                  f"got {line.strip()!r}")
-            try:
-                addr = int(parts[0], 0)
-            except ValueError:
-                raise NpusimError(f"{path}:{no}: bad address {parts[0]!r}") from None
-            if addr < 0:
-                raise NpusimError(f"{path}:{no}: negative address {parts[0]!r}")
-            addrs.append(addr)
-            writes.append(1 if parts[1].upper() == "W" else 0)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise NpusimError(f"memory trace '{path}' is not text: expected lines of "
+                          f"'0x<address> R|W'") from None
+    for no, line in enumerate(lines, 1):
+        parts = line.split("#", 1)[0].split()
+        if not parts:
+            continue
+        if len(parts) != 2 or parts[1].upper() not in ("R", "W"):
+            raise NpusimError(f"{path}:{no}: expected '0x<address> R' or '0x<address> W', "
+                              f"got {line.strip()!r}")
+        try:
+            addr = int(parts[0], 0)
+        except ValueError:
+            raise NpusimError(f"{path}:{no}: bad address {parts[0]!r}") from None
+        if not 0 <= addr < 2**63:
+            raise NpusimError(f"{path}:{no}: address {parts[0]!r} is out of range (0 to "
+                              f"2^63 - 1)")
+        addrs.append(addr)
+        writes.append(1 if parts[1].upper() == "W" else 0)
     if not addrs:
         raise NpusimError(f"memory trace '{path}' has no requests")
     return np.array(addrs, dtype=np.int64), np.array(writes, dtype=np.int64)

@@ -137,6 +137,21 @@ class Graph:
         if self.unshaped:
             raise NpusimError(next(iter(self.unshaped.values())))
 
+    def check_counts(self) -> None:
+        """Stop when a data-sized node's count (frontend.data_sized) is not given: the first
+        one's message names the dim and its range, and the others are listed. Checked before
+        anything else, as every shape after such a node waits for it (the shape arithmetic
+        on it would otherwise be reported as ops that cannot be lowered)."""
+        from npusim.frontend.data_sized import is_data_sized
+
+        missing = [t for t in self.unshaped
+                   if (p := self.producer(t)) is not None and is_data_sized(p)
+                   and p.outputs[0] == t]
+        if missing:
+            more = " ".join(f"--dim {t}=N" for t in missing[1:])
+            raise NpusimError(self.unshaped[missing[0]]
+                              + (f"; also unbound: {more}" if more else ""))
+
     def invalidate(self) -> None:
         """Forget the producer/consumer index after the node list was edited."""
         self._producers = None

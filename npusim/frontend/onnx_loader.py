@@ -48,6 +48,8 @@ def resolve_model_path(name_or_path: str | Path) -> Path:
     p = Path(name_or_path)
     if p.is_file():
         return p
+    if p.is_dir():
+        raise NpusimError(f"model '{name_or_path}' is a directory, not an ONNX file")
     name = p.name[:-5] if p.name.endswith(".onnx") else p.name
     if len(p.parts) == 1 and name:  # a bare name like "tiny_cnn", not a path with folders
         bundled = models_dir() / f"{name}.onnx"
@@ -184,6 +186,7 @@ def load_graph(path: str | Path, dims: dict[str, int] | None = None) -> Graph:
     weights = _strip_weights(model)
     moved = {vi.name for vi in model.graph.input if vi.name in weights}
     _topo_sort(model.graph, where)
+    _check_defined(model.graph, where)
     _ort_internal_ops_to_contrib(model)
     try:
         onnx.checker.check_model(model)
@@ -260,6 +263,18 @@ def _strip_weights(model: ModelProto) -> dict[str, TensorInfo]:
     return weights
 
 
+def _check_defined(g: onnx.GraphProto, where: str) -> None:
+    """Every tensor a node of the main graph reads is an input, a weight or another node's
+    output (the checker says so in a message cut off before the node's name)."""
+    known = ({vi.name for vi in g.input} | {t.name for t in g.initializer}
+             | {o for n in g.node for o in n.output})
+    for n in g.node:
+        for t in n.input:
+            if t and t not in known:
+                raise NpusimError(f"{where}: node '{n.name or n.op_type}' ({n.op_type}) reads "
+                                  f"'{t}', which no graph input, initializer or node defines")
+
+
 def _subgraph_names(node: onnx.NodeProto) -> set[str]:
     """Tensor names read inside a node's subgraphs (If/Loop/Scan bodies use outer tensors)."""
     names: set[str] = set()
@@ -314,9 +329,13 @@ def _topo_sort(g: onnx.GraphProto, where: str) -> None:
     g.node.extend(copies)
 
 
+MAX_DIM = 2**31 - 1  # larger is no NPU workload (lowering refuses tensors beyond a TiB)
+
+
 def _check_dim_value(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise NpusimError(f"--dim {name}={value!r}: a dimension must be a positive integer")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIM:
+        raise NpusimError(f"--dim {name}={value!r}: a dimension must be a positive integer "
+                          f"(at most {MAX_DIM})")
 
 
 def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str,
@@ -341,6 +360,10 @@ def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str,
                 graph_dims.setdefault(d.dim_param, []).append(vi.name)
             elif not d.HasField("dim_value"):
                 unnamed.append(f"'{vi.name}' axis {axis}")
+            elif d.dim_value < 0:
+                raise NpusimError(f"{where}: input '{vi.name}' axis {axis} has size "
+                                  f"{d.dim_value}; a size is 0 or more (or a name to bind "
+                                  f"with --dim)")
 
     if unnamed:
         raise NpusimError(

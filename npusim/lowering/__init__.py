@@ -136,6 +136,8 @@ def lower_graph(graph: Graph, config: NpuConfig, mapping: MappingTable | None = 
     warnings = lower_into(builder, graph, config, mapping, unsupported)
     program = builder.build()
     program.warnings += warnings + capacity_warnings(builder, config)
+    if mapping is not None:
+        program.warnings += mapping.unused_warnings()
     return program
 
 
@@ -151,6 +153,26 @@ def capacity_warnings(builder: ProgramBuilder, config: NpuConfig) -> list[str]:
             f"none; the run goes on)"]
 
 
+# No tensor of a model npusim simulates is this large: far beyond any NPU's memory, and its
+# tiles would not fit the host's (a dim of 10^12 is a typo, not a workload).
+MAX_TENSOR_BYTES = 2**40
+
+
+def _model_name(graph: Graph) -> str:
+    """The file a graph came from (an exporter's graph name, e.g. main_graph, says little)."""
+    return graph.source_path or graph.name
+
+
+def _check_sizes(graph: Graph, config: NpuConfig) -> None:
+    for t in graph.tensors.values():
+        if t.shape is not None and t.numel * config.precision > MAX_TENSOR_BYTES:
+            raise NpusimError(
+                f"model '{_model_name(graph)}': tensor '{t.name}' of shape {list(t.shape)} is "
+                f"{t.numel * config.precision / 2**40:,.1f} TiB at {config.precision} B per "
+                f"element, more than npusim simulates ({MAX_TENSOR_BYTES // 2**40} TiB); check "
+                f"the model's dims (--dim)")
+
+
 def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
                mapping: MappingTable | None = None, unsupported: str = "error",
                prefix: str = "") -> list[str]:
@@ -158,16 +180,19 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
     layer names get ``prefix``. Returns warnings for the user."""
     if unsupported not in ("error", "zero-cost"):
         raise NpusimError(f"unsupported = {unsupported!r}: must be 'error' or 'zero-cost'")
+    graph.check_counts()
     missing = unsupported_ops(graph)
     listing = [f"  {op}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
                + (f" ({_why_not(op)})" if _why_not(op) else "")
                for op, names in sorted(missing.items())]
     if missing and unsupported == "error":
         raise NpusimError(
-            f"model '{graph.name}' uses op types npusim cannot lower yet:\n" + "\n".join(listing)
+            f"model '{_model_name(graph)}' uses op types npusim cannot lower yet:\n"
+            + "\n".join(listing)
             + f"\nsupported op types: {', '.join(sorted(LOWERINGS))}"
             + "\n(--unsupported zero-cost treats them as free instead)")
     graph.check_shapes()
+    _check_sizes(graph, config)
     ctx = LoweringContext(graph=graph, config=config, builder=builder, mapping=mapping)
     first = builder.n_layers
     fused, ctx.waits = plan_fusions(graph)
@@ -217,5 +242,5 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
         builder.prefix_names(first, prefix)
     if not missing:
         return []
-    return [f"{prefix}{graph.name}: treated as free (no cycles, no data moved), results "
+    return [f"{prefix}{_model_name(graph)}: treated as free (no cycles, no data moved), results "
             "underestimate the model:\n" + "\n".join(listing)]

@@ -33,6 +33,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from npusim.errors import NpusimError
+from npusim.paths import existing_file, read_text
 
 LOOP_NAMES = ("N", "C", "M", "P", "Q", "S", "R")
 
@@ -81,10 +82,21 @@ class MappingTable:
         self.path = Path(path)
         self.mappings = list(mappings)
         self._by_total = {m.total: m for m in self.mappings}  # later lines win, like ONNXim
+        self.matched = 0  # lookups that found a line
 
     def lookup(self, total: LoopCounts) -> Mapping | None:
         """The mapping whose [T] part equals ``total``, or None (caller uses its default)."""
-        return self._by_total.get(total)
+        found = self._by_total.get(total)
+        self.matched += found is not None
+        return found
+
+    def unused_warnings(self) -> list[str]:
+        """A warning when no layer found its line: the file changed nothing."""
+        if self.matched:
+            return []
+        return [f"mapping file {self.path}: no line matched a layer (a line's [T] part must "
+                f"equal a GEMM or convolution layer's loop bounds); every layer took npusim's "
+                f"own tiling"]
 
     def __len__(self) -> int:
         return len(self._by_total)
@@ -157,13 +169,8 @@ def parse_mapping_line(text: str, line_no: int = 0) -> Mapping:
 
 def parse_mapping_file(path: str | Path) -> MappingTable:
     """Parse an ONNXim mapping file; blank lines and ``#`` comments are skipped."""
-    path = Path(path)
-    if not path.is_file():
-        raise NpusimError(f"mapping file not found: '{path}'")
-    try:
-        content = path.read_text()
-    except UnicodeDecodeError:
-        raise NpusimError(f"mapping file '{path}' is not a text file") from None
+    path = existing_file(path, "mapping file")
+    content = read_text(path, "mapping file")
     mappings = []
     for line_no, raw in enumerate(content.splitlines(), start=1):
         stripped = raw.strip()

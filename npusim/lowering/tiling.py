@@ -228,12 +228,14 @@ def choose_gemm_tile(b: Budget, N: int, C: int, M: int, batch: int = 1) -> GemmT
     c_max = _reduction_bound(b, n * b.precision, padded(m, b.width))
     c = _reduction_tile(C, c_max, b.height, lambda c: _within(b, *gemm_occupancy(b, n, c, m)))
     ok = np.flatnonzero(c > 0)  # (a tile whose accumulator rows do not fit has no c either)
-    if not len(ok):
-        need = (b.height * b.width * ACC_BYTES, (b.height + b.width) * b.precision)
+    if not len(ok):  # the smallest tile: one array block of each operand
+        n0, c0, m0 = min(N, b.height), min(C, b.height), min(M, b.width)
+        spad, acc = (int(v) for v in gemm_occupancy(b, n0, c0, m0))
         raise NpusimError(
-            f"no GEMM tile fits: even a 1x1 block needs {need[1]} B of scratchpad and "
-            f"{need[0]} B of accumulator per half, the core has {b.spad_half} B and "
-            f"{b.acc_half} B; raise core.spad_kib / core.accum_kib")
+            f"no GEMM tile fits: even the smallest ({n0}x{c0} inputs, {c0}x{m0} weights, "
+            f"{n0}x{m0} outputs) needs {spad} B of scratchpad and {acc} B of accumulator, "
+            f"more than the core's halves of {b.spad_half} B and {b.acc_half} B; raise "
+            f"core.spad_kib / core.accum_kib")
     n, m, c = n[ok], m[ok], c[ok]
     best = _best(_gemm_estimate(b, N, C, M, batch, n, c, m), n * m * c)
     return GemmTile(int(n[best]), int(c[best]), int(m[best]))

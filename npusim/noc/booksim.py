@@ -47,6 +47,7 @@ from pathlib import Path
 from npusim.errors import NpusimError
 from npusim.kernels.network.names import ALLOCATORS, PRIORITIES
 from npusim.noc.traffic import PATTERNS, Measurement, Traffic
+from npusim.paths import read_text
 
 # Booksim's defaults (booksim_config.cpp) for every key read here
 DEFAULTS = {
@@ -176,10 +177,7 @@ def read_booksim(path: str | Path, overrides: dict | None = None,
     from ``path`` (ONNXim's own files, ``onnxim_booksim_text``)."""
     path = Path(path)
     if text is None:
-        try:
-            text = path.read_text()
-        except OSError as err:
-            raise NpusimError(f"Booksim config {path}: cannot read it ({err.strerror})") from None
+        text = read_text(path, "Booksim config")
     where = str(path)
     given = parse_booksim(text, where)
     given.update(overrides or {})

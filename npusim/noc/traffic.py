@@ -175,12 +175,12 @@ def measure(net, traffic: Traffic, meas: Measurement = Measurement(),
 
     p = net.params
     N = p.n_nodes
+    if not 1 <= traffic.packet_flits <= 1024:  # first: the rate's bound depends on it
+        raise NpusimError(f"packet size {traffic.packet_flits} flits is out of range: 1..1024")
     if not 0 < traffic.rate <= traffic.packet_flits:
         raise NpusimError(f"traffic rate {traffic.rate} flits/node/cycle is out of range: "
                           f"must be above 0 and at most 1 packet per cycle "
                           f"({traffic.packet_flits} flits)")
-    if not 1 <= traffic.packet_flits <= 1024:
-        raise NpusimError(f"packet size {traffic.packet_flits} flits is out of range: 1..1024")
     kind, table = destination_table(traffic.pattern, N, shape, traffic)
     tp = ky.TrafficParams(traffic.rate / traffic.packet_flits, kind, traffic.packet_flits, 0)
     stat = np.zeros(ky.N_SY_FIELDS, dtype=np.int64)

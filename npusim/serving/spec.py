@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from npusim.errors import NpusimError
-from npusim.paths import models_dir
+from npusim.paths import models_dir, read_text
 
 ALIASES = {"num_key_value_heads": "num_kv_heads", "n_layer": "num_hidden_layers",
            "name": "model_name"}
@@ -84,7 +84,7 @@ def load_llm(name_or_path: str) -> LlmSpec:
         raise NpusimError(f"LLM '{name_or_path}' not found: give a language-model JSON file "
                           f"or a bundled one ({', '.join(bundled_llms())})")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path, "language model"))
     except json.JSONDecodeError as e:
         raise NpusimError(f"{path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
     if not isinstance(data, dict):

@@ -61,7 +61,20 @@ def run_sweep(sweep: str | Path | Sweep, out: str | Path, *, workers: int | None
     points = sweep.points()
     check_points(sweep, points)
 
-    with Journal(journal_path(out)) as journal:
+    path = journal_path(out)
+    fresh = not path.exists()
+    try:
+        return _run_points(sweep, points, out, path, workers, scheduler, timeout, retry_failed,
+                           reporter)
+    except BaseException:
+        if fresh and path.is_file() and path.stat().st_size == 0:
+            path.unlink()  # a sweep that recorded nothing leaves no journal behind
+        raise
+
+
+def _run_points(sweep, points, out, path, workers, scheduler, timeout, retry_failed,
+                reporter) -> xr.Dataset:
+    with Journal(path) as journal:
         records = journal.records()
         todo: dict[str, list[Point]] = {}
         for p in points:

@@ -39,6 +39,7 @@ from npusim import __version__
 from npusim.config import NpuConfig, config_to_dict, load_config
 from npusim.config.schema import check_value_key
 from npusim.errors import NpusimError
+from npusim.paths import existing_file
 
 TOP_KEYS = ("name", "description", "base", "workload", "axes", "zip")
 BASE_KEYS = ("config", "set")
@@ -162,9 +163,7 @@ def point_hash(cfg: NpuConfig, workload: Workload) -> str:
 
 def load_sweep(path: str | Path) -> Sweep:
     """Read and check a sweep file; errors name the file and the offending key."""
-    path = Path(path)
-    if not path.is_file():
-        raise NpusimError(f"sweep file {path} not found")
+    path = existing_file(path, "sweep file")
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:

@@ -25,12 +25,21 @@ def journal_path(out: str | Path) -> Path:
     return out.with_name(out.name + SUFFIX)
 
 
+def _check_ours(path: Path, data: bytes) -> None:
+    """A journal is JSON lines of ASCII (json.dumps escapes the rest), a torn last line
+    too: other bytes mean a file that is not a journal, which npusim must not cut."""
+    if not data.isascii():
+        raise NpusimError(f"{path} is not a sweep journal (it holds non-text bytes); move it "
+                          f"away or give a different --out")
+
+
 def read_journal(path: str | Path) -> list[dict[str, Any]]:
     """Every complete record in the journal, in the order they were written."""
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         return []
+    _check_ours(Path(path), data)
     records = []
     for line in data[:data.rfind(b"\n") + 1].splitlines():
         try:
@@ -64,6 +73,7 @@ class Journal:
         """Drop a last line left without its newline by a kill mid-write."""
         self._file.seek(0)
         data = self._file.read()
+        _check_ours(self.path, data)
         end = data.rfind(b"\n") + 1
         if end != len(data):
             self._file.truncate(end)

@@ -14,6 +14,7 @@ from pathlib import Path
 import xarray as xr
 
 from npusim.errors import NpusimError
+from npusim.paths import existing_file
 
 COMPRESSION_LEVEL = 1  # zlib: level 4 wrote 20% slower for a 20% smaller file (ResNet-50 trace)
 CHUNK_ELEMENTS = 1 << 18  # about 1 MiB of int32 per chunk
@@ -52,14 +53,13 @@ def write_trace(ds: xr.Dataset, path: str | Path) -> Path:
 
 def open_trace(path: str | Path) -> xr.Dataset:
     """Open a trace written by npusim (loaded into memory, the file closed)."""
-    path = Path(path)
-    if not path.is_file():
-        raise NpusimError(f"trace file not found: '{path}'")
+    path = existing_file(path, "trace file")
     try:
         with xr.open_dataset(path, engine="h5netcdf") as ds:
-            if "npusim_version" not in ds.attrs:
-                raise NpusimError(f"'{path}' is not an npusim trace (no npusim_version "
-                                  f"attribute)")
+            if "npusim_version" not in ds.attrs or "bin_cycles" not in ds.attrs:
+                raise NpusimError(f"'{path}' is not an npusim trace (written by npusim "
+                                  f"simulate --trace; a sweep's result opens with "
+                                  f"npusim.open_sweep)")
             return ds.load()
     except (OSError, ValueError) as err:
         raise NpusimError(f"cannot read trace '{path}': {err}") from None

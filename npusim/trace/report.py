@@ -8,6 +8,9 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from npusim.atomic import atomic_file
+from npusim.errors import NpusimError
+
 
 def _pct(x: float) -> str:
     return f"{100.0 * x:.1f}%"
@@ -124,6 +127,13 @@ def plot_trace(ds: xr.Dataset, out: str | Path) -> Path:
     ax.legend(fontsize=7, ncol=min(4, ds.sizes["core"]), loc="upper right")
     fig.tight_layout()
     out = Path(out)
-    fig.savefig(out, dpi=110)
+    kind = out.suffix.lower().lstrip(".")
+    formats = fig.canvas.get_supported_filetypes()
+    if kind not in formats:
+        plt.close(fig)
+        raise NpusimError(f"--out {out}: the image format comes from the suffix; "
+                          f"supported: {', '.join(sorted(formats))}")
+    with atomic_file(out, "--out") as tmp:
+        fig.savefig(tmp, dpi=110, format=kind)
     plt.close(fig)
     return out

@@ -20,6 +20,7 @@ import numpy as np
 
 from npusim.errors import NpusimError
 from npusim.noc.topology import Topology, check_connected, make_links, shortest_path_routes
+from npusim.paths import read_text
 
 
 def read_anynet(path: str | Path) -> tuple[list[int], dict[tuple[int, int], int], dict[int, int]]:
@@ -28,10 +29,7 @@ def read_anynet(path: str | Path) -> tuple[list[int], dict[tuple[int, int], int]
     if not str(path):
         raise NpusimError("config field noc.file is empty: noc.type = 'custom' needs a "
                           "network file in Booksim's anynet format")
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise NpusimError(f"noc.file {path}: cannot read it ({err.strerror})") from None
+    text = read_text(path, "noc.file")
     routers: list[int] = []
     links: dict[tuple[int, int], int] = {}
     nodes: dict[int, int] = {}
