@@ -577,6 +577,23 @@ def test_gather_embedding_loads_the_indices_then_the_rows(tmp_path):
     assert r.layers[0]["bytes_loaded"] == loaded(r)
 
 
+@pytest.mark.parametrize("rows", [64, 4096])
+def test_gather_from_a_small_table_runs_on_chip(tmp_path, rows):
+    """200 indices into a table of 4-byte rows: the DMA gather moves a whole 32-byte request
+    per row (6,400 B). A 64-row table (256 B) is loaded once and gathered on chip (a move
+    pass over the 800 output elements); a 4,096-row table (16 KiB) is not worth loading."""
+    node = helper.make_node("Gather", ["table", "ids"], ["y"], axis=0, name="lookup")
+    r = sim(model(tmp_path, [node], [("ids", (200,), I64)], [("y", (200, 4))],
+                  [("table", [rows, 4])]))
+    assert stored(r) == 800
+    if rows == 64:
+        assert loaded(r) == 256 + requests(200)
+        assert busy(r) == (800 // 8) * LAT["cast"]
+    else:
+        assert loaded(r) == requests(200) + 200 * R
+        assert busy(r) == 0
+
+
 def test_gather_of_one_index_along_an_inner_axis(tmp_path):
     nodes = [const("i", 0), helper.make_node("Gather", ["x", "i"], ["y"], axis=1)]
     r = sim(model(tmp_path, nodes, [("x", (4, 8, 32))], [("y", (4, 32))]))

@@ -51,7 +51,9 @@ MaxPool                max with kh*kw passes      (every output element compares
 AveragePool            add with kh*kw passes, mul (the window sum, scaled)
 Concat, Split, Slice   no vector step: DMA in, DMA out (a Concat whose inputs could be
                        written in place still costs one copy here)
-Gather                 no vector step: load the indices, then the gathered rows, store them
+Gather                 no vector step: load the indices, then the gathered rows, store them;
+                       from a table whose load moves fewer bytes than the rows' requests:
+                       the table loaded by each tile, a move pass (gathered on chip)
 GatherBlockQuantized   sub, mul (DequantizeLinear's; none on an int8 config): as Gather, the
                        rows read packed with their blocks' scales (lowering/weights.py)
 =====================  ====================================================================
@@ -901,12 +903,18 @@ def lower_gather(ctx: LoweringContext, node: Node) -> None:
     addresses come from the indices), store the rows. The index values are never known
     (no weight or input data is read), so the rows are taken spread evenly over the table:
     row ``k * (V // K)`` for index ``k`` of ``K`` into a table of ``V`` rows (``K > V``:
-    every index re-reads one row)."""
+    every index re-reads one row). When loading the whole table moves fewer bytes than the
+    gathered rows' requests (short rows of a small table: an unfold's or a relative
+    position's element gathers), each tile loads the table and gathers on chip instead
+    (:func:`_gather_on_chip`), as a compiler would choose."""
     data, idx = node.inputs[0], node.inputs[1]
     y = node.outputs[0]
     d_shape, i_shape, y_shape = _shape(ctx, data), _shape(ctx, idx), _shape(ctx, y)
     axis = _axis(node, len(d_shape), node.attrs.get("axis", 0))
     V, K = d_shape[axis], max(1, prod(i_shape))
+    if _gather_on_chip(ctx, node, prod(d_shape), prod(i_shape), prod(d_shape[axis + 1:]),
+                       prod(y_shape)):
+        return
     spread = V // K if K <= V else 0
     ds = row_major(d_shape)
     irm = row_major(i_shape)
@@ -918,6 +926,41 @@ def lower_gather(ctx: LoweringContext, node: Node) -> None:
     em = LayerEmitter(ctx, node, "DMA gather")
     emit_views(em, y_shape, sources, [View(ctx.addr(y), row_major(y_shape))], [])
     em.finish()
+
+
+def _gather_on_chip(ctx: LoweringContext, node: Node, table: int, indices: int, row: int,
+                    out: int) -> bool:
+    """Gather from a table held on chip: each core's tile loads the whole table and its
+    share of the indices, moves its output elements through the vector unit (one pass) and
+    stores them. Taken (True) when the table and a tile fit half the scratchpad and the
+    tiles' table loads move fewer bytes than the DMA gather's requests (one per row, a
+    whole request each)."""
+    prec, q = ctx.precision, ctx.config.dma.request_bytes
+    room = ctx.budget.spad_half // prec - table  # for a tile's indices and outputs
+    if room < 2:
+        return False
+    tiles = min(out, max(ctx.config.num_cores, ceil((indices + out) / room)))
+    per_tile = ceil(out / tiles)
+    share = ceil(indices / tiles)
+    if share + per_tile > room:
+        return False
+    rows = out // max(row, 1)
+    if tiles * table * prec >= rows * ceil(row * prec / q) * q:
+        return False
+    data, idx, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    em = LayerEmitter(ctx, node, "vector unit (gather from the table on chip)")
+    for t in range(tiles):
+        n = min(per_tile, out - t * per_tile)
+        k = min(share, indices - t * share)
+        if n <= 0:
+            break
+        loads = box_dmas(0, [table], [1], prec)[0] + box_dmas(1, [max(k, 1)], [1], prec)[0]
+        em.group()
+        em.tile([ctx.addr(data), ctx.addr(idx) + t * share * prec,
+                 ctx.addr(y) + t * per_tile * prec],
+                loads, [(MOVE, n, 1)], box_dmas(2, [n], [1], prec)[0])
+    em.finish()
+    return True
 
 
 def dequantize_steps(ctx: LoweringContext) -> list[tuple[str, int]]:
