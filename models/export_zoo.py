@@ -600,7 +600,7 @@ def export_torchscript(b: Built, path: Path, opset: int = 17) -> None:
                           output_names=b.outputs, dynamic_axes=axes, opset_version=opset)
 
 
-def export_dynamo(b: Built, path: Path | None, optimize: bool = True):
+def export_dynamo(b: Built, path: Path | None, optimize: bool = True, opset: int | None = None):
     """The dynamo exporter; ``path`` None: return the ONNXProgram unsaved."""
     import torch
 
@@ -621,7 +621,8 @@ def export_dynamo(b: Built, path: Path | None, optimize: bool = True):
     with torch.no_grad():
         program = torch.onnx.export(b.module, b.args, None if path is None else str(path),
                                     dynamo=True, input_names=b.inputs, output_names=b.outputs,
-                                    dynamic_shapes=shapes, optimize=optimize, verbose=False)
+                                    dynamic_shapes=shapes, optimize=optimize, verbose=False,
+                                    **({"opset_version": opset} if opset else {}))
     return program
 
 

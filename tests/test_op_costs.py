@@ -497,6 +497,20 @@ def test_einsum_is_a_batched_gemm(tmp_path, eq, a, b, y, layers):
     assert len(r.layers) == layers
 
 
+@pytest.mark.parametrize("eq,a,b,y", [
+    ("bi,bj->bij", (2, 16), (2, 32), (2, 16, 32)),  # an outer product per batch
+    ("bcxd,bcyd->bcxy", (1, 3, 16, 1), (1, 3, 8, 1), (1, 3, 16, 8)),  # a sum over d = 1
+])
+def test_einsum_without_a_sum_is_a_multiply_pass(tmp_path, eq, a, b, y):
+    """Nothing to sum: one product per output element on the vector unit, no MACs on the
+    array (a GEMM of K = 1 would stream through one row of it)."""
+    node = helper.make_node("Einsum", ["a", "b"], ["y"], equation=eq)
+    r = sim(model(tmp_path, [node], [("a", a), ("b", b)], [("y", y)]))
+    assert busy(r) == cost(r, [("mul", prod(y), 1)])
+    assert macs(r) == 0 and sum(c["systolic_stream_cycles"] for c in r.cores) == 0
+    assert stored(r) == prod(y)
+
+
 def test_einsum_single_operand_transpose_and_sum(tmp_path):
     t = helper.make_node("Einsum", ["a"], ["t"], equation="ijk->kji")
     s = helper.make_node("Einsum", ["t"], ["y"], equation="kji->k")

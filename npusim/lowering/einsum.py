@@ -9,6 +9,9 @@ place (the second as a transposed load); any other order is first rearranged by 
 (``name/a_layout``, ``name/b_layout``), and an output order other than [batch, free A,
 free B] is rearranged after the GEMM (``name/layout``), each costed like a Transpose.
 
+Two operands with nothing to sum (an outer product, or contracted letters of size 1) are a
+broadcast multiply on the vector unit: one product per output element, no array pass.
+
 One operand: a permutation of the letters is a Transpose; summing letters away is one add
 pass over the input (partial sums stored per tile). Repeated letters (diagonals) and three
 or more operands are a clear error.
@@ -96,10 +99,12 @@ def lower_einsum(ctx: LoweringContext, node: Node) -> None:
     if only:
         raise _err(node, f"letters {''.join(sorted(only))!r} are summed within one operand; "
                          f"npusim lowers contractions over letters of both operands")
+    red = [c for c in a if c in b and c not in rhs]
+    if prod(sizes[c] for c in red) == 1:
+        return _broadcast_multiply(ctx, node, ins, terms, shapes, rhs, sizes)
     batch = [c for c in rhs if c in a and c in b]
     free_a = [c for c in rhs if c in a and c not in b]
     free_b = [c for c in rhs if c in b and c not in a]
-    red = [c for c in a if c in b and c not in rhs]
     if any(sizes[c] != dim for t, s in zip(terms, shapes) for c, dim in zip(t, s) if c in batch):
         raise _err(node, "a batch letter broadcasts (size 1 against a larger size); npusim "
                          "lowers Einsum batches of equal size")
@@ -133,6 +138,22 @@ def lower_einsum(ctx: LoweringContext, node: Node) -> None:
     emit_gemm(ctx, sub, prob, info)
     if out != y:
         _move(ctx, node, "layout", out, canonical, rhs, sizes, dst=y)
+
+
+def _broadcast_multiply(ctx, node, ins, terms, shapes, rhs, sizes) -> None:
+    """Two operands with nothing to sum (an outer product, or contracted letters of size 1):
+    each output element is one product, a multiply pass over the output on the vector unit,
+    each operand read through its broadcast (a GEMM of K = 1 would use one row of the
+    array)."""
+    y = node.outputs[0]
+    views = []
+    for t, s, name in zip(terms, shapes, ins):
+        strides = {c: (st if d != 1 else 0) for c, d, st in zip(t, s, row_major(s))}
+        views.append(View(ctx.addr(name), [strides.get(c, 0) for c in rhs]))
+    out = [sizes[c] for c in rhs]
+    em = LayerEmitter(ctx, node, "vector unit (einsum without a sum: a broadcast multiply)")
+    emit_views(em, out, views, [View(ctx.addr(y), row_major(out))], [("mul", 1)])
+    em.finish()
 
 
 def _single(ctx, node, x, term, rhs, sizes) -> None:
