@@ -467,6 +467,13 @@ def check(only, config):
                   flush=True)
 
 
+def _plain(text: str) -> str:
+    """The first line of an exporter's message, without its terminal colours."""
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", text.splitlines()[0]).replace("|", "/")
+
+
 def _num(v) -> str:
     return f"{v:,}" if isinstance(v, int) else ""
 
@@ -489,7 +496,7 @@ def report():
             if "export_error" in e:
                 lines.append(f"| {name} | {v} | export failed in torch | | "
                              f"{rec.get('macs_torch_count', 0):,} | | | | "
-                             f"{e['export_error'].splitlines()[0][:100].replace('|', '/')} |")
+                             f"{_plain(e['export_error'])[:100]} |")
                 continue
             r, srv = chk.get("mobile", {}).get(key), chk.get("server", {}).get(key, {})
             if r is None:
