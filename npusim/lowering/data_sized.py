@@ -17,13 +17,13 @@ Unique             over the input: a bitonic sort of its L slices (``T (T + 1) /
                    compare-exchange passes, ``T`` = ceil(log2 L), as TopK's sort), a compare
                    with the neighbour and a prefix count; Y the N slices gathered, indices
                    a move pass, counts a sub pass over N, inverse_indices a move pass over L
-NonMaxSuppression  ``name/boxes``: per box (a row of its 4 coordinates) its area (2 sub, 1
-                   mul) and, for centre boxes, its corners (2 mul, 4 add); then per (batch,
-                   class) row of the N scores: the score threshold (a sub), and per round
-                   (one box kept) over every candidate the row's max (max, then the tree's
-                   T levels per row), the IoU with the kept box (2 max, 2 min, 2 sub, 2 max
-                   clamps, a mul, an add, a sub; against the threshold a mul and a sub) and the
-                   suppression (a max); the (N, 3) triples stored by a move pass
+NonMaxSuppression  ``name/boxes``: per box (a row of its 4 coordinates) its area and, for
+                   centre boxes, its corners; then per (batch, class) row of the scores,
+                   with the boxes loaded: the score threshold and, per kept box, one round
+                   over every candidate (the row's max, the IoU with the kept box, the
+                   suppression); a class keeping none pays the threshold and one max; the
+                   (N, 3) triples stored by a move pass. The step lists are ``ROW_OPS``'
+                   NonMaxSuppression entries (lowering/vector.py)
 =================  ==========================================================================
 """
 
