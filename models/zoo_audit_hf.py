@@ -53,8 +53,9 @@ def _hf(cls_name, cfg_name, **cfg):
     return getattr(transformers, cls_name)(config).eval()
 
 
-def build_causal_plain(cls_name, cfg_name, **cfg):
-    """Causal LM plain forward: input_ids, attention_mask -> logits (no cache)."""
+def build_causal_plain(cls_name, cfg_name, mask=True, **cfg):
+    """Causal LM plain forward: input_ids (, attention_mask) -> logits (no cache); Mamba
+    takes no attention mask (``mask=False``)."""
     import torch
     from export_zoo import Built
     lm = _hf(cls_name, cfg_name, **cfg)
@@ -64,38 +65,18 @@ def build_causal_plain(cls_name, cfg_name, **cfg):
             super().__init__()
             self.lm = lm
 
-        def forward(self, input_ids, attention_mask):
-            return self.lm(input_ids=input_ids, attention_mask=attention_mask,
-                           use_cache=False).logits
+        def forward(self, input_ids, *attention_mask):
+            masks = {"attention_mask": attention_mask[0]} if attention_mask else {}
+            return self.lm(input_ids=input_ids, use_cache=False, **masks).logits
+
+    names = ["input_ids", "attention_mask"][:1 + mask]
 
     def args(B, S):
-        return (torch.randint(0, 1000, (B, S)), torch.ones(B, S, dtype=torch.long))
+        return (torch.randint(0, 1000, (B, S)),
+                torch.ones(B, S, dtype=torch.long))[:1 + mask]
 
-    return Built(Plain().eval(), args(2, 16), ["input_ids", "attention_mask"], ["logits"],
-                 {"input_ids": TOK, "attention_mask": TOK}, {"logits": TOK},
-                 lambda d: args(d["batch_size"], d["sequence_length"]))
-
-
-def build_causal_plain_ids(cls_name, cfg_name, **cfg):
-    """input_ids only (mamba: no attention mask)."""
-    import torch
-    from export_zoo import Built
-    lm = _hf(cls_name, cfg_name, **cfg)
-
-    class Plain(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lm = lm
-
-        def forward(self, input_ids):
-            return self.lm(input_ids=input_ids, use_cache=False).logits
-
-    def args(B, S):
-        return (torch.randint(0, 1000, (B, S)),)
-
-    return Built(Plain().eval(), args(2, 16), ["input_ids"], ["logits"],
-                 {"input_ids": TOK}, {"logits": TOK},
-                 lambda d: args(d["batch_size"], d["sequence_length"]))
+    return Built(Plain().eval(), args(2, 16), names, ["logits"], dict.fromkeys(names, TOK),
+                 {"logits": TOK}, lambda d: args(d["batch_size"], d["sequence_length"]))
 
 
 def build_causal_past(cls_name_, cfg_name_, kv_heads_, head_dim_, **cfg):
@@ -192,7 +173,7 @@ def build_detr():
     import zoo_families as f
     from export_zoo import Built
     model = _hf("DetrForObjectDetection", "DetrConfig", use_timm_backbone=False,
-                use_pretrained_backbone=False, backbone="resnet-50" if False else None,
+                use_pretrained_backbone=False, backbone=None,
                 backbone_config={"model_type": "resnet", "depths": [1, 1, 1, 1],
                                  "hidden_sizes": [64, 128, 256, 512], "embedding_size": 32,
                                  "out_features": ["stage4"]},
@@ -286,7 +267,7 @@ def cases() -> list[Case]:
         C("codegen", "hf-decoder", "build_causal_plain('CodeGenForCausalLM','CodeGenConfig',n_embd=256,n_head=8,n_layer=2,rotary_dim=16,vocab_size=32000)", tok),
         C("mpt", "hf-decoder", "build_causal_plain('MptForCausalLM','MptConfig',d_model=256,n_heads=8,n_layers=2,vocab_size=32000)", tok),
         C("xglm", "hf-decoder", "build_causal_plain('XGLMForCausalLM','XGLMConfig',d_model=256,attention_heads=8,num_layers=2,ffn_dim=1024,vocab_size=32000)", tok),
-        C("mamba", "hf-ssm", "build_causal_plain_ids('MambaForCausalLM','MambaConfig',hidden_size=256,num_hidden_layers=2,vocab_size=32000,state_size=16)", tok),
+        C("mamba", "hf-ssm", "build_causal_plain('MambaForCausalLM','MambaConfig',mask=False,hidden_size=256,num_hidden_layers=2,vocab_size=32000,state_size=16)", tok),
         # encoders
         C("mobilebert", "hf-encoder", "build_encoder('MobileBertModel','MobileBertConfig',token_type=True,num_hidden_layers=2)", tok,
           ("ts", "dynamo", "ts-ort"), ort="bert", heads=4, hidden=512),
