@@ -20,6 +20,8 @@ from google.protobuf.message import DecodeError
 from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper, version_converter
 
 from npusim.errors import NpusimError
+from npusim.frontend import legacy
+from npusim.frontend.legacy import MIN_OPSET
 from npusim.frontend.data_sized import count_names, is_data_sized, missing_message
 from npusim.frontend.graph import Graph, Node, TensorInfo
 from npusim.frontend.ort_shapes import MS
@@ -31,8 +33,6 @@ from npusim.paths import models_dir
 # inference: shape-driving constants (Reshape shapes, Slice starts, Resize scales) are tiny and
 # data propagation needs their values. Everything else is turned into a plain graph input.
 _KEEP_INLINE_MAX = 1024
-# Graphs in older opsets are converted to this one (see _upgrade_opset).
-MIN_OPSET = 13
 
 
 # --------------------------------------------------------------------------- model lookup
@@ -187,6 +187,7 @@ def load_graph(path: str | Path, dims: dict[str, int] | None = None) -> Graph:
     moved = {vi.name for vi in model.graph.input if vi.name in weights}
     _topo_sort(model.graph, where)
     _check_defined(model.graph, where)
+    legacy.rewrite(model, where)
     _ort_internal_ops_to_contrib(model)
     try:
         onnx.checker.check_model(model)
@@ -425,30 +426,30 @@ def _ort_internal_ops_to_contrib(model: ModelProto) -> bool:
     return changed
 
 
-def _opset(model: ModelProto) -> int | None:
-    """The default domain's opset; None when the model imports none (e.g. ai.onnx.ml only)."""
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-
-
 def _upgrade_opset(model: ModelProto, where: str) -> ModelProto:
     """Graphs below opset ``MIN_OPSET`` go through ONNX's version converter, so lowering sees
     one form of each op (Softmax over one axis, Resize instead of Upsample, Pad, Split, Slice
-    and Squeeze taking their parameters as inputs). A graph in an opset newer than the
-    installed onnx package defines is refused: its ops may mean something this onnx's
-    shape inference does not know (ONNX Runtime refuses such a model too)."""
-    version = _opset(model)
+    and Squeeze taking their parameters as inputs); the old forms it has no adapter for were
+    rewritten before (:mod:`.legacy`), and return to the ONNX domain here. A graph in an
+    opset newer than the installed onnx package defines is refused: its ops may mean
+    something this onnx's shape inference does not know (ONNX Runtime refuses such a model
+    too)."""
+    version = legacy.default_opset(model)
     newest = onnx.defs.onnx_opset_version()
     if version is not None and version > newest:
         raise NpusimError(f"{where} uses ONNX opset {version}, newer than the installed onnx "
                           f"package knows (opsets up to {newest}): export it with an opset "
                           f"<= {newest}, or upgrade onnx")
     if version is None or version >= MIN_OPSET:
+        legacy.restore(model)
         return model
     try:
-        return version_converter.convert_version(model, MIN_OPSET)
+        model = version_converter.convert_version(model, MIN_OPSET)
     except Exception as e:  # noqa: BLE001 - the converter raises assorted C++ errors
         raise NpusimError(f"{where} uses ONNX opset {version}; converting it to opset "
                           f"{MIN_OPSET} failed: {_first_line(e)}") from None
+    legacy.restore(model)
+    return model
 
 
 def _build_graph(model: ModelProto, shaped, weights: dict[str, TensorInfo], path: Path,
