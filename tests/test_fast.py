@@ -77,8 +77,10 @@ def test_bert_fast_is_within_one_percent_and_says_what_it_extrapolated():
     assert full.to_dict()["fidelity"] == {"fidelity": "full"}
     region = info["regions"][0]
     assert region["outcome"] == "fixed point" and region["iterations"] == 12
-    # at most three blocks simulated: the fixed point needs two periods
-    assert region["iterations_extrapolated"] >= 12 - 3
+    # at most four blocks simulated: the fixed point needs two periods within 1%, and
+    # consecutive blocks of full fidelity differ by up to 1.6% with the refresh's phase,
+    # so it may take a third
+    assert region["iterations_extrapolated"] >= 12 - 4
     assert info["layers_extrapolated"] > 0.7 * len(fast.layers)
     assert info["tiles_simulated"] + info["tiles_extrapolated"] == sum(
         c["tiles"] for c in full.cores)

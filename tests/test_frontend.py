@@ -18,6 +18,7 @@ from npusim.frontend import (
     load_model,
     resolve_model_path,
 )
+from npusim.frontend.onnx_loader import symbolic_dims
 from npusim.paths import models_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -243,12 +244,86 @@ def test_opset_newer_than_onnx_knows_is_refused(tmp_path):
         load_graph(save(m, tmp_path / "new.onnx"))
 
 
-def test_unnamed_input_dim_is_an_error(tmp_path):
+@pytest.mark.parametrize("dim", [None, -1])
+def test_a_dim_without_name_or_size_is_bound_as_input_dot_axis(tmp_path, dim):
+    # spox writes dims with neither a size nor a name (silero-vad), older paddle2onnx -1
     m = make_model([helper.make_node("Relu", ["x"], ["y"])],
-                   [helper.make_tensor_value_info("x", FLOAT, [None, 4])],
-                   [helper.make_tensor_value_info("y", FLOAT, [None, 4])])
-    with pytest.raises(NpusimError, match=r"'x' axis 0 have neither a size nor a name"):
-        load_graph(save(m, tmp_path / "m.onnx"))
+                   [helper.make_tensor_value_info("x", FLOAT, [dim, 4])],
+                   [helper.make_tensor_value_info("y", FLOAT, [dim, 4])])
+    path = save(m, tmp_path / "m.onnx")
+    with pytest.raises(NpusimError, match=r"unbound symbolic dimension\(s\) 'x\.0' \(used by "
+                                          r"input 'x'\); pass --dim x\.0=VALUE \(a dim the file "
+                                          r"gives no name, or size -1, is named INPUT\.AXIS\)"):
+        load_graph(path)
+    assert load_graph(path, {"x.0": 6}).shape("y") == (6, 4)
+    assert symbolic_dims(path) == (1, ["x.0"])
+
+
+def _branch_on_rate(tmp_path, rate_type=TensorProto.INT64) -> Path:
+    """silero-vad's shape: y = x * 2 when sr == 16000, else x + 1 (the branches differ in
+    op, so which one was inlined shows)."""
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["t"])], "then", [],
+                              [helper.make_tensor_value_info("t", FLOAT, [1, 8])])
+    else_g = helper.make_graph([helper.make_node("Add", ["x", "two"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", FLOAT, [1, 8])])
+    nodes = [helper.make_node("Constant", [], ["two"], value=helper.make_tensor(
+                 "two", FLOAT, [], [2.0])),
+             helper.make_node("Constant", [], ["rate"], value=helper.make_tensor(
+                 "rate", rate_type, [], [16000])),
+             helper.make_node("Equal", ["sr", "rate"], ["is16k"]),
+             helper.make_node("If", ["is16k"], ["y"], then_branch=then_g, else_branch=else_g)]
+    m = make_model(nodes, [helper.make_tensor_value_info("x", FLOAT, [1, 8]),
+                           helper.make_tensor_value_info("sr", rate_type, [])],
+                   [helper.make_tensor_value_info("y", FLOAT, [1, 8])])
+    return save(m, tmp_path / "vad.onnx")
+
+
+def test_an_input_holding_one_integer_takes_a_value_from_dim(tmp_path):
+    path = _branch_on_rate(tmp_path)
+    ops = {rate: [n.op_type for n in load_graph(path, {"sr": rate}).nodes
+                  if n.op_type != "Identity"] for rate in (16000, 8000)}
+    assert ops == {16000: ["Mul"], 8000: ["Add"]}
+    with pytest.raises(NpusimError, match=r"no dimension named 'rate'; its symbolic dims are: "
+                                          r"none .*; its scalar integer inputs \(a value for "
+                                          r"--dim\): sr"):
+        load_graph(path, {"rate": 3})
+    from npusim.lowering import lower_graph
+    from npusim.config import load_config
+    with pytest.raises(NpusimError, match=r"If: .* \(a branch on data .* fixed with --dim "
+                                          r"NAME=VALUE\)"):
+        lower_graph(load_graph(path), load_config("mobile", []))
+
+
+def test_an_integer_input_value_out_of_its_type_is_refused(tmp_path):
+    path = _branch_on_rate(tmp_path, TensorProto.INT16)
+    with pytest.raises(NpusimError, match=r"--dim sr=70000: out of range for input 'sr' "
+                                          r"\(INT16: -32768 to 32767\)"):
+        load_graph(path, {"sr": 70000})
+
+
+def test_classical_ml_ops_are_named_as_such(tmp_path):
+    m = make_model([helper.make_node("Normalizer", ["x"], ["y"], domain="ai.onnx.ml")],
+                   [helper.make_tensor_value_info("x", FLOAT, [2, 4])],
+                   [helper.make_tensor_value_info("y", FLOAT, [2, 4])])
+    m.opset_import.append(helper.make_opsetid("ai.onnx.ml", 3))
+    from npusim.lowering import lower_graph
+    from npusim.config import load_config
+    with pytest.raises(NpusimError, match=r"Normalizer: Normalizer_0 \(classical machine "
+                                          r"learning \(ai\.onnx\.ml"):
+        lower_graph(load_graph(save(m, tmp_path / "ml.onnx")), load_config("mobile", []))
+
+
+def test_a_function_op_without_a_shape_rule_is_shaped_through_its_body(tmp_path):
+    # GreaterOrEqual-12 is a function in onnx 1.23 with no shape rule of its own: its
+    # output had the element type only, and the Cast after it no shape
+    nodes = [helper.make_node("GreaterOrEqual", ["x", "k"], ["ge"]),
+             helper.make_node("Cast", ["ge"], ["y"], to=FLOAT)]
+    m = make_model(nodes, [helper.make_tensor_value_info("x", FLOAT, [1, 4])],
+                   [helper.make_tensor_value_info("y", FLOAT, [1, 4])],
+                   [helper.make_tensor("k", FLOAT, [], [0.5])])
+    m.opset_import[0].version = 13
+    g = load_graph(save(m, tmp_path / "ge.onnx"))
+    assert g.shape("ge") == (1, 4) and g.shape("y") == (1, 4)
 
 
 # --------------------------------------------------------------------------- IR details

@@ -558,6 +558,19 @@ def test_transpose_is_an_on_chip_move(tmp_path):
     assert loaded(r) == 512 and stored(r) == 512
 
 
+def test_channels_last_to_first_reads_whole_rows(tmp_path):
+    """NHWC -> NCHW of a 3-channel image (a TF/Keras export's first node): walked in the
+    output's order, each tile's source is one byte every 3, a whole 32-byte request per
+    element (32x the bytes); walked in the source's order, the tile reads its rows whole
+    and stores three planes of whole rows. Four cores: each takes a quarter of the image,
+    so no tile holds a whole channel plane."""
+    node = helper.make_node("Transpose", ["x"], ["y"], perm=[0, 3, 1, 2])
+    r = sim(model(tmp_path, [node], [("x", (1, 24, 32, 3))], [("y", (1, 3, 24, 32))]),
+            extra=["num_cores=4"])
+    assert loaded(r) == 24 * 32 * 3 and stored(r) == 24 * 32 * 3
+    assert busy(r) == (24 * 32 * 3 // 8) * LAT["cast"]
+
+
 def test_head_split_transpose(tmp_path):
     node = helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 1, 3])
     r = sim(model(tmp_path, [node], [("x", (2, 16, 4, 32))], [("y", (2, 4, 16, 32))]))

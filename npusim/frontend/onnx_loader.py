@@ -15,6 +15,7 @@ import operator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper, version_converter
@@ -75,6 +76,7 @@ def symbolic_dims(path: str | Path) -> tuple[int, list[str]]:
     contributes their names, not its own."""
     proto = _read_model(Path(path))
     weights = {t.name for t in proto.graph.initializer}
+    _name_anonymous_dims(proto.graph)
     names: list[str] = []
     for vi in proto.graph.input:
         if vi.name in weights or not vi.type.HasField("tensor_type"):
@@ -339,17 +341,83 @@ def _check_dim_value(name: str, value) -> None:
                           f"(at most {MAX_DIM})")
 
 
+def _anonymous_dim(vi: onnx.ValueInfoProto, axis: int) -> str:
+    return f"{vi.name}.{axis}"
+
+
+def _name_anonymous_dims(g: onnx.GraphProto) -> None:
+    """Input dims with neither a size nor a name, or size -1 (older paddle2onnx's and
+    tf2onnx's "any"), take the name ``INPUT.AXIS``: ``--dim`` binds them like named ones."""
+    weights = {t.name for t in g.initializer}
+    for vi in g.input:
+        if vi.name in weights or not vi.type.HasField("tensor_type") \
+                or not vi.type.tensor_type.HasField("shape"):
+            continue
+        for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+            if not (d.HasField("dim_param") or d.HasField("dim_value")) or (
+                    d.HasField("dim_value") and d.dim_value == -1):
+                d.dim_param = _anonymous_dim(vi, axis)
+
+
+def _is_anonymous_name(g: onnx.GraphProto, name: str) -> bool:
+    return any(name == _anonymous_dim(vi, axis) for vi in g.input
+               for axis in range(len(vi.type.tensor_type.shape.dim)))
+
+
+_INTEGER_TYPES = (TensorProto.INT64, TensorProto.INT32, TensorProto.INT16, TensorProto.INT8,
+                  TensorProto.UINT64, TensorProto.UINT32, TensorProto.UINT16, TensorProto.UINT8)
+
+
+def _scalar_int_inputs(g: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
+    """Inputs holding one integer (a sample rate, a flag): ``--dim NAME=VALUE`` makes one a
+    constant, so an ``If`` on it (silero-vad's ``sr == 16000``) is inlined."""
+    weights = {t.name for t in g.initializer}
+    out = {}
+    for vi in g.input:
+        tt = vi.type.tensor_type
+        if vi.name in weights or not vi.type.HasField("tensor_type") \
+                or tt.elem_type not in _INTEGER_TYPES or not tt.HasField("shape"):
+            continue
+        if all(d.HasField("dim_value") and d.dim_value == 1 for d in tt.shape.dim):
+            out[vi.name] = vi
+    return out
+
+
+def _bind_value(g: onnx.GraphProto, vi: onnx.ValueInfoProto, value, where: str) -> None:
+    """The input ``vi`` (one integer) becomes a constant of ``value``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise NpusimError(f"--dim {vi.name}={value!r}: input '{vi.name}' holds one integer; "
+                          f"give it an integer value")
+    tt = vi.type.tensor_type
+    dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+    info = np.iinfo(dtype)
+    if not info.min <= value <= info.max:
+        raise NpusimError(f"--dim {vi.name}={value}: out of range for input '{vi.name}' "
+                          f"({TensorProto.DataType.Name(tt.elem_type)}: {info.min} to "
+                          f"{info.max})")
+    shape = [d.dim_value for d in tt.shape.dim]
+    g.initializer.append(numpy_helper.from_array(np.full(shape, value, dtype), vi.name))
+    keep = [v for v in g.input if v.name != vi.name]
+    del g.input[:]
+    g.input.extend(keep)
+
+
 def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str,
                counts: list[str] = ()) -> None:
     """Replace symbolic input dims by the values in ``dims``; unknown or missing names fail
-    (``counts``, the data-sized nodes' dims, are named in that error too). A dim named by an
+    (``counts``, the data-sized nodes' dims, are named in that error too). A name in
+    ``dims`` that is an input holding one integer makes that input a constant. A dim named by an
     expression of other dims (:func:`dim_expression`) takes its value from theirs unless
     ``dims`` gives it explicitly."""
+    _name_anonymous_dims(g)
+    scalars = _scalar_int_inputs(g)
+    dims = dict(dims)
+    for name in [n for n in dims if n in scalars]:
+        _bind_value(g, scalars[name], dims.pop(name), where)
     for name, value in dims.items():
         _check_dim_value(name, value)
 
     graph_dims: dict[str, list[str]] = {}  # dim name -> inputs using it
-    unnamed: list[str] = []
     for vi in g.input:
         if not vi.type.HasField("tensor_type"):
             continue
@@ -359,18 +427,11 @@ def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str,
         for axis, d in enumerate(tt.shape.dim):
             if d.HasField("dim_param"):
                 graph_dims.setdefault(d.dim_param, []).append(vi.name)
-            elif not d.HasField("dim_value"):
-                unnamed.append(f"'{vi.name}' axis {axis}")
             elif d.dim_value < 0:
                 raise NpusimError(f"{where}: input '{vi.name}' axis {axis} has size "
-                                  f"{d.dim_value}; a size is 0 or more (or a name to bind "
-                                  f"with --dim)")
+                                  f"{d.dim_value}; a size is 0 or more, -1 or no size (a "
+                                  f"dim bound with --dim), or a name to bind with --dim")
 
-    if unnamed:
-        raise NpusimError(
-            f"{where}: input dimension(s) {', '.join(unnamed)} have neither a size nor a name, "
-            "so they cannot be bound; give the model static or named input dims"
-        )
     exprs = {d: e for d in graph_dims if (e := dim_expression(d)) is not None}
     free = list(dict.fromkeys(n for d in graph_dims
                               for n in (_names_in(exprs[d]) if d in exprs else [d])))
@@ -378,9 +439,11 @@ def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str,
     if unknown:
         names = ", ".join(sorted(free)) or "none (all input dims are static)"
         sized = f"; the sizes of its data-sized nodes: {', '.join(counts)}" if counts else ""
+        valued = (f"; its scalar integer inputs (a value for --dim): "
+                  f"{', '.join(sorted(scalars))}" if scalars else "")
         raise NpusimError(
             f"{where} has no dimension named {', '.join(repr(u) for u in unknown)}; "
-            f"its symbolic dims are: {names}{sized}"
+            f"its symbolic dims are: {names}{sized}{valued}"
         )
     values = dict(dims)
     uses: dict[str, list[str]] = {}  # unbound name -> where it is used
@@ -399,8 +462,11 @@ def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str,
         unbound = sorted(uses)
         parts = [f"'{n}' (used by {', '.join(dict.fromkeys(uses[n]))})" for n in unbound]
         flags = " ".join(f"--dim {n}=VALUE" for n in unbound)
+        anonymous = (f" (a dim the file gives no name, or size -1, is named INPUT.AXIS)"
+                     if any(_is_anonymous_name(g, n) for n in unbound) else "")
         raise NpusimError(
-            f"{where} has unbound symbolic dimension(s) {', '.join(parts)}; pass {flags}"
+            f"{where} has unbound symbolic dimension(s) {', '.join(parts)}; pass "
+            f"{flags}{anonymous}"
         )
 
     # Substitute everywhere the names appear, so declared outputs/value_info agree.

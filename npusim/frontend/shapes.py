@@ -447,7 +447,28 @@ class _Pass:
             if o in inferred:
                 st = _static(inferred[o])
                 out[i] = st if st is not None else inferred[o]
+        if not schema.has_type_and_shape_inference_function and (
+                schema.has_function or schema.has_context_dependent_function) and not all(
+                _known(out.get(i)) for i, o in enumerate(node.output) if o):
+            out.update(self.function_infer(node, types, data, opsets))
         return out
+
+    def function_infer(self, node, types, data, opsets):
+        """Outputs of an op ONNX defines as a function with no shape rule of its own
+        (GreaterOrEqual and LessOrEqual at opsets 12-15 in onnx 1.23: the element type
+        only), inferred through its body in a graph of its own."""
+        inputs = [helper.make_value_info(n, types[n]) for n in node.input if n]
+        outputs = [helper.make_value_info(o, TypeProto()) for o in node.output if o]
+        graph = helper.make_graph([node], "probe", inputs, outputs, list(data.values()))
+        try:
+            inferred = onnx.shape_inference.infer_shapes(
+                helper.make_model(graph, opset_imports=opsets), strict_mode=False,
+                data_prop=True)
+        except Exception:  # noqa: BLE001 - no better than the node's own inference
+            return {}
+        found = {v.name: v.type for v in inferred.graph.output}
+        return {i: st for i, o in enumerate(node.output)
+                if o in found and (st := _static(found[o])) is not None and _known(st)}
 
     def tensor_proto(self, name: str, t: Tensor) -> TensorProto:
         tp = self.data_cache.get(name)

@@ -12,6 +12,7 @@ from typing import Callable
 from npusim.config import NpuConfig
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Graph, Node
+from npusim.frontend.quantized import QUANTIZED
 from npusim.frontend.shapes import ALWAYS_FOLDED
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.conv import SPATIAL_RANKS, lower_conv
@@ -64,9 +65,11 @@ GROUPABLE = {op for op, lower in LOWERINGS.items()
 # mapped to a float op (frontend.quantized.QUANTIZED) or here; tests/test_onnx_package.py
 # checks it for the installed onnx. ONNX Runtime ops are here when a reason helps.
 _SEQUENCES = "sequence and optional values: npusim lowers tensors only"
-_CONTROL = ("data-dependent control flow (an If is inlined when its condition is a "
-            "constant, a Loop unrolled when its trip count and condition are); export the "
-            "model with loops unrolled")
+_CONTROL = ("data-dependent control flow (a Loop or Scan is unrolled when its trip count "
+            "and condition are constants); export the model with loops unrolled")
+_BRANCH = ("a branch on data (an If is inlined when its condition is a constant: one on an "
+           "input holding one integer, such as a sample rate, is fixed with --dim "
+           "NAME=VALUE)")
 _RANDOM = "random number generation: no NPU cost model"
 _NOT_NPU = "not NPU work (strings, image decoding, training losses)"
 _NOT_YET = "no lowering yet"
@@ -78,7 +81,8 @@ CANNOT_LOWER: dict[str, str] = {
                      "SequenceInsert", "SequenceLength", "SequenceMap", "SplitToSequence",
                      "ConcatFromSequence", "Optional", "OptionalGetElement",
                      "OptionalHasElement"], _SEQUENCES),
-    **dict.fromkeys(["If", "Loop", "Scan"], _CONTROL),
+    **dict.fromkeys(["Loop", "Scan"], _CONTROL),
+    "If": _BRANCH,
     **dict.fromkeys(["Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
                      "RandomUniform", "RandomUniformLike"], _RANDOM),
     **dict.fromkeys(["StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
@@ -103,10 +107,19 @@ LIMITS: dict[str, tuple[Callable[[Graph, Node], bool], str]] = {
 }
 
 
-def _why_not(op: str) -> str:
+_ML = ("classical machine learning (ai.onnx.ml: trees, linear models, scalers, "
+       "encoders): not NPU work")
+
+
+def _why_not(op: str, domain: str = "") -> str:
+    if domain == "ai.onnx.ml":
+        return _ML
     if op in ALWAYS_FOLDED:
         return "made from shapes or constants only, but these depend on input values"
-    return CANNOT_LOWER.get(op) or (LIMITS[op][1] if op in LIMITS else "")
+    reason = CANNOT_LOWER.get(op) or (LIMITS[op][1] if op in LIMITS else "")
+    if not reason and domain not in ("", "ai.onnx", "com.microsoft"):
+        return f"an op of domain '{domain}', which npusim has no cost model for"
+    return reason
 
 
 def _lowerable(graph: Graph, node: Node) -> bool:
@@ -182,14 +195,16 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
         raise NpusimError(f"unsupported = {unsupported!r}: must be 'error' or 'zero-cost'")
     graph.check_counts()
     missing = unsupported_ops(graph)
+    domains = {n.op_type: n.domain for n in graph.nodes if n.op_type in missing}
+    why = {op: _why_not(op, domains.get(op, "")) for op in missing}
     listing = [f"  {op}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
-               + (f" ({_why_not(op)})" if _why_not(op) else "")
+               + (f" ({why[op]})" if why[op] else "")
                for op, names in sorted(missing.items())]
     if missing and unsupported == "error":
         raise NpusimError(
             f"model '{_model_name(graph)}' uses op types npusim cannot lower yet:\n"
             + "\n".join(listing)
-            + f"\nsupported op types: {', '.join(sorted(LOWERINGS))}"
+            + f"\nsupported op types: {', '.join(sorted({*LOWERINGS, *QUANTIZED}))}"
             + "\n(--unsupported zero-cost treats them as free instead)")
     graph.check_shapes()
     _check_sizes(graph, config)

@@ -601,6 +601,35 @@ def _split_axis(D: tuple[int, ...], S: tuple[tuple[int, ...], ...], keeps: tuple
     return None
 
 
+def _walk_orders(shape, views: list[View]) -> list[tuple[int, ...]]:
+    """The orders :func:`emit_views` may walk ``shape`` in: as given (the output's), and
+    each other view's own storage order (its strides descending). A transpose's source read
+    in the output's order is runs of one element where its own order reads whole rows: the
+    walk taken is the one whose tiles move the fewest DMA requests."""
+    r = len(shape)
+    orders = [tuple(range(r))]
+    for v in views:
+        if v.keep_repeats or any(s == 0 for s, d in zip(v.strides, shape) if d > 1):
+            continue  # a broadcast or gathered view has no storage order of its own
+        order = tuple(sorted(range(r), key=lambda j: -abs(v.strides[j])))
+        if order not in orders:
+            orders.append(order)
+    return orders
+
+
+def _requests(D, S, keeps, a, t, prec: int, request_bytes: int) -> int:
+    """DMA requests of every view over the tiles of the split ``(a, t)`` of ``D``."""
+    outer = prod(D[:a])
+    total = 0
+    for tc, n in ((t, D[a] // t), (D[a] % t, 1)):
+        if tc == 0 or n == 0:
+            continue
+        for keep, sv in zip(keeps, S):
+            _, _, run, elements = box_dims([tc] + list(D[a + 1:]), sv[a:], keep)
+            total += outer * n * (elements // run) * ceil(run * prec / request_bytes)
+    return total
+
+
 def emit_views(em: LayerEmitter, shape, sources: list[View], dests: list[View],
                steps: list[tuple[str, int]], per_core_elements: int | None = None) -> None:
     """Tile the iteration space ``shape``: each tile loads every source's box, runs
@@ -615,16 +644,25 @@ def emit_views(em: LayerEmitter, shape, sources: list[View], dests: list[View],
     total = prod(shape)
     if total == 0:
         return
-    D, S = coalesce(shape, views)
     cap = ctx.budget.spad_half // prec
     per_core = per_core_elements or ceil(total / ctx.config.num_cores)
     q = max(1, ctx.config.dma.request_bytes // prec)
+    keeps = tuple(v.keep_repeats for v in views)
+    walks = []  # (DMA requests, order of the axes, coalesced space, strides, split)
+    for order in _walk_orders(shape, views):
+        D, S = coalesce([shape[j] for j in order],
+                        [replace(v, strides=[v.strides[j] for j in order]) for v in views])
+        choice = _split_axis(tuple(D), tuple(map(tuple, S)), keeps, per_core, cap, q)
+        if choice is not None:
+            walks.append((_requests(D, S, keeps, *choice, prec, ctx.config.dma.request_bytes),
+                          len(walks), D, S, choice))
+    choice = min(walks)[4] if walks else None
+    if walks:
+        D, S = min(walks)[2:4]
 
     def counts(a, t):
         return [t] + D[a + 1:]
 
-    choice = _split_axis(tuple(D), tuple(map(tuple, S)), tuple(v.keep_repeats for v in views),
-                         per_core, cap, q)
     if choice is None:
         raise NpusimError(f"{em.node.op_type} '{em.node.name}': not even one element of each "
                           f"operand fits half the scratchpad ({ctx.budget.spad_half} B); raise "
