@@ -50,11 +50,14 @@ from numba.core.registry import CPUDispatcher
 
 # What a cold compile of the kernels a run needs usually costs (tests/benchmarks/
 # bench_compile.py: CPU seconds of the first `npusim simulate` on the 2-core machines the
-# project is measured on: 27-30 s on one host, 43-70 s on a slower one, 65-69 s there on
-# 2026-11-29); the notice quotes it so that a silent first run does not look hung.
-USUAL_COMPILE_SECONDS = (30, 70)
-COMPILE_NOTICE = ("npusim: compiling the simulation kernels, once per install (usually "
-                  "{}-{} s; `npusim compile` does it ahead of time)".format(*USUAL_COMPILE_SECONDS))
+# project is measured on: 27-30 s on one host, 43-70 s on a slower one, 65-86 s there on
+# 2026-11-29 at load 0.5-3); the notice quotes it so that a silent first run does not look
+# hung. A run of another kind (a router network, fast fidelity, a trace, the DRAM replay)
+# compiles its own loop on its first use, about as long or up to twice.
+USUAL_COMPILE_SECONDS = (30, 90)
+COMPILE_NOTICE = ("npusim: compiling the simulation kernels this kind of run needs, once per "
+                  "install (usually {}-{} s; `npusim compile` builds them all ahead of "
+                  "time)".format(*USUAL_COMPILE_SECONDS))
 
 
 class Kernel(CPUDispatcher):
@@ -150,15 +153,30 @@ class _CompileNotice(event.Listener):
 
     def __init__(self):
         self.said = False
+        self.compiled = False
+        self.quiet = False  # `npusim compile` reports each entry point itself
 
     def on_start(self, ev):
         d = ev.data["dispatcher"]
-        if not self.said and (isinstance(d, Kernel) or getattr(d, "npusim_entry", False)):
-            self.said = True
-            print(COMPILE_NOTICE, file=sys.stderr, flush=True)
+        if isinstance(d, Kernel) or getattr(d, "npusim_entry", False):
+            self.compiled = True
+            if not self.said and not self.quiet:
+                self.said = True
+                print(COMPILE_NOTICE, file=sys.stderr, flush=True)
 
     def on_end(self, ev):
         pass
 
 
-event.register("numba:compile", _CompileNotice())
+_NOTICE = _CompileNotice()
+event.register("numba:compile", _NOTICE)
+
+
+def compiled_in_this_process() -> bool:
+    """Whether this process compiled a kernel (else every kernel came from the cache)."""
+    return _NOTICE.compiled
+
+
+def without_compile_notice() -> None:
+    """No notice from here on (``npusim compile`` says what it compiles)."""
+    _NOTICE.quiet = True

@@ -152,6 +152,38 @@ def parse_trace_options(path: Path | None, window: str | None, bin_cycles: int |
 
 # --------------------------------------------------------------------------- formatting
 
+class _TrimmedLines:
+    """A text stream that drops the blanks rich pads every table row with (to the table's
+    width), line by line: a summary piped or written to a file has no trailing spaces."""
+
+    def __init__(self, stream):
+        self.stream, self.pending = stream, ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            self.stream.write(line.rstrip(" ") + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.write(self.pending)
+        self.pending = ""
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+def stdout_console():
+    """The console summaries and listings print on: as rich draws on a terminal; piped or
+    into a file 160 columns wide (the tables are wider than 80) with no trailing blanks."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    return Console(highlight=False, width=160, file=_TrimmedLines(sys.stdout))
+
+
 
 def human_bytes(n: float) -> str:
     """Binary units: 512 B, 1.5 KiB, 3.20 MiB."""
@@ -347,7 +379,7 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
 
     title = (f"[bold]{escape(result.model)}[/] on [bold]{escape(cfg.name)}[/] "
              f"({cfg.num_cores} core{'s' if cfg.num_cores != 1 else ''}, "
-             f"{cfg.core.systolic.width}x{cfg.core.systolic.height} array, "
+             f"{cfg.core.systolic.height}x{cfg.core.systolic.width} array, "
              f"{cfg.core_freq_mhz} MHz, {escape(mem['type'])} memory)")
     console.print(title)
 
@@ -378,8 +410,10 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
         t.add_row("energy", energy_headline(result.energy))
     cps = sim.get("cycles_per_second")
     speed = f"{human_count(cps)} simulated cycles/s" if cps else "-"
+    from npusim.kernels.jit import compiled_in_this_process
+    kernels = "compile" if compiled_in_this_process() else "load"
     t.add_row("wall time", f"{wall_seconds:.2f} s  (simulating {sim['wall_seconds']:.2f} s, "
-                           f"kernel compile {sim['compile_seconds']:.2f} s)")
+                           f"kernel {kernels} {sim['compile_seconds']:.2f} s)")
     t.add_row("speed", speed)
     console.print(t)
 
@@ -555,10 +589,7 @@ def simulate(
     if quiet:
         print(result.total_cycles)
         return
-    from rich.console import Console
-
-    # piped output is not cut to 80 columns: the per-request table is wide
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    console = stdout_console()
     render_summary(result, wall_seconds=wall, overrides=overrides, dims=dims, console=console)
     if json_out is not None:
         console.print(f"[dim]result written to {_escape(str(json_out))}[/]")
@@ -576,7 +607,6 @@ def _escape(text: str) -> str:
 @_cli_errors
 def models() -> None:
     """List the bundled ONNX models with size, node count and total MACs."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -585,7 +615,7 @@ def models() -> None:
     from npusim.lowering import lower_graph, unsupported_ops
 
     paths = list_bundled_models()
-    console = Console(highlight=False)
+    console = stdout_console()
     if not paths:
         console.print("no bundled models found")
         return
@@ -635,13 +665,12 @@ def models() -> None:
 @_cli_errors
 def configs() -> None:
     """List the bundled hardware presets."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from npusim.config import DEFAULT_PRESET, list_presets, load_config
 
-    console = Console(highlight=False)
+    console = stdout_console()
     names = list_presets()
     if not names:
         console.print("no bundled presets found")
@@ -712,13 +741,13 @@ def dram(
 def noc(
     config: Annotated[Optional[str], typer.Option(
         "--config", "-c", metavar="NAME|PATH",
-        help="Preset or config file whose [noc] section to measure (default preset).")] = None,
+        help="Preset or config file whose \\[noc] section to measure (default preset).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option(
         "--set", "-s", metavar="KEY=VALUE",
         help="Override a config value, e.g. --set noc.type=mesh --set noc.dims=[8,8].")] = None,
     booksim: Annotated[Optional[Path], typer.Option(
         "--booksim", "-b", metavar="FILE",
-        help="A Booksim2 config file (runfiles format, or ONNXim's [config] .icnt files): "
+        help="A Booksim2 config file (runfiles format, or ONNXim's \\[config] .icnt files): "
              "its topology, routers, allocators, traffic, injection_rate and packet_size; "
              "--set and the options below override it.")] = None,
     traffic: Annotated[Optional[str], typer.Option(
@@ -788,7 +817,8 @@ def noc(
     rows = [
         ("network", f"{topo['type']}" + (f" {'x'.join(map(str, topo['dims']))}" if topo["dims"]
                                           else "") +
-         f": {topo['routers']} routers, {topo['nodes']} nodes, {topo['links']} links"),
+         f": {topo['routers']} router{'s' if topo['routers'] != 1 else ''}, {topo['nodes']} nodes, "
+         f"{topo['links']} links"),
         ("traffic", f"{t['pattern']}, {t['rate']:g} flits/node/cycle offered, packets of "
                     f"{t['packet_flits']} flit(s)"),
         ("packet latency", f"{result.avg_packet_latency_cycles:.2f} cycles (network "
@@ -815,8 +845,10 @@ def compile_() -> None:
     kept in ~/.cache/npusim/ (or NUMBA_CACHE_DIR) and is valid for this npusim version,
     numba version and CPU.
     """
+    from npusim.kernels.jit import without_compile_notice
     from npusim.precompile import ENTRY_POINTS, compile_kernels
 
+    without_compile_notice()
     width = max(len(name) for name, *_ in ENTRY_POINTS)
 
     def report(b) -> None:

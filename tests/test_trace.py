@@ -97,7 +97,7 @@ def test_window_log_passes_the_checker_and_matches_the_bank_state(cli_run):
     assert len(log) > 100
     assert log[:, 0].min() >= 1600 and log[:, 0].max() < 4800  # DRAM cycles of 2000:6000
     assert ds.sizes["window_time"] == 3200
-    assert check_command_log(log, dram_standard(cfg), channels=1,
+    assert check_command_log(ds, dram_standard(cfg), channels=1,  # the trace as it is
                              initial_open_rows=ds.initial_open_row.values) == []
     # the window starts mid-run: without its open rows, the first accesses look illegal
     assert check_command_log(log, dram_standard(cfg), channels=1)
@@ -171,7 +171,7 @@ def test_auto_bins_on_hbm_with_many_channels():
                                  for ch in d["memory"]["channels"]]
     assert [int(v) for v in ds.core_active_cycles.sum("time")] == \
         [c["busy_cycles"] for c in d["cores"]]
-    assert check_command_log(command_log(ds), dram_standard(r.config), channels=16,
+    assert check_command_log(ds, dram_standard(r.config), channels=16,
                              initial_open_rows=ds.initial_open_row.values) == []
     # one-cycle bins: the loop skips idle stretches far past a ring's end between drains
     fine = npusim.simulate("mlp", "server", trace=TraceOptions(None, bin_cycles=1)).trace

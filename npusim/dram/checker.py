@@ -56,7 +56,18 @@ _CH, _RK, _BG, _BK = range(4)
 _ORD = {1: "", 2: "2nd ", 3: "3rd "}
 
 
+# a trace's command log (npusim simulate --trace): the variable of each column
+TRACE_COLUMNS = ("cycle", "channel", "rank", "bankgroup", "bank", "row", "column", "type")
+
+
 def _as_rows(log) -> list[list[int]]:
+    if hasattr(log, "data_vars"):  # a trace (xarray Dataset): its command_* variables
+        missing = [c for c in TRACE_COLUMNS if f"command_{c}" not in log.data_vars]
+        if missing:
+            raise NpusimError("the dataset holds no DRAM command log (a trace of a run on "
+                              "cycle-level DRAM has command_cycle, command_channel, ...)")
+        log = np.stack([np.asarray(log[f"command_{c}"].values, dtype=np.int64)
+                        for c in TRACE_COLUMNS], axis=1)
     if isinstance(log, np.ndarray) and log.dtype.names:
         missing = [c for c in LOG_COLUMNS if c not in log.dtype.names]
         if missing:
@@ -78,7 +89,9 @@ def check_command_log(log, standard: DramStandard, channels: int, *, ranks: int 
                       command_bus: bool = True, check_refresh: bool = False,
                       check_unused_activates: bool = False, max_violations: int = 1000,
                       initial_open_rows=None) -> list[str]:
-    """Violations of ``standard``'s rules and bank-state legality in ``log`` (empty = clean).
+    """Violations of ``standard``'s rules and bank-state legality in ``log`` (empty = clean):
+    rows of ``LOG_COLUMNS``, a structured array with those fields, or a trace (its
+    ``command_*`` variables).
 
     ``channels`` is the number of npusim channels the log may address (HBM2 pseudo channels
     count separately); ``ranks`` defaults to the standard's.

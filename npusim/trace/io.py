@@ -59,7 +59,7 @@ def open_trace(path: str | Path) -> xr.Dataset:
             if "npusim_version" not in ds.attrs or "bin_cycles" not in ds.attrs:
                 raise NpusimError(f"'{path}' is not an npusim trace (written by npusim "
                                   f"simulate --trace; a sweep's result opens with "
-                                  f"npusim.open_sweep)")
+                                  f"npusim.sweep.open_sweep)")
             return ds.load()
     except (OSError, ValueError) as err:
         raise NpusimError(f"cannot read trace '{path}': {err}") from None
