@@ -89,6 +89,26 @@ def test_weights_stored_either_way_move_their_bytes_once(tmp_path, trans_b):
     assert r.layers[0]["bytes_loaded"] == 64 * 256 + 64  # the weights, and x's row
 
 
+def test_transposed_weights_are_tiled_in_whole_requests(tmp_path):
+    """A [1, 512] x [512, 2048] Gemm on `mobile` (1-byte elements, 64-byte requests) with its
+    weights transposed (transB: a Linear, an LSTM's gates): the tile the chooser took for
+    the untransposed layout (a 56-element reduction) reads each output column in 56-byte
+    runs, most of them across two requests: twice the weights' bytes. Counting that, it
+    takes a reduction tile of whole requests, and the weights move once, as untransposed."""
+    loaded = {}
+    for trans_b in (0, 1):
+        node = helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=trans_b)
+        w = [2048, 512] if trans_b else [512, 2048]
+        path = save(tmp_path, [node], [("x", [1, 512])], [("y", [1, 2048])], [("w", w)],
+                    name=f"t{trans_b}")
+        r = npusim.simulate(str(path), "mobile")
+        loaded[trans_b] = r.layers[0]["bytes_loaded"]
+        if trans_b:
+            assert r.layers[0]["mapping"].endswith("[I] N1 C64 M256")
+    assert loaded[1] == 512 * 2048 + 8 * 512  # the weights once, x's row once per column tile
+    assert loaded[0] <= loaded[1]
+
+
 def test_batched_matmul_runs_each_batch(tmp_path):
     node = helper.make_node("MatMul", ["a", "b"], ["y"], name="bmm")
     path = save(tmp_path, [node], [("a", [4, 32, 64]), ("b", [4, 64, 48])], [("y", [4, 32, 48])], [])

@@ -68,7 +68,8 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
         info.mapping = mapping.text.strip()
         info.mapping_source = f"{ctx.mapping.path}:{mapping.line}"
     else:
-        tile = choose_gemm_tile(b, N, C, M, batch=len(prob.batch_offsets))
+        tile = choose_gemm_tile(b, N, C, M, batch=len(prob.batch_offsets),
+                                w_trans=prob.w_trans)
         info.mapping = tile.mapping(N, C, M)
         info.mapping_source = "heuristic"
     H, W = b.height, b.width

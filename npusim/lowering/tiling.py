@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import product
-from math import ceil, prod
+from math import ceil, lcm, prod
 
 import numpy as np
 
@@ -216,12 +216,15 @@ def gemm_tile_fits(b: Budget, n: int, c: int, m: int) -> tuple[bool, str]:
 
 
 @lru_cache(maxsize=4096)
-def choose_gemm_tile(b: Budget, N: int, C: int, M: int, batch: int = 1) -> GemmTile:
-    """The GEMM tile (n, c, m) with the lowest estimated time for Y[N,M] = X[N,C] W[C,M].
+def choose_gemm_tile(b: Budget, N: int, C: int, M: int, batch: int = 1,
+                     w_trans: bool = False) -> GemmTile:
+    """The GEMM tile (n, c, m) with the lowest estimated time for Y[N,M] = X[N,C] W[C,M]
+    (``w_trans``: W stored M x C, as Gemm's transB and attention's K).
 
     Every candidate (row tile, then column tile, each from :func:`_aligned_options`) is
-    evaluated at once, as arrays. A pure function of its arguments: a shape met again is
-    looked up."""
+    evaluated at once, as arrays; with W transposed each also with its reduction tile cut
+    to whole DMA requests, as a column's run then starts and ends on a request boundary.
+    A pure function of its arguments: a shape met again is looked up."""
     grid = np.meshgrid(np.array(_aligned_options(N, b.height), np.int64),
                        np.array(_aligned_options(M, b.width), np.int64), indexing="ij")
     n, m = (g.ravel() for g in grid)
@@ -237,7 +240,13 @@ def choose_gemm_tile(b: Budget, N: int, C: int, M: int, batch: int = 1) -> GemmT
             f"more than the core's halves of {b.spad_half} B and {b.acc_half} B; raise "
             f"core.spad_kib / core.accum_kib")
     n, m, c = n[ok], m[ok], c[ok]
-    best = _best(_gemm_estimate(b, N, C, M, batch, n, c, m), n * m * c)
+    if w_trans and b.weight is None:
+        step = lcm(b.height, max(1, b.request_bytes // b.precision))
+        whole = c // step * step
+        more = (whole > 0) & (whole < c)
+        n, m, c = (np.concatenate([v, v[more]]) for v in (n, m, np.where(more, c, c)))
+        c[len(c) - int(more.sum()):] = whole[more]
+    best = _best(_gemm_estimate(b, N, C, M, batch, n, c, m, w_trans), n * m * c)
     return GemmTile(int(n[best]), int(c[best]), int(m[best]))
 
 
@@ -253,10 +262,13 @@ def _reduction_bound(b: Budget, input_bytes, weight_columns):
     return b.spad_half * 8 * per_block // (input_bytes * 8 * per_block + weight_columns * bits)
 
 
-def _gemm_estimate(b: Budget, N: int, C: int, M: int, batch: int, n, c, m) -> np.ndarray:
+def _gemm_estimate(b: Budget, N: int, C: int, M: int, batch: int, n, c, m,
+                   w_trans: bool = False) -> np.ndarray:
     """Estimated cycles of the whole GEMM tiled by (n, c, m) (arrays of candidate sizes):
     array time, memory traffic in whole requests and each tile's pipeline fill, spread
-    over the cores."""
+    over the cores. W stored M x C (``w_trans``) is read as one run per output column and
+    reduction tile; a run that does not start on a request boundary touches one request
+    more."""
     tn, tm, tc = _ceil_div(N, n), _ceil_div(M, m), _ceil_div(C, c)
     groups = batch * tn * tm
     par = np.minimum(b.cores, groups)
@@ -267,7 +279,16 @@ def _gemm_estimate(b: Budget, N: int, C: int, M: int, batch: int, n, c, m) -> np
     compute = groups * blocks * _block_cycles_each(b, n, 1) / par
     # rows of X (c long) and W (m long) and of the output, in whole requests
     x_rows = n * ((tc - 1) * b.run_bytes(c) + b.run_bytes(c_last))
-    if b.weight is None:
+    if b.weight is None and w_trans:
+        q = b.request_bytes
+        pitch_aligned = C * b.precision % q == 0  # each column's first run starts aligned
+        first = 0 if pitch_aligned else q
+        later = np.where(pitch_aligned & (c * b.precision % q == 0), 0, q)
+        column = np.where(tc == 1, b.run_bytes(C) + first,
+                          b.run_bytes(c) + first + (tc - 2) * (b.run_bytes(c) + later)
+                          + b.run_bytes(c_last) + later)
+        w_rows = m * column
+    elif b.weight is None:
         w_rows = C * b.run_bytes(m)
     else:  # one run per reduction tile (WeightFormat's layout)
         w_rows = ((tc - 1) * b.requests_of(m * b.weight_bytes(c))
