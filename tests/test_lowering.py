@@ -109,6 +109,22 @@ def test_transposed_weights_are_tiled_in_whole_requests(tmp_path):
     assert loaded[0] <= loaded[1]
 
 
+def test_a_conv_over_a_dim_of_one_is_the_conv_over_the_others(tmp_path):
+    """The same 1-D convolution (16 -> 32 channels, 9 taps, 200 positions) written as a
+    Conv1d, as 1 x W and as H x 1 (magika's tf2onnx export): the same tiles and cycles. As
+    H x 1 the array streamed the last spatial dim, one pixel long, as its rows."""
+    forms = {"1d": ([1, 16, 200], [32, 16, 9], [1, 32, 192], [9]),
+             "1xW": ([1, 16, 1, 200], [32, 16, 1, 9], [1, 32, 1, 192], [1, 9]),
+             "Hx1": ([1, 16, 200, 1], [32, 16, 9, 1], [1, 32, 192, 1], [9, 1])}
+    got = {}
+    for name, (x, w, y, k) in forms.items():
+        node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", kernel_shape=k)
+        path = save(tmp_path, [node], [("x", x)], [("y", y)], [("w", w)], name=name)
+        r = npusim.simulate(str(path), "mobile")
+        got[name] = (r.total_cycles, r.layers[0]["bytes_loaded"], r.layers[0]["bytes_stored"])
+    assert got["Hx1"] == got["1xW"] == got["1d"]
+
+
 def test_batched_matmul_runs_each_batch(tmp_path):
     node = helper.make_node("MatMul", ["a", "b"], ["y"], name="bmm")
     path = save(tmp_path, [node], [("a", [4, 32, 64]), ("b", [4, 64, 48])], [("y", [4, 32, 48])], [])

@@ -113,6 +113,16 @@ def lower_conv(ctx: LoweringContext, node: Node) -> None:
     strides = tuple(node.attrs.get("strides", [1] * rank))
     dil = tuple(node.attrs.get("dilations", [1] * rank))
     pads = begin_pads(node, in_dims, out_dims, kernel, strides, dil)
+    # a spatial dim of one position in and out, kernel one and no padding (an H x 1 conv over
+    # an H x 1 map, as tf2onnx writes a 1-D conv) is no loop at all: dropped, the conv runs
+    # over the others. The bytes lie where they did (a dim of one has no stride), and the
+    # array streams the long dim as its rows instead of one pixel a row.
+    keep = [d for d in range(rank) if not (in_dims[d] == out_dims[d] == kernel[d] == 1
+                                           and pads[d] == 0)] or [rank - 1]
+    if len(keep) < rank:
+        in_dims, out_dims, kernel, strides, dil, pads = (
+            tuple(t[d] for d in keep) for t in (in_dims, out_dims, kernel, strides, dil, pads))
+        rank = len(keep)
     if groups > 1 and groups == Ctot == Mtot:
         # depthwise: nothing to reduce across channels, the systolic array would use one
         # column of one row; the vector unit does it (as a pooling-like window op, over 1,
@@ -123,7 +133,7 @@ def lower_conv(ctx: LoweringContext, node: Node) -> None:
     s = ConvShape(N=Nb, C=Cg, M=Mtot // groups, groups=groups, out=out_dims, kernel=kernel,
                   strides=strides, dilations=dil, inputs=in_dims)
     # a weight stored narrower (weights.py): each output channel's C/g x kernel elements
-    wf = dequantized_weight(ctx, node, node.inputs[1], tuple(range(1, rank + 2)), 0)
+    wf = dequantized_weight(ctx, node, node.inputs[1], tuple(range(1, len(w_shape))), 0)
     b = ctx.budget if wf is None else replace(ctx.budget, weight=wf)
     info = LayerInfo(name=node.name, op_type=node.op_type,
                      input_shapes=[g.shape(t) for t in node.inputs if t], output_shape=y_shape,
