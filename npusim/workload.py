@@ -88,7 +88,7 @@ def _find_model(name: str, folder: Path) -> str:
 
 def read_models_list(path: str | Path, core_freq_mhz: int) -> list[Request]:
     """Requests of an ONNXim models-list file; ``request_time`` is in milliseconds."""
-    from npusim.frontend import data_sized_dims, symbolic_dims
+    from npusim.frontend import data_sized_dims, symbolic_dims, value_inputs
 
     path = existing_file(path, "models list")
     try:
@@ -104,7 +104,7 @@ def read_models_list(path: str | Path, core_freq_mhz: int) -> list[Request]:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise NpusimError(f"{where} needs a \"name\" naming the model")
         model = _find_model(entry["name"], path.parent)
-        model_dims = symbolic_dims(model)[1] + data_sized_dims(model)
+        model_dims = symbolic_dims(model)[1] + data_sized_dims(model) + value_inputs(model)
         dims = {}
         for key, value in entry.items():
             if key in ONNXIM_RESERVED and key != "batch_size":

@@ -523,3 +523,39 @@ def test_example_sweep_file_is_valid():
     assert len(points) == math.prod(sweep.shape) == 64
     assert all(p.error is None for p in points)
     assert len({p.hash for p in points}) == 64
+
+
+def test_a_sweep_binds_inputs_holding_one_integer_and_unnamed_dims(tmp_path):
+    """A model with an input of one integer (a sample rate its If branches on) and an input
+    dim with no name: `dim.sr` and `dim.x.0` are valid names, as `--dim` takes them."""
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                              [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Constant", [], ["rate"], value=helper.make_tensor(
+                 "rate", TensorProto.INT64, [], [16000])),
+             helper.make_node("Equal", ["sr", "rate"], ["is16k"]),
+             helper.make_node("If", ["is16k"], ["y"], then_branch=then_g, else_branch=else_g)]
+    g = helper.make_graph(nodes, "vad", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 64]),
+        helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 64])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+              str(tmp_path / "vad.onnx"))
+    sweep = write(tmp_path / "s.toml", """
+        [workload]
+        model = "vad.onnx"
+        dims = { "x.0" = 1 }
+        [axes]
+        dim.sr = [8000, 16000]
+    """)
+    points = load_sweep(sweep).points()
+    assert len(points) == 2 and all(p.error is None for p in points)
+    bad = write(tmp_path / "bad.toml", """
+        [workload]
+        model = "vad.onnx"
+        dims = { "x.0" = 1, rate = 3 }
+    """)
+    errors = {p.error for p in load_sweep(bad).points()}
+    assert any("no dimension named 'rate'" in e and "scalar integer inputs: sr" in e
+               for e in errors if e), errors

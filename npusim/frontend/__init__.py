@@ -9,6 +9,7 @@ from npusim.frontend.onnx_loader import (
     load_model,
     resolve_model_path,
     symbolic_dims,
+    value_inputs,
     with_example_dims,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "load_model",
     "resolve_model_path",
     "symbolic_dims",
+    "value_inputs",
     "with_example_dims",
 ]

@@ -69,6 +69,12 @@ def data_sized_dims(path: str | Path) -> list[str]:
     return list(count_names(_read_model(Path(path)).graph.node))
 
 
+def value_inputs(path: str | Path) -> list[str]:
+    """The model's inputs holding one integer (a sample rate, a flag): ``--dim NAME=VALUE``
+    may give one its value (:func:`_bind_value`)."""
+    return list(_scalar_int_inputs(_read_model(Path(path)).graph))
+
+
 def symbolic_dims(path: str | Path) -> tuple[int, list[str]]:
     """Node count and the names of the model's symbolic input dims, read straight from the
     protobuf (no shape inference), e.g. to know which ``--dim`` values a model takes. A dim

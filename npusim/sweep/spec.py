@@ -464,17 +464,18 @@ def _check_workload(wl: Workload, cfg: NpuConfig, cache: dict) -> None:
         return
     key = ("dims", wl.model)
     if key not in cache:
-        from npusim.frontend import data_sized_dims, symbolic_dims
+        from npusim.frontend import data_sized_dims, symbolic_dims, value_inputs
 
         path = _model_path(wl.model)
-        cache[key] = symbolic_dims(path)[1], data_sized_dims(path)
-    wanted, counts = cache[key]
-    unknown = sorted(set(wl.dims) - set(wanted) - set(counts))
+        cache[key] = symbolic_dims(path)[1], data_sized_dims(path), value_inputs(path)
+    wanted, counts, values = cache[key]
+    unknown = sorted(set(wl.dims) - set(wanted) - set(counts) - set(values))
     if unknown:
         sized = f"; the sizes of its data-sized nodes: {', '.join(counts)}" if counts else ""
+        valued = f"; its scalar integer inputs: {', '.join(values)}" if values else ""
         raise NpusimError(f"model {wl.model} has no dimension named "
                           f"{', '.join(map(repr, unknown))}; its symbolic dims are: "
-                          f"{', '.join(wanted) or 'none'}{sized}")
+                          f"{', '.join(wanted) or 'none'}{sized}{valued}")
     unbound = [d for d in wanted if d not in wl.dims]
     if unbound:
         raise NpusimError(f"model {wl.model} has unbound symbolic dimension(s) "
