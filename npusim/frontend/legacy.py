@@ -85,7 +85,7 @@ class _Rewrite:
             self.types[init.name] = init.data_type
             self.shapes[init.name] = list(init.dims)
         self.values = {i.name: numpy_helper.to_array(i) for i in g.initializer
-                       if i.data_location != TensorProto.EXTERNAL and _has_data(i)}
+                       if i.data_location != TensorProto.EXTERNAL and has_inline_data(i)}
         for n in g.node:
             if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
                 for a in n.attribute:
@@ -148,9 +148,10 @@ class _Rewrite:
         return self.values[tensor]
 
 
-def _has_data(init: TensorProto) -> bool:
-    return bool(init.raw_data) or any(len(getattr(init, f)) for f in (
-        "float_data", "int32_data", "int64_data", "double_data", "uint64_data"))
+def has_inline_data(t: TensorProto) -> bool:
+    """Whether an initializer carries its values in the file (not external, not stripped)."""
+    return bool(t.raw_data) or any(len(getattr(t, f)) for f in (
+        "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data"))
 
 
 def _attrs(node: NodeProto, drop: tuple[str, ...] = ()) -> dict:

@@ -34,6 +34,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from npusim.errors import NpusimError
+from npusim.frontend.legacy import has_inline_data
 from npusim.frontend.quantized import STORED_BITS
 
 LEVELS = ("none", "basic", "extended")
@@ -82,11 +83,6 @@ def _nbytes(data_type: int, n: int, size: int) -> int:
     return -(-n * bits // 8) if bits < 8 else n * size
 
 
-def _has_inline_data(t: TensorProto) -> bool:
-    return bool(t.raw_data) or any(len(getattr(t, f)) for f in (
-        "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data"))
-
-
 def _external_info(t: TensorProto) -> dict[str, str]:
     return {e.key: e.value for e in t.external_data}
 
@@ -109,7 +105,7 @@ def fill_zero_weights(model: onnx.ModelProto, src_dir: Path, out_dir: Path) -> i
     offset = 0
     for t in model.graph.initializer:
         external = t.data_location == TensorProto.EXTERNAL
-        if not external and _has_inline_data(t):
+        if not external and has_inline_data(t):
             continue
         size = _itemsize(t.data_type)
         n = _numel(t)

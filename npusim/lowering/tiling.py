@@ -244,8 +244,8 @@ def choose_gemm_tile(b: Budget, N: int, C: int, M: int, batch: int = 1,
         step = lcm(b.height, max(1, b.request_bytes // b.precision))
         whole = c // step * step
         more = (whole > 0) & (whole < c)
-        n, m, c = (np.concatenate([v, v[more]]) for v in (n, m, np.where(more, c, c)))
-        c[len(c) - int(more.sum()):] = whole[more]
+        n, m, c = (np.concatenate(pair) for pair in ((n, n[more]), (m, m[more]),
+                                                      (c, whole[more])))
     best = _best(_gemm_estimate(b, N, C, M, batch, n, c, m, w_trans), n * m * c)
     return GemmTile(int(n[best]), int(c[best]), int(m[best]))
 

@@ -648,7 +648,7 @@ def emit_views(em: LayerEmitter, shape, sources: list[View], dests: list[View],
     per_core = per_core_elements or ceil(total / ctx.config.num_cores)
     q = max(1, ctx.config.dma.request_bytes // prec)
     keeps = tuple(v.keep_repeats for v in views)
-    walks = []  # (DMA requests, order of the axes, coalesced space, strides, split)
+    walks = []  # (DMA requests, walk number: ties go to the output's order, space, strides, split)
     for order in _walk_orders(shape, views):
         D, S = coalesce([shape[j] for j in order],
                         [replace(v, strides=[v.strides[j] for j in order]) for v in views])
@@ -656,9 +656,9 @@ def emit_views(em: LayerEmitter, shape, sources: list[View], dests: list[View],
         if choice is not None:
             walks.append((_requests(D, S, keeps, *choice, prec, ctx.config.dma.request_bytes),
                           len(walks), D, S, choice))
-    choice = min(walks)[4] if walks else None
+    choice = None
     if walks:
-        D, S = min(walks)[2:4]
+        _, _, D, S, choice = min(walks)
 
     def counts(a, t):
         return [t] + D[a + 1:]
