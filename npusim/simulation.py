@@ -13,7 +13,7 @@ from npusim.frontend import load_model, resolve_model_path, with_example_dims
 from npusim.frontend.optimize import prepared_model
 from npusim.kernels import isa
 from npusim.kernels import state as ks
-from npusim.lowering import lower_graph
+from npusim.lowering import lower_graph, refuse_never_lowered
 from npusim.lowering.mapping import parse_mapping_file
 from npusim.results import Result, collect
 
@@ -24,7 +24,7 @@ def simulate(model, config=None, *, overrides=(), mapping=None, dims=None, skip=
     path = resolve_model_path(model)
     dims, assumed = with_example_dims(path, dims)
     with prepared_model(path, optimize, dims) as (ready, ready_dims):
-        graph = load_model(ready, ready_dims)
+        graph = load_model(ready, ready_dims, _early_refusal(path, unsupported))
     table = parse_mapping_file(mapping) if mapping else None
     prog = lower_graph(graph, cfg, table, unsupported=unsupported)
     raw = run_program(prog, cfg, skip=skip, progress=progress, trace=_trace_options(trace))
@@ -34,6 +34,14 @@ def simulate(model, config=None, *, overrides=(), mapping=None, dims=None, skip=
         result.extra["assumed_dims"] = assumed
     _finish_trace(result, prog, raw)
     return result
+
+
+def _early_refusal(path, unsupported: str):
+    """What stops a run as soon as its model file is read (ops of a domain npusim never
+    lowers), unless such ops are to run free."""
+    if unsupported != "error":
+        return None
+    return lambda model: refuse_never_lowered(model, str(path))
 
 
 def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip=True,
@@ -89,7 +97,7 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
         path = resolve_model_path(req.model)
         req_dims, _ = with_example_dims(path, req.dims or None)
         with prepared_model(path, optimize, req_dims) as (ready, ready_dims):
-            graph = load_model(ready, ready_dims)
+            graph = load_model(ready, ready_dims, _early_refusal(path, unsupported))
         builder.request, builder.release = sid, req.arrival_cycle
         warnings += lower_into(builder, graph, cfg, table, unsupported,
                                prefix=f"{req.name or members[0]}/")

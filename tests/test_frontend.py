@@ -313,6 +313,26 @@ def test_classical_ml_ops_are_named_as_such(tmp_path):
         lower_graph(load_graph(save(m, tmp_path / "ml.onnx")), load_config("mobile", []))
 
 
+def test_classical_ml_ops_are_refused_as_soon_as_the_file_is_read(tmp_path):
+    # an opset-9 scikit-learn style graph with an unbound batch: the refusal comes before
+    # the dims are asked for and before the version converter (a 194 MB tree ensemble took
+    # 55 s to reach lowering's refusal); with zero-cost the same file loads on
+    m = make_model([helper.make_node("Scaler", ["x"], ["s"], domain="ai.onnx.ml",
+                                     offset=[0.0] * 4, scale=[1.0] * 4),
+                    helper.make_node("Relu", ["s"], ["y"])],
+                   [helper.make_tensor_value_info("x", FLOAT, ["n", 4])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["n", 4])])
+    m.opset_import[0].version = 9
+    m.opset_import.append(helper.make_opsetid("ai.onnx.ml", 1))
+    path = save(m, tmp_path / "scaler.onnx")
+    import npusim
+    with pytest.raises(NpusimError, match=r"^model '.*scaler\.onnx' uses op types npusim "
+                                          r"cannot lower:\n  Scaler: Scaler_0 \(classical"):
+        npusim.simulate(path, "mobile")
+    with pytest.raises(NpusimError, match=r"unbound symbolic dimension"):
+        npusim.simulate(path, "mobile", unsupported="zero-cost")
+
+
 def test_a_function_op_without_a_shape_rule_is_shaped_through_its_body(tmp_path):
     # GreaterOrEqual-12 is a function in onnx 1.23 with no shape rule of its own: its
     # output had the element type only, and the Cast after it no shape

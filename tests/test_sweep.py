@@ -480,6 +480,12 @@ BAD_SWEEPS = {
                  "[workload]\nmodel = 'tiny_cnn'\n", "num_cores = 5000"),
     "unknown top key": ("[workload]\nmodel = 'tiny_cnn'\n[axis]\nnum_cores = [1]\n", "'axis'"),
     "no workload": ("[axes]\nnum_cores = [1, 2]\n", "give a model"),
+    "dim fixed and varied": ("[workload]\nmodel = 'resnet18'\ndims = { batch = 1 }\n"
+                             "[axes]\nbatch = [1, 2]\n",
+                             "dim.batch is both fixed (workload.dims.batch) and varied"),
+    "set fixed and varied": ("[base]\nset = { num_cores = 2 }\n[workload]\nmodel = 'tiny_cnn'\n"
+                             "[zip.c]\nnum_cores = [1, 4]\ncore.spad_kib = [64, 128]\n",
+                             "num_cores is both fixed (base.set.num_cores) and varied (axis c)"),
 }
 
 

@@ -106,6 +106,9 @@ class _Rewrite:
         opset 13, others at ``opset``, else converted alone to opset 13)."""
         if all(o in self.shapes for o in node.output if o):
             return
+        if node.domain not in ("", "ai.onnx", HIDDEN):
+            return  # inferred alone at an ONNX opset, another domain's op is unknown (and a
+            # tree ensemble's attributes, hundreds of MB, were copied into four probes)
         if node.domain == HIDDEN:
             found = _infer_alone(node, self, MIN_OPSET)
         else:

@@ -169,15 +169,16 @@ def with_example_dims(path: str | Path, dims: dict[str, int] | None
     return ({**given, **assumed} or None), assumed
 
 
-def load_model(name_or_path: str | Path, dims: dict[str, int] | None = None) -> Graph:
+def load_model(name_or_path: str | Path, dims: dict[str, int] | None = None,
+               check=None) -> Graph:
     """:func:`load_graph` on a file path or a bundled model name."""
-    return load_graph(resolve_model_path(name_or_path), dims)
+    return load_graph(resolve_model_path(name_or_path), dims, check)
 
 
 # --------------------------------------------------------------------------- loading
 
 
-def load_graph(path: str | Path, dims: dict[str, int] | None = None) -> Graph:
+def load_graph(path: str | Path, dims: dict[str, int] | None = None, check=None) -> Graph:
     """Read ``path`` into a :class:`Graph` with every tensor's static shape.
 
     ``dims`` binds the model's symbolic input dimensions by name, e.g. ``{"seq": 128}``.
@@ -185,10 +186,13 @@ def load_graph(path: str | Path, dims: dict[str, int] | None = None) -> Graph:
     ConstantOfShape, a weight's Transpose or Cast) are folded away (:mod:`.shapes`). A tensor
     that still has no static shape is listed in ``Graph.unshaped`` with the reason;
     lowering stops on it (after listing any ops it cannot lower), as does
-    ``Graph.check_shapes()``.
+    ``Graph.check_shapes()``. ``check`` is called with the ModelProto as soon as it is read
+    (a refusal that needs nothing of the loading).
     """
     path = Path(path)
     model = _read_model(path)
+    if check is not None:
+        check(model)
     where = f"ONNX model '{path}'"
 
     weights = _strip_weights(model)

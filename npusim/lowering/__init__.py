@@ -122,6 +122,39 @@ def _why_not(op: str, domain: str = "") -> str:
     return reason
 
 
+def _listing(missing: dict[str, list[str]], domains: dict[str, str]) -> list[str]:
+    """One line per op type npusim cannot lower: a few node names and why."""
+    why = {op: _why_not(op, domains.get(op, "")) for op in missing}
+    return [f"  {op}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
+            + (f" ({why[op]})" if why[op] else "")
+            for op, names in sorted(missing.items())]
+
+
+def _unsupported_error(model: str, listing: list[str]) -> NpusimError:
+    return NpusimError(f"model '{model}' uses op types npusim cannot lower:\n"
+                       + "\n".join(listing)
+                       + f"\nsupported op types: {', '.join(sorted({*LOWERINGS, *QUANTIZED}))}"
+                       + "\n(--unsupported zero-cost treats them as free instead)")
+
+
+# Domains none of whose ops npusim lowers: refused as soon as the file is read
+NEVER_LOWERED_DOMAINS = ("ai.onnx.ml",)
+
+
+def refuse_never_lowered(model, name: str) -> None:
+    """Stop at once when an ONNX ``model`` (a ModelProto just read) holds ops of a domain
+    npusim never lowers, with the same message lowering gives: loading first (a tree
+    ensemble's attributes run to hundreds of MB) took a minute only to be refused."""
+    missing: dict[str, list[str]] = {}
+    domains: dict[str, str] = {}
+    for i, n in enumerate(model.graph.node):
+        if n.domain in NEVER_LOWERED_DOMAINS:  # (unnamed: as the loader names it)
+            missing.setdefault(n.op_type, []).append(n.name or f"{n.op_type}_{i}")
+            domains[n.op_type] = n.domain
+    if missing:
+        raise _unsupported_error(name, _listing(missing, domains))
+
+
 def _lowerable(graph: Graph, node: Node) -> bool:
     if node.op_type not in LOWERINGS:
         return False
@@ -196,16 +229,9 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
     graph.check_counts()
     missing = unsupported_ops(graph)
     domains = {n.op_type: n.domain for n in graph.nodes if n.op_type in missing}
-    why = {op: _why_not(op, domains.get(op, "")) for op in missing}
-    listing = [f"  {op}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
-               + (f" ({why[op]})" if why[op] else "")
-               for op, names in sorted(missing.items())]
+    listing = _listing(missing, domains)
     if missing and unsupported == "error":
-        raise NpusimError(
-            f"model '{_model_name(graph)}' uses op types npusim cannot lower yet:\n"
-            + "\n".join(listing)
-            + f"\nsupported op types: {', '.join(sorted({*LOWERINGS, *QUANTIZED}))}"
-            + "\n(--unsupported zero-cost treats them as free instead)")
+        raise _unsupported_error(_model_name(graph), listing)
     graph.check_shapes()
     _check_sizes(graph, config)
     ctx = LoweringContext(graph=graph, config=config, builder=builder, mapping=mapping)

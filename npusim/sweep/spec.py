@@ -8,7 +8,7 @@ A sweep file is TOML::
     set = { "memory.controller.page_policy" = "closed" }   # optional fixed overrides
     [workload]
     model = "resnet18"                  # bundled name or .onnx path; or requests = "list.json"
-    dims = { batch = 1 }                # fixed symbolic dims
+    # dims = { batch = 1 }              # fixed symbolic dims (fixed here or an axis, not both)
     [axes]                              # the full grid of these, one dimension each
     num_cores = [2, 4]
     batch = [1, 2, 4]                   # shorthand for dim.batch
@@ -206,7 +206,7 @@ def sweep_from_dict(raw: dict[str, Any], *, base_dir: Path = Path("."),
         axes.append(Axis(_dim_name(key), [key], [values], list(written)))
     for group, table in _table(raw, "zip").items():
         axes.append(_zip_axis(group, table, base_dir))
-    _check_axis_names(axes, workload)
+    _check_axis_names(axes, workload, base_set)
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise NpusimError(f"name = {name!r}: expected a non-empty string")
@@ -383,13 +383,19 @@ def _zip_axis(group: str, table: Any, base_dir: Path) -> Axis:
     return Axis(group, keys, values, labels, zipped=True)
 
 
-def _check_axis_names(axes: list[Axis], workload: Workload) -> None:
+def _check_axis_names(axes: list[Axis], workload: Workload, base_set: dict[str, Any]) -> None:
     seen: dict[str, str] = {}
     for axis in axes:
         for key in axis.keys:
             if key in seen:
                 raise NpusimError(f"axis key {key} appears twice ({seen[key]} and {axis.name})")
             seen[key] = axis.name
+    for key, axis in seen.items():  # an axis would silently replace a fixed value
+        fixed = (f"workload.dims.{key[4:]}" if key.startswith("dim.") and key[4:] in workload.dims
+                 else f"base.set.{key}" if key in base_set else None)
+        if fixed:
+            raise NpusimError(f"{key} is both fixed ({fixed}) and varied (axis {axis}); "
+                              f"keep one of them")
     names = [a.name for a in axes]
     for name in names:
         if names.count(name) > 1:
