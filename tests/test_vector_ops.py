@@ -607,6 +607,51 @@ def test_gather_from_a_small_table_runs_on_chip(tmp_path, rows):
         assert busy(r) == 0
 
 
+def test_more_indices_than_rows_walk_the_whole_table(tmp_path):
+    """300 indices into a 64-row table: four passes over every row, then the other 44
+    spread over it (here the first 44 rows, V // 44 = 1 apart): each row is read 4 or 5
+    times. (Every index read row 0 before: one DRAM row, always a hit.)"""
+    from collections import Counter
+
+    from npusim.config import load_config
+    from npusim.frontend import load_graph
+    from npusim.kernels import isa
+    from npusim.lowering import lower_graph
+
+    node = helper.make_node("Gather", ["table", "ids"], ["y"], axis=0, name="embed")
+    path = model(tmp_path, [node], [("ids", (3, 100), I64)], [("y", (3, 100, 512))],
+                 [("table", [64, 512])])
+    prog = lower_graph(load_graph(path), load_config("mobile", []))
+    rows = []  # the table rows every load reads (a run of whole 512-byte rows each)
+    for t in prog.tile:
+        first = t[isa.T_INST_START]
+        for i in prog.inst[first:first + t[isa.T_INST_LEN]]:
+            if i[isa.I_OP] != isa.OP_MVIN or i[isa.I_RUN_BYTES] % 512:
+                continue  # the index loads
+            base = t[isa.T_BASE0 + i[isa.I_SLOT]] + i[isa.I_OFFSET]
+            for o in range(i[isa.I_N_OUTER]):
+                for k in range(i[isa.I_N_INNER]):
+                    a = base + o * i[isa.I_OUTER_STRIDE] + k * i[isa.I_INNER_STRIDE]
+                    rows += range(a // 512, a // 512 + i[isa.I_RUN_BYTES] // 512)
+    reads = Counter(r - min(rows) for r in rows)
+    assert sorted(reads) == list(range(64))
+    assert [reads[r] for r in range(64)] == [5] * 44 + [4] * 20
+
+
+def test_index_walks_cover_the_table_evenly():
+    from npusim.lowering.vector import index_walks
+
+    # 10 indices (2 x 5) into 100 rows: 10 rows apart, in the indices' order
+    assert index_walks([2, 5], 100) == [([2, 5], [5, 1], [50, 10], 0)]
+    # 300 into 64: four passes over the table from its first row, then 44 rows one apart
+    assert index_walks([3, 100], 64) == [([4, 64], [64, 1], [0, 1], 0),
+                                         ([44], [1], [1], 256)]
+    # 128 into 64: two whole passes, nothing left
+    assert index_walks([128], 64) == [([2, 64], [64, 1], [0, 1], 0)]
+    # one index (a scalar): row 0
+    assert index_walks([], 7) == [([], [], [], 0)]
+
+
 def test_gather_of_one_index_along_an_inner_axis(tmp_path):
     nodes = [const("i", 0), helper.make_node("Gather", ["x", "i"], ["y"], axis=1)]
     r = sim(model(tmp_path, nodes, [("x", (4, 8, 32))], [("y", (4, 32))]))

@@ -755,9 +755,9 @@ def lower_embed_layer_norm(ctx: LoweringContext, node: Node,
     B, S, H = _shape(ctx, y)
     V = _shape(ctx, word)[0]
     rows = B * S
-    spread = max(1, V // rows) * H * prec
+    spread = max(1, V // rows) * H * prec  # more tokens than words: the table again
     inputs = [RowInput(ctx.addr(word), "gather", row_stride=spread,
-                       base_of=lambda r0: r0 * spread),
+                       base_of=lambda r0: (r0 % V) * spread),
               RowInput(ctx.addr(pos), "gather", row_stride=H * prec,
                        base_of=lambda r0: (r0 % S) * H * prec)]
     prefix = [*widen, *widen, "add"]

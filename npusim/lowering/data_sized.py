@@ -34,9 +34,9 @@ from math import prod
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
-from npusim.lowering.movement import _spread
 from npusim.lowering.vector import (MOVE, LayerEmitter, View, _axis, _shape,
-                                    emit_row_layer, emit_views, row_major, tree_levels)
+                                    emit_row_layer, emit_views, index_walks, row_major,
+                                    tree_levels)
 
 _COMPACT = [("sub", 1)]  # the flag: a compare (the prefix count follows)
 _COORDINATE = [("div", 1), ("mul", 1), ("sub", 1)]  # (flat // stride) % dim
@@ -58,7 +58,8 @@ def _gather_slices(em: LayerEmitter, ctx: LoweringContext, x: str, y: str, axis:
         x_shape, axis = (prod(x_shape),), 0
     L, n = x_shape[axis], y_shape[axis] if len(y_shape) == len(x_shape) else prod(y_shape)
     xs = row_major(x_shape)
-    strides = xs[:axis] + [xs[axis] * _spread(n, L)] + xs[axis + 1:]
+    (_, _, (step,), _), = index_walks([min(n, L)], L)  # kept <= L: one walk
+    strides = xs[:axis] + [xs[axis] * step] + xs[axis + 1:]
     shape = x_shape[:axis] + (n,) + x_shape[axis + 1:]
     emit_views(em, shape, [View(ctx.addr(x), strides, keep_repeats=True)],
                [View(ctx.addr(y), row_major(shape))], [])

@@ -58,7 +58,7 @@ from npusim.errors import NpusimError
 from npusim.frontend.graph import Node
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.vector import (MOVE, LayerEmitter, View, _axis, _shape, const_value,
-                                    emit_views, row_major)
+                                    emit_views, index_walks, row_major)
 
 
 def _per_core(ctx, shape) -> int:
@@ -437,30 +437,25 @@ def lower_depth_to_space(ctx: LoweringContext, node: Node) -> None:
 
 # --------------------------------------------------------------------------- gather / scatter
 
-def _spread(rows: int, table: int) -> int:
-    """Row step that spreads ``rows`` picks evenly over a table of ``table`` rows."""
-    return table // rows if 0 < rows <= table else 0
-
-
 def lower_gather_nd(ctx: LoweringContext, node: Node) -> None:
     data, idx = node.inputs[0], node.inputs[1]
     y = node.outputs[0]
-    d_shape, i_shape, y_shape = _shape(ctx, data), _shape(ctx, idx), _shape(ctx, y)
+    d_shape, i_shape = _shape(ctx, data), _shape(ctx, idx)
     b = int(node.attrs.get("batch_dims", 0))
     k = i_shape[-1]
-    q_shape = i_shape[b:-1]
-    table = prod(d_shape[b:b + k])
-    row = prod(d_shape[b + k:])
+    batch, q_shape, piece = list(d_shape[:b]), i_shape[b:-1], list(d_shape[b + k:])
+    row = prod(piece)
     ds, irm = row_major(d_shape), row_major(i_shape)
-    step = _spread(prod(q_shape), table) * row
-    qrm = row_major(q_shape)
-    # output axes: batch, index rows, the slice
-    idx_strides = irm[:b] + irm[b:-1] + [0] * len(d_shape[b + k:])
-    data_strides = ds[:b] + [s * step for s in qrm] + ds[b + k:]
+    ys = row_major(batch + [max(1, prod(q_shape))] + piece)  # y: batch, index rows flat, slice
     em = LayerEmitter(ctx, node, "DMA gather")
-    emit_views(em, y_shape, [View(ctx.addr(idx), idx_strides),
-                             View(ctx.addr(data), data_strides, keep_repeats=True, after=0)],
-               [View(ctx.addr(y), row_major(y_shape))], [])
+    for dims, in_idx, rows, first in index_walks(q_shape, prod(d_shape[b:b + k])):
+        sources = [View(ctx.addr(idx), irm[:b] + [s * k for s in in_idx] + [0] * len(piece),
+                        first * k),
+                   View(ctx.addr(data), ds[:b] + [r * row for r in rows] + ds[b + k:],
+                        keep_repeats=True, after=0)]
+        out = View(ctx.addr(y), ys[:b] + [s * ys[b] for s in in_idx] + ys[b + 1:],
+                   first * ys[b])
+        emit_views(em, batch + dims + piece, sources, [out], [])
     em.finish()
 
 
@@ -484,12 +479,14 @@ def lower_scatter(ctx: LoweringContext, node: Node) -> None:
     if op == "ScatterND":
         i_shape = _shape(ctx, idx)
         k = i_shape[-1]
-        q_shape = i_shape[:-1]
-        step = _spread(prod(q_shape), prod(y_shape[:k])) * prod(y_shape[k:])
-        dst = [s * step for s in row_major(q_shape)] + ys[k:]
-        idx_strides = row_major(i_shape)[:-1] + [0] * len(y_shape[k:])
-        sources = [View(ctx.addr(idx), idx_strides), View(ctx.addr(updates), row_major(u_shape))]
-        emit_views(em, u_shape, sources, [View(ctx.addr(y), dst, keep_repeats=True)], [])
+        piece = list(y_shape[k:])
+        row, pz = prod(piece), [0] * len(piece)
+        for dims, in_idx, rows, first in index_walks(i_shape[:-1], prod(y_shape[:k])):
+            sources = [View(ctx.addr(idx), [s * k for s in in_idx] + pz, first * k),
+                       View(ctx.addr(updates), [s * row for s in in_idx] + row_major(piece),
+                            first * row)]
+            dst = View(ctx.addr(y), [r * row for r in rows] + ys[k:], keep_repeats=True)
+            emit_views(em, dims + piece, sources, [dst], [])
     else:  # element-wise scatter / cache rows: the updates land on the slice they line up with
         sources = [View(ctx.addr(updates), row_major(u_shape))]
         if idx:

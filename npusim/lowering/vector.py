@@ -535,6 +535,25 @@ def row_major(shape) -> list[int]:
     return list(reversed(strides))
 
 
+def index_walks(index_shape, table: int) -> list[tuple[list[int], list[int], list[int], int]]:
+    """Which rows of a ``table``-row table ``K = prod(index_shape)`` indices of unknown
+    value pick (gathers, scatters): spread evenly, index ``k`` row ``k * (table // K)``; with
+    more indices than rows, the whole table ``K // table`` times, then the rest spread
+    evenly (each row ``K // table`` or ``K // table + 1`` times). As walks ``(dims, index
+    strides, row strides, first index)``: the indices from ``first`` in their flat order,
+    over ``dims`` (the index dims, or passes x rows), ``index strides`` apart in that order
+    and ``row strides`` rows apart in the table."""
+    K = max(1, prod(index_shape))
+    if K <= table:
+        flat = row_major(index_shape)
+        return [(list(index_shape), flat, [(table // K) * s for s in flat], 0)]
+    walks = [([K // table, table], [table, 1], [0, 1], 0)]
+    if K % table:
+        rest = K % table
+        walks.append(([rest], [1], [table // rest], K - rest))
+    return walks
+
+
 def broadcast_view(addr: int, shape, out_shape) -> View:
     """The view of an operand of ``shape`` broadcast (numpy rules) to ``out_shape``."""
     r = len(out_shape)
@@ -939,30 +958,29 @@ def lower_slice(ctx: LoweringContext, node: Node) -> None:
 def lower_gather(ctx: LoweringContext, node: Node) -> None:
     """Gather (embedding lookups): load the indices, then every gathered row (a DMA whose
     addresses come from the indices), store the rows. The index values are never known
-    (no weight or input data is read), so the rows are taken spread evenly over the table:
-    row ``k * (V // K)`` for index ``k`` of ``K`` into a table of ``V`` rows (``K > V``:
-    every index re-reads one row). When loading the whole table moves fewer bytes than the
-    gathered rows' requests (short rows of a small table: an unfold's or a relative
-    position's element gathers), each tile loads the table and gathers on chip instead
-    (:func:`_gather_on_chip`), as a compiler would choose."""
+    (no weight or input data is read), so the rows are taken spread evenly over the table
+    (:func:`index_walks`; more indices than rows walk the whole table). When loading the
+    whole table moves fewer bytes than the gathered rows' requests (short rows of a small
+    table: an unfold's or a relative position's element gathers), each tile loads the table
+    and gathers on chip instead (:func:`_gather_on_chip`), as a compiler would choose."""
     data, idx = node.inputs[0], node.inputs[1]
     y = node.outputs[0]
     d_shape, i_shape, y_shape = _shape(ctx, data), _shape(ctx, idx), _shape(ctx, y)
     axis = _axis(node, len(d_shape), node.attrs.get("axis", 0))
-    V, K = d_shape[axis], max(1, prod(i_shape))
     if _gather_on_chip(ctx, node, prod(d_shape), prod(i_shape), prod(d_shape[axis + 1:]),
                        prod(y_shape)):
         return
-    spread = V // K if K <= V else 0
     ds = row_major(d_shape)
-    irm = row_major(i_shape)
-    pre, post = len(d_shape[:axis]), len(d_shape[axis + 1:])
-    idx_strides = [0] * pre + irm + [0] * post
-    data_strides = ds[:axis] + [s * spread * ds[axis] for s in irm] + ds[axis + 1:]
-    sources = [View(ctx.addr(idx), idx_strides),
-               View(ctx.addr(data), data_strides, keep_repeats=True, after=0)]
+    pre, post = list(d_shape[:axis]), list(d_shape[axis + 1:])
+    ys = row_major(pre + [max(1, prod(i_shape))] + post)  # y with its index dims flat
     em = LayerEmitter(ctx, node, "DMA gather")
-    emit_views(em, y_shape, sources, [View(ctx.addr(y), row_major(y_shape))], [])
+    for dims, in_idx, rows, first in index_walks(i_shape, d_shape[axis]):
+        sources = [View(ctx.addr(idx), [0] * len(pre) + in_idx + [0] * len(post), first),
+                   View(ctx.addr(data), ds[:axis] + [r * ds[axis] for r in rows] + ds[axis + 1:],
+                        keep_repeats=True, after=0)]
+        out = View(ctx.addr(y), ys[:axis] + [s * ys[axis] for s in in_idx] + ys[axis + 1:],
+                   first * ys[axis])
+        emit_views(em, pre + dims + post, sources, [out], [])
     em.finish()
 
 
