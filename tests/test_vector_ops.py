@@ -571,6 +571,31 @@ def test_channels_last_to_first_reads_whole_rows(tmp_path):
     assert busy(r) == (24 * 32 * 3 // 8) * LAT["cast"]
 
 
+@pytest.mark.parametrize("perm_in", [((0, 4, 2, 3, 1), (1, 64, 1, 64, 32), (1, 32, 1, 64, 64)),
+                                     ((0, 4, 2, 3, 1), (1, 32, 1, 64, 64), (1, 64, 1, 64, 32))])
+def test_a_transpose_contiguous_along_other_axes_on_each_side_moves_its_bytes(tmp_path,
+                                                                              perm_in):
+    """A 32-channel NHWC <-> NCHW (rivaGAN's 5-D form): the source is contiguous along one
+    axis, the output along another. Walked in either side's order, the other side moves
+    runs of one element (four times the bytes in 32-byte requests); a walk with both axes
+    innermost (the channels whole, 64 of the other) moves whole runs on both sides."""
+    perm, x, y = perm_in
+    node = helper.make_node("Transpose", ["x"], ["y"], perm=list(perm))
+    r = sim(model(tmp_path, [node], [("x", x)], [("y", y)]), extra=["num_cores=4"])
+    assert loaded(r) == stored(r) == prod(x)
+    assert busy(r) == (prod(x) // 8) * LAT["cast"]
+
+
+def test_a_square_transpose_is_walked_in_blocks_of_whole_requests(tmp_path):
+    """1024 x 1024 on `mobile` (64-byte requests, 32 KiB for a tile's two boxes): a tile of
+    whole rows on one side holds 16 of them, so the other side read 16-byte pieces of
+    64-byte requests (4 MiB for 1 MiB); blocks of 64 x 64 read and write whole requests."""
+    node = helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])
+    r = npusim.simulate(str(model(tmp_path, [node], [("x", (1024, 1024))],
+                                  [("y", (1024, 1024))])), "mobile")
+    assert loaded(r) == stored(r) == 1024 * 1024
+
+
 def test_head_split_transpose(tmp_path):
     node = helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 1, 3])
     r = sim(model(tmp_path, [node], [("x", (2, 16, 4, 32))], [("y", (2, 4, 16, 32))]))

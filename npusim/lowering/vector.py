@@ -620,12 +620,23 @@ def _split_axis(D: tuple[int, ...], S: tuple[tuple[int, ...], ...], keeps: tuple
     return None
 
 
-def _walk_orders(shape, views: list[View]) -> list[tuple[int, ...]]:
-    """The orders :func:`emit_views` may walk ``shape`` in: as given (the output's), and
-    each other view's own storage order (its strides descending). A transpose's source read
-    in the output's order is runs of one element where its own order reads whole rows: the
-    walk taken is the one whose tiles move the fewest DMA requests."""
+def _walks(shape, views: list[View], block: int) -> list[tuple[list[int], list[list[int]]]]:
+    """The iteration spaces :func:`emit_views` may walk ``shape`` as, each ``(dims, every
+    view's strides)``: in the output's order; in each other view's storage order (its
+    strides descending); and blocked: the axes along which some view is contiguous moved
+    innermost (in each order of them), each cut to ``block`` elements (a DMA request's)
+    when longer, its outer part left in place. A transpose's source read in the output's
+    order is runs of one element where its own order reads whole rows; where each side is
+    contiguous along another axis (NHWC <-> NCHW, a square transpose), only a block of both
+    axes reads and writes whole requests on both sides. The walk taken is the one whose
+    tiles move the fewest DMA requests."""
     r = len(shape)
+
+    def walk(order, cut=()):
+        dims = [shape[j] // (block if j in cut else 1) for j in order]
+        return dims, [[v.strides[j] * (block if j in cut else 1) for j in order]
+                      for v in views]
+
     orders = [tuple(range(r))]
     for v in views:
         if v.keep_repeats or any(s == 0 for s, d in zip(v.strides, shape) if d > 1):
@@ -633,7 +644,23 @@ def _walk_orders(shape, views: list[View]) -> list[tuple[int, ...]]:
         order = tuple(sorted(range(r), key=lambda j: -abs(v.strides[j])))
         if order not in orders:
             orders.append(order)
-    return orders
+    walks = [walk(o) for o in orders]
+    units = sorted({j for v in views if not v.keep_repeats
+                    for j, (st, d) in enumerate(zip(v.strides, shape)) if abs(st) == 1 and d > 1})
+    if len(units) < 2:
+        return walks  # one contiguous axis: a storage order has it innermost already
+    cut = [j for j in units if shape[j] > block and shape[j] % block == 0]
+    inners = (itertools.permutations(units) if len(units) <= 3  # (a transpose: 2)
+              else [tuple(units), tuple(reversed(units))])
+    for inner in inners:
+        rest = [j for j in range(r) if j not in units or j in cut]
+        dims, strides = walk(rest, cut)
+        for j in inner:  # the blocks (or whole axes), innermost
+            dims.append(block if j in cut else shape[j])
+            for sv, v in zip(strides, views):
+                sv.append(v.strides[j])
+        walks.append((dims, strides))
+    return walks
 
 
 def _requests(D, S, keeps, a, t, prec: int, request_bytes: int) -> int:
@@ -668,9 +695,10 @@ def emit_views(em: LayerEmitter, shape, sources: list[View], dests: list[View],
     q = max(1, ctx.config.dma.request_bytes // prec)
     keeps = tuple(v.keep_repeats for v in views)
     walks = []  # (DMA requests, walk number: ties go to the output's order, space, strides, split)
-    for order in _walk_orders(shape, views):
-        D, S = coalesce([shape[j] for j in order],
-                        [replace(v, strides=[v.strides[j] for j in order]) for v in views])
+    space, strides = coalesce(shape, views)  # axes that are one for every view, merged
+    merged = [replace(v, strides=sv) for v, sv in zip(views, strides)]
+    for dims, strides in _walks(space, merged, q):
+        D, S = coalesce(dims, [replace(v, strides=sv) for v, sv in zip(views, strides)])
         choice = _split_axis(tuple(D), tuple(map(tuple, S)), keeps, per_core, cap, q)
         if choice is not None:
             walks.append((_requests(D, S, keeps, *choice, prec, ctx.config.dma.request_bytes),
