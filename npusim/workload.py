@@ -32,10 +32,12 @@ model's symbolic dimension of that name (``batch_size`` binds ``batch``).
 from __future__ import annotations
 
 import json
+import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from npusim.errors import NpusimError
+from npusim.errors import NpusimError, NpusimWarning
 from npusim.paths import existing_file, read_text
 
 # The latest arrival a request may have (core cycles; 2**40 is 12.7 days at 1 GHz): the
@@ -77,13 +79,28 @@ class Request:
         return self.name or Path(self.model).stem
 
 
-def _find_model(name: str, folder: Path) -> str:
+def _find_model(name: str, listing: Path) -> str:
+    """The file of a models list's ``name``: next to the list (``NAME.onnx``,
+    ``NAME/NAME.onnx``), else where ONNXim looks, ``models/NAME/NAME.onnx`` under
+    ``$ONNXIM_HOME`` or the folder it runs in, and under the list's parent (ONNXim keeps its
+    lists in ``example/`` and ``model_lists/`` beside ``models/``); else npusim's bundled
+    model of that name, with a warning (another file than ONNXim would run), or a clear
+    error listing them."""
     from npusim.frontend import resolve_model_path
 
-    for candidate in (folder / f"{name}.onnx", folder / name / f"{name}.onnx", folder / name):
+    folder = listing.parent
+    homes = [Path(os.environ["ONNXIM_HOME"])] if os.environ.get("ONNXIM_HOME") else []
+    homes += [Path.cwd(), folder.parent]
+    for candidate in (folder / f"{name}.onnx", folder / name / f"{name}.onnx", folder / name,
+                      *(home / "models" / name / f"{name}.onnx" for home in homes)):
         if candidate.is_file():
             return str(candidate)
-    return str(resolve_model_path(name))  # a bundled model, or a clear error listing them
+    bundled = resolve_model_path(name)
+    warnings.warn(f"{listing}: no file for model {name!r} next to the list or "
+                  f"in ONNXim's models/{name}/{name}.onnx (under $ONNXIM_HOME, the working "
+                  f"folder or {folder.parent}); simulating npusim's bundled {bundled.name}",
+                  NpusimWarning, stacklevel=3)
+    return str(bundled)
 
 
 def read_models_list(path: str | Path, core_freq_mhz: int) -> list[Request]:
@@ -103,7 +120,7 @@ def read_models_list(path: str | Path, core_freq_mhz: int) -> list[Request]:
         where = f"{path}: models[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise NpusimError(f"{where} needs a \"name\" naming the model")
-        model = _find_model(entry["name"], path.parent)
+        model = _find_model(entry["name"], path)
         model_dims = symbolic_dims(model)[1] + data_sized_dims(model) + value_inputs(model)
         dims = {}
         for key, value in entry.items():

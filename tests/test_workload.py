@@ -65,6 +65,40 @@ def test_onnxim_models_list(tmp_path):
     assert r.requests[1]["start_cycle"] >= 500000
 
 
+def test_a_models_list_finds_models_where_onnxim_does(tmp_path, monkeypatch):
+    """ONNXim runs models/NAME/NAME.onnx under $ONNXIM_HOME or its working folder, with its
+    lists in example/ beside models/: a list there naming resnet18 ran npusim's bundled
+    ResNet-18 instead of the file ONNXim runs. A name found nowhere else still falls back
+    to the bundled model, with a warning saying so."""
+    import shutil
+    import warnings
+
+    from npusim.errors import NpusimWarning
+    from npusim.paths import models_dir
+
+    home = tmp_path / "onnxim"
+    (home / "models" / "resnet18").mkdir(parents=True)
+    ours = home / "models" / "resnet18" / "resnet18.onnx"
+    shutil.copy(models_dir() / "tiny_cnn.onnx", ours)
+    lst = home / "example" / "models_list.json"
+    lst.parent.mkdir()
+    lst.write_text(json.dumps({"models": [{"name": "resnet18"}]}))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ONNXIM_HOME", raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NpusimWarning)
+        assert [r.model for r in read_models_list(lst, 1000)] == [str(ours)]  # beside example/
+        elsewhere = tmp_path / "lists" / "l.json"
+        elsewhere.parent.mkdir()
+        elsewhere.write_text(lst.read_text())
+        monkeypatch.setenv("ONNXIM_HOME", str(home))
+        assert [r.model for r in read_models_list(elsewhere, 1000)] == [str(ours)]
+    monkeypatch.delenv("ONNXIM_HOME")
+    with pytest.warns(NpusimWarning, match="simulating npusim's bundled resnet18.onnx"):
+        (req,) = read_models_list(elsewhere, 1000)
+    assert req.model == str(models_dir() / "resnet18.onnx")
+
+
 @pytest.mark.parametrize("entry,message", [
     ({"name": "no_such_model"}, "no_such_model"),
     ({"name": "bert_ffn", "seqq": 4}, "seqq"),
