@@ -51,19 +51,21 @@ def _core_retire(st, prog, p, c, t):
 
 @kernel
 def _core_send(st, rg, prog, mt, p, c, t):
-    """Each DMA engine (load, store) sends at most one request this cycle, while the core
-    has tags left (``max_outstanding``) and its injection ring has room."""
+    """Each DMA engine (load, store) sends at most ``core_ports`` requests this cycle (one
+    per NoC port of the core), while the core has tags left (``max_outstanding``) and its
+    injection ring has room."""
     for d in range(2):
-        if (st.core[C_OUTSTANDING, c] >= p.max_outstanding or not dma_has_request(st, c, d)
-                or not inj_room(rg, c)):
-            continue
-        k, addr = dma_next_request(st, prog, p, c, d)
-        inj_push(rg, p, c, t, channel_of(addr, p, mt), d, k, addr)
-        st.core[C_OUTSTANDING, c] += 1
-        st.core[C_LD_REQUESTS + d, c] += 1
-        st.core[C_LD_BYTES + d, c] += p.req_bytes
-        layer = prog.tile[st.slot[S_TILE, c, st.dq[Q_SLOT, c, d, k]], isa.T_LAYER]
-        st.layer_st[L_LD_BYTES + d, layer] += p.req_bytes
+        for _ in range(p.core_ports):
+            if (st.core[C_OUTSTANDING, c] >= p.max_outstanding
+                    or not dma_has_request(st, c, d) or not inj_room(rg, c)):
+                break
+            k, addr = dma_next_request(st, prog, p, c, d)
+            inj_push(rg, p, c, t, channel_of(addr, p, mt), d, k, addr)
+            st.core[C_OUTSTANDING, c] += 1
+            st.core[C_LD_REQUESTS + d, c] += 1
+            st.core[C_LD_BYTES + d, c] += p.req_bytes
+            layer = prog.tile[st.slot[S_TILE, c, st.dq[Q_SLOT, c, d, k]], isa.T_LAYER]
+            st.layer_st[L_LD_BYTES + d, layer] += p.req_bytes
 
 
 @kernel

@@ -3,7 +3,9 @@
 Two networks: requests (cores -> channels) and responses (channels -> cores). Each
 destination port accepts one packet at a time, chosen round-robin over the sources whose
 ring head targets it; a packet of ``f`` flits holds the port for ``f`` NoC cycles and
-arrives ``latency + f - 1`` NoC cycles after it was granted. A channel whose input ring is
+arrives ``latency + f - 1`` NoC cycles after it was granted. A channel has one port; a core
+has ``noc.core_ports`` (ONNXim's injection ports per core), a response from channel ch
+arriving on port ``ch % ports`` (as ONNXim numbers them). A channel whose input ring is
 full is not granted packets (back-pressure up to the cores' DMA engines).
 
 So that a grant does not look at every source, the crossbar indexes the ring heads: per
@@ -103,11 +105,18 @@ def _grant_requests(st, rg, p, t):
             break
 
 
+@kernel(inline=True)
+def _port(st, ch):
+    """The response port of a core that channel ch's responses use."""
+    ports = st.xb_port.shape[1]
+    return 0 if ports == 1 else ch % ports
+
+
 @kernel
 def _next_response_channel(st, rg, c, t):
     """The first channel, round-robin from XP_RR, whose output ring head is a response for
-    core c that is ready by tick t; -1 if none. Walks only the channels listed in
-    ``xb_heads`` (a bit set per core), not every channel."""
+    core c that is ready by tick t, on a port of c free at t; -1 if none. Walks only the
+    channels listed in ``xb_heads`` (a bit set per core), not every channel."""
     words = st.xb_heads.shape[1]
     first = st.xb_core[XP_RR, c]
     w0 = first >> 6
@@ -123,7 +132,8 @@ def _next_response_channel(st, rg, c, t):
             bits &= below
         while bits != 0:
             ch = (w << 6) + trailing_zeros(bits)
-            if rg.ch_out[P_TIME, ch, rg.mport[MP_OUT_HEAD, ch]] <= t:
+            if (rg.ch_out[P_TIME, ch, rg.mport[MP_OUT_HEAD, ch]] <= t
+                    and st.xb_port[c, _port(st, ch)] <= t):
                 return ch
             bits &= bits - 1
     return -1
@@ -131,20 +141,26 @@ def _next_response_channel(st, rg, c, t):
 
 @kernel(inline=True)
 def _grant_responses(st, rg, p, t):
+    """Each core's free response ports take a packet each, channels round-robin."""
+    ports = st.xb_port.shape[1]
     for c in range(p.n_cores):
-        if st.xb_core[XP_RESP_HEADS, c] == 0 or st.xb_core[XP_PORT_FREE, c] > t:
+        if st.xb_core[XP_RESP_HEADS, c] == 0 or (ports == 1 and st.xb_port[c, 0] > t):
             continue
-        ch = _next_response_channel(st, rg, c, t)
-        if ch < 0:
-            continue
-        h = rg.mport[MP_OUT_HEAD, ch]
-        flits = packet_flits(p, rg.ch_out[P_DIR, ch, h] == 0)
-        st.xb_core[XP_PORT_FREE, c] = t + flits * p.noc_period
-        trace_flits(st, p, NOC_RESPONSE, c, ch, flits, t)
-        arr_push(rg, p, c, t + (p.noc_latency + flits - 1) * p.noc_period,
-                 rg.ch_out[P_DIR, ch, h], rg.ch_out[P_ENTRY, ch, h], rg.ch_out[P_SENT, ch, h])
-        _take_response(st, rg, p, ch, t)
-        st.xb_core[XP_RR, c] = ring_next(ch, p.n_channels)
+        for _ in range(ports):
+            ch = _next_response_channel(st, rg, c, t)
+            if ch < 0:
+                break
+            h = rg.mport[MP_OUT_HEAD, ch]
+            flits = packet_flits(p, rg.ch_out[P_DIR, ch, h] == 0)
+            st.xb_port[c, _port(st, ch)] = t + flits * p.noc_period
+            trace_flits(st, p, NOC_RESPONSE, c, ch, flits, t)
+            arr_push(rg, p, c, t + (p.noc_latency + flits - 1) * p.noc_period,
+                     rg.ch_out[P_DIR, ch, h], rg.ch_out[P_ENTRY, ch, h],
+                     rg.ch_out[P_SENT, ch, h])
+            _take_response(st, rg, p, ch, t)
+            st.xb_core[XP_RR, c] = ring_next(ch, p.n_channels)
+            if st.xb_core[XP_RESP_HEADS, c] == 0:
+                break
 
 
 @kernel(inline=True)
@@ -163,7 +179,8 @@ def crossbar_step(st, rg, p, t):
         if rg.mport[MP_OUT_COUNT, ch] > 0:
             h = rg.mport[MP_OUT_HEAD, ch]
             c = rg.ch_out[P_CORE, ch, h]
-            wake = min(wake, max(rg.ch_out[P_TIME, ch, h], st.xb_core[XP_PORT_FREE, c], t + 1))
+            wake = min(wake, max(rg.ch_out[P_TIME, ch, h], st.xb_port[c, _port(st, ch)],
+                                 t + 1))
     if wake < isa.NEVER:
         wake = align_up(wake, p.noc_period)
     st.ctl[NC_WAKE] = wake

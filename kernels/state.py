@@ -44,7 +44,7 @@ PARAM_FIELDS = (
     # instruction queues
     "ld_queue", "st_queue", "ex_queue",
     # DMA, NoC (its model is the type of State.noc) and memory (mem_type: names.MEMORY_TYPES)
-    "req_bytes", "max_outstanding", "noc_latency", "flit_bytes", "mem_type",
+    "req_bytes", "max_outstanding", "core_ports", "noc_latency", "flit_bytes", "mem_type",
     "n_channels", "mem_latency", "ch_bytes_per_cycle",
     # cycle-level DRAM
     "d_ranks", "d_bankgroups", "d_banks", "d_cl", "d_cwl", "d_bl", "d_refi", "d_refresh",
@@ -218,7 +218,9 @@ IV_ACTIVE = 4
 Crossbar = namedtuple("Crossbar", (  # crossbar.py; also the (unused) NoC of ideal memory
     "ctl",  # [NC_*]
     "xb_ch",  # [XC_*, channel]     the request port of each channel
-    "xb_core",  # [XP_*, core]      the response port of each core
+    "xb_core",  # [XP_*, core]      the responses waiting for each core
+    "xb_port",  # [core, port]      tick each of the core's response ports is free from
+    #                              (noc.core_ports of them: channel ch's use ch % ports)
     "xb_heads",  # [core, word]     bit ch % 64 of word ch // 64: channel ch's output ring
     #                              has a response for the core at its head
     "tr_noc",  # [net, slot, core, channel]  flits per link, binned ring (tracing)
@@ -244,8 +246,8 @@ XC_PORT_FREE, XC_RR, XC_INJ_HEADS = range(3)
 N_XC_FIELDS = 3
 # xb_core (XP_RESP_HEADS: how many channels have a response for the core at their output
 # ring's head)
-XP_PORT_FREE, XP_RR, XP_RESP_HEADS = range(3)
-N_XP_FIELDS = 3
+XP_RR, XP_RESP_HEADS = range(2)
+N_XP_FIELDS = 2
 # tr_noc nets
 NOC_REQUEST, NOC_RESPONSE = range(2)
 # net_msg (M_SENT: tick the core sent the request; M_ADDR: requests only)

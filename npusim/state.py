@@ -21,7 +21,7 @@ from npusim.kernels.state import MemTables, Params
 from npusim.program import Program
 from npusim.scheduling import Placement
 
-INJECTION_QUEUE = 16  # requests a core's network interface buffers
+INJECTION_QUEUE = 16  # requests each network interface (noc.core_ports a core) buffers
 CHANNEL_QUEUE = 32  # requests a memory channel buffers in front of its controller
 CHANNEL_OUT_QUEUE = 32  # responses a channel holds while the NoC is busy
 CACHE_LINE = 64  # bytes; every table starts on one (aligned_table)
@@ -96,7 +96,7 @@ def _rings(cfg: NpuConfig, p: Params) -> ks.Rings:
     mport = aligned_table(ks.N_MPORT_FIELDS, ch)
     mport[ks.MP_BELL] = isa.NEVER
     return ks.Rings(
-        inj=aligned_table(ks.N_INJ_FIELDS, C, INJECTION_QUEUE),
+        inj=aligned_table(ks.N_INJ_FIELDS, C, INJECTION_QUEUE * p.core_ports),
         arr=aligned_table(ks.N_ARR_FIELDS, C, p.max_outstanding + 1),  # never full
         ch_in=aligned_table(ks.N_PACKET_FIELDS, ch, CHANNEL_QUEUE),
         ch_out=aligned_table(ks.N_PACKET_FIELDS, ch, CHANNEL_OUT_QUEUE),
@@ -162,6 +162,7 @@ def _noc(cfg: NpuConfig, p: Params, trace) -> ks.Crossbar | ks.RouterNetwork:
             nic_due=np.full(network.params.n_nodes, isa.NEVER, dtype=np.int64), tr_noc=tr_noc)
     return ks.Crossbar(ctl=ctl, xb_ch=aligned_table(ks.N_XC_FIELDS, ch),
                        xb_core=aligned_table(ks.N_XP_FIELDS, C),
+                       xb_port=aligned_table(C, p.core_ports),
                        xb_heads=aligned_table(C, (ch + 63) // 64), tr_noc=tr_noc)
 
 

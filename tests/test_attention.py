@@ -358,6 +358,34 @@ def test_residual_add_and_relu_cost_what_a_fused_conv_with_a_sum_input_costs(tmp
     assert a.total_cycles == b.total_cycles
 
 
+def test_onnx_runtimes_nchwc_conv_with_a_sum_input_is_a_fused_conv(tmp_path):
+    # ONNX Runtime's "all" level writes CNNs in its CPU layout (com.microsoft.nchwc), as
+    # ONNXim's generator does: a Conv with an activation and a Sum input (the residual),
+    # then ReorderOutput back to NCHW. The Sum was ignored (a ResNet's residual adds cost
+    # nothing) and ReorderOutput refused; the Conv is now the FusedConv it computes and the
+    # reorder moves nothing, so the file costs what ONNX Runtime's FusedConv file costs
+    nchwc = "com.microsoft.nchwc"
+    shapes = [vi("x", [1, 16, 6, 6]), vi("z", [1, 16, 6, 6])], [vi("y", [1, 16, 6, 6])]
+    blocked = save(tmp_path, [helper.make_node("Conv", ["x", "w", "", "z"], ["c"], name="conv",
+                                               domain=nchwc, kernel_shape=[1, 1],
+                                               activation="Relu"),
+                              helper.make_node("ReorderOutput", ["c"], ["y"], name="reorder",
+                                               domain=nchwc, channels=16)],
+                   *shapes, [("w", [16, 16, 1, 1])], name="nchwc")
+    m = onnx.load(blocked, load_external_data=False)
+    m.opset_import.append(helper.make_opsetid(nchwc, 1))
+    onnx.save(m, blocked)
+    ort = save(tmp_path, [helper.make_node("FusedConv", ["x", "w", "", "z"], ["y"], name="conv",
+                                           domain=MS, kernel_shape=[1, 1], activation="Relu")],
+               *shapes, [("w", [16, 16, 1, 1])], name="ort")
+    a = npusim.simulate(blocked, "mobile", overrides=SCALAR_VU)
+    b = npusim.simulate(ort, "mobile", overrides=SCALAR_VU)
+    assert [l["name"] for l in a.layers] == ["conv", "conv/sum", "reorder"]
+    assert a.layers[2]["cycles"] == a.layers[2]["bytes_loaded"] == 0
+    assert vector_busy(a) == vector_busy(b) == 36 * 16 * (LAT["add"] + LAT["max"])
+    assert a.total_cycles == b.total_cycles
+
+
 def test_fused_gemm_costs_the_gemm(tmp_path):
     def gemm(op, **kw):
         node = helper.make_node(op, ["x", "w", "b"], ["y"], name="fc", transB=1, **kw)

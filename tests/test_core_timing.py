@@ -128,6 +128,21 @@ def test_simple_memory_round_trip_is_noc_plus_latency():
     assert cycles(one_tile_program([Instr.dma(True, 0, 0, 1, 32, 1, 0, 32)]), cfg) == expected
 
 
+@pytest.mark.parametrize("ports", [1, 2, 4])
+def test_a_core_with_more_noc_ports_sends_and_takes_that_many_requests_a_cycle(ports):
+    """noc.core_ports (ONNXim's icnt_injection_ports_per_core) on the crossbar: the DMA
+    sends `ports` requests a cycle, and responses come back on port ch % ports. 400
+    requests over 4 channels that each serve one a cycle: the last is sent in cycle
+    400 / ports - 1 and takes the one-request round trip, 1 + 4 + 20 + (4 + 1 - 1) = 29."""
+    n = 400
+    cfg = config("memory.type=simple", "memory.latency=20", "memory.freq_mhz=1000",
+                 "noc.freq_mhz=1000", "noc.latency=4", "noc.flit_bytes=32",
+                 "memory.channel_bytes_per_cycle=32", "memory.channels=4",
+                 f"noc.core_ports={ports}", "dma.max_outstanding=1024")
+    prog = one_tile_program([Instr.dma(True, 0, 0, n, 32, 1, 0, 32)])
+    assert cycles(prog, cfg) == cycles(prog, cfg, skip=False) == n // ports - 1 + 29
+
+
 def test_simple_memory_channel_bandwidth_limits_throughput():
     # 16 B per memory cycle and 32 B requests: one request every 2 cycles
     n = 200

@@ -24,8 +24,10 @@ dram_size             GB (ONNXim's language scheduler checks)  memory.capacity_g
 icnt_type             simple / booksim2                        noc.type (crossbar / the
                                                                icnt_config_path network)
 icnt_config_path      Booksim2 file (booksim2)                 noc.* (npusim.noc.booksim)
-icnt_injection_ports  count (booksim2)                         noc.core_ports
+icnt_injection_ports  count                                    noc.core_ports
   _per_core
+(none: a core's requests  unbounded                                dma.max_outstanding = 65536
+  in flight)
 icnt_freq             MHz                                      noc.freq_mhz
 icnt_latency          interconnect cycles                      noc.latency
 precision             bytes per element                        precision
@@ -37,8 +39,7 @@ Both layouts ONNXim has used are accepted: per-core tables under ``core_config.c
 (current) and core keys at the top level (older configs). The result is a TOML-shaped dict
 that goes through the same validation as a preset. Keys that only steer ONNXim's logging,
 or that ONNXim reads and never uses, are accepted with no effect (SILENT_KEYS); hardware
-keys npusim cannot model yet (UNMODELLED: mac_latency, ..., and
-icnt_injection_ports_per_core on the simple interconnect) are one warning each when they
+keys npusim cannot model yet (UNMODELLED: mac_latency, ...) are one warning each when they
 differ from ONNXim's default.
 """
 
@@ -65,12 +66,12 @@ SILENT_KEYS = {
 # Hardware keys npusim cannot model yet, with ONNXim's default: a value other than the
 # default is one warning naming the key (the run goes on with npusim's behaviour).
 UNMODELLED = {
-    "icnt_injection_ports_per_core": (1, "each core has one NoC port each way (one "
-                                          "request per NoC cycle)"),
     "mac_latency": (1, "a vector multiply-accumulate is a mul and an add"),
     "scalar_mul_latency": (1, "per-row scalar steps use the vector latencies"),
     "full_precision": (4, "accumulators are 32-bit"),
 }
+
+MAX_OUTSTANDING = 65536  # dma.max_outstanding's largest value: ONNXim has no bound
 
 # ONNXim vector latency key -> npusim vector ops it sets. Ops not listed here (log, tanh,
 # sigmoid, erf, pow, cast) keep npusim's defaults, since ONNXim has no key for them.
@@ -89,7 +90,8 @@ CORE_KEYS = ("core_type", "core_width", "core_height", "spad_size", "accum_spad_
              *LATENCY_KEYS)
 TOP_KEYS = ("num_cores", "core_freq", "core_config", "dram_type", "dram_freq",
             "dram_channels", "dram_req_size", "dram_latency", "dram_nbl", "dram_size",
-            "icnt_type", "icnt_latency", "icnt_freq", "precision", "scheduler", "partition",
+            "icnt_type", "icnt_latency", "icnt_freq", "icnt_injection_ports_per_core",
+            "precision", "scheduler", "partition",
             *(k for k in SILENT_KEYS | set(UNMODELLED) if k not in CORE_KEYS))
 
 # ONNXim's core types -> core.systolic.dataflow, which the config's validation checks
@@ -204,14 +206,15 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
         "freq_mhz": merged.get("icnt_freq", merged["core_freq"]),
         "latency": merged["icnt_latency"],
         "flit_bytes": min(req, 1024),
+        # each port moves a request a cycle each way (Simulator.cc pushes one per port)
+        "core_ports": _get(merged, "icnt_injection_ports_per_core", Rule("int", 1, 64))
+        if "icnt_injection_ports_per_core" in merged else 1,
     }
-    unmodelled = dict(UNMODELLED)
     if merged["icnt_type"] == "booksim2":
         network = _booksim_network(merged, base_dir)
         if network is not None:
             noc.update(network)
-            unmodelled.pop("icnt_injection_ports_per_core")
-    for key, (default, npusim_does) in unmodelled.items():
+    for key, (default, npusim_does) in UNMODELLED.items():
         if key in merged and merged[key] != default:
             _warn(f"ONNXim key {key} = {merged[key]!r} is not modelled yet (ONNXim's default "
                   f"is {default}): npusim runs as if it were {default}: {npusim_does}")
@@ -231,7 +234,8 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
             "spad_kib": merged["spad_size"],
             "accum_kib": merged["accum_spad_size"],
         },
-        "dma": {"request_bytes": req},
+        # ONNXim's cores put no bound on their requests in flight
+        "dma": {"request_bytes": req, "max_outstanding": MAX_OUTSTANDING},
         "noc": noc,
         "memory": _memory(merged, req, nbl, base_dir, source),
     }
@@ -242,9 +246,8 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
 
 def _booksim_network(cfg: dict, base_dir) -> dict | None:
     """The ``noc`` table of the Booksim2 network ``icnt_config_path`` names (the file next
-    to the JSON, as ONNXim resolves it, else ONNXim's own file of that name), with
-    ``icnt_injection_ports_per_core`` interfaces per core; None, with a warning, when
-    there is no such file (npusim's crossbar stands in)."""
+    to the JSON, as ONNXim resolves it, else ONNXim's own file of that name); None, with a
+    warning, when there is no such file (npusim's crossbar stands in)."""
     from npusim.noc.booksim import onnxim_booksim_text, read_booksim
 
     path = cfg.get("icnt_config_path")
@@ -266,8 +269,7 @@ def _booksim_network(cfg: dict, base_dir) -> dict | None:
                   f"network)")
             return None
         bf = read_booksim(Path(path).name, text=text)
-    noc: dict = {"core_ports": _get(cfg, "icnt_injection_ports_per_core", Rule("int", 1, 64))
-                 if "icnt_injection_ports_per_core" in cfg else 1}
+    noc: dict = {}
     for key, value in bf.noc.items():  # dotted noc.* keys
         table = noc
         *parents, leaf = key.split(".")[1:]

@@ -488,14 +488,28 @@ def _bind_dims(g: onnx.GraphProto, dims: dict[str, int], where: str,
                 d.dim_value = values[d.dim_param]
 
 
+# ONNX Runtime's CPU layout ops (``com.microsoft.nchwc``, MLAS's blocks of channels, in
+# graphs optimized at its "all" level, as ONNXim's CNNs are) -> the op each computes: a Conv
+# with an activation and a Sum input (a residual) is a FusedConv; the pools are ONNX's.
+# ReorderInput/ReorderOutput stay, lowered as relabels (npusim lays tensors out itself).
+NCHWC = "com.microsoft.nchwc"
+NCHWC_OPS = {"Conv": (MS, "FusedConv"), "MaxPool": ("", "MaxPool"),
+             "AveragePool": ("", "AveragePool"), "GlobalAveragePool": ("", "GlobalAveragePool"),
+             "GlobalMaxPool": ("", "GlobalMaxPool")}
+
+
 def _ort_internal_ops_to_contrib(model: ModelProto) -> bool:
     """ONNX Runtime registers a few of its own ops in the ONNX domain (e.g.
     SimplifiedLayerNormalization); the ONNX checker rejects them there, so they move to
-    ``com.microsoft`` (npusim lowers by op type). Returns whether anything changed."""
+    ``com.microsoft`` (npusim lowers by op type); its NCHWc ops become the ops they compute
+    (``NCHWC_OPS``). Returns whether anything changed."""
     changed = False
     for n in model.graph.node:
         if n.domain in ("", "ai.onnx") and not onnx.defs.has(n.op_type):
             n.domain = MS
+            changed = True
+        elif n.domain == NCHWC and n.op_type in NCHWC_OPS:
+            n.domain, n.op_type = NCHWC_OPS[n.op_type]
             changed = True
     if changed and not any(o.domain == MS for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MS, 1))

@@ -42,6 +42,11 @@ LOWERINGS: dict[str, Callable[[LoweringContext, Node], None]] = {
     "Dropout": lower_relabel,  # inference: the output is the input
     "BitCast": lower_relabel,
     "ExpandDims": lower_relabel,  # ONNX Runtime's Unsqueeze with the axis as an input
+    # ONNX Runtime's CPU layout (com.microsoft.nchwc: MLAS's blocks of channels) in and out;
+    # its Conv, MaxPool, ... run as their ONNX namesakes in npusim's own layout, so the
+    # conversions move nothing (as in ONNXim, whose CNNs are written this way)
+    "ReorderInput": lower_relabel,
+    "ReorderOutput": lower_relabel,
     **vector.LOWERINGS,
     **movement.LOWERINGS,
     **einsum.LOWERINGS,
