@@ -126,7 +126,8 @@ def read_models_list(path: str | Path, core_freq_mhz: int) -> list[Request]:
         for key, value in entry.items():
             if key in ONNXIM_RESERVED and key != "batch_size":
                 continue
-            dim = "batch" if key == "batch_size" else key
+            # ONNXim's batch_size binds a dim of that name (its own files' batch), else batch
+            dim = "batch" if key == "batch_size" and key not in model_dims else key
             if dim not in model_dims:
                 if key == "batch_size" and value == 1:
                     continue  # a static model of batch 1

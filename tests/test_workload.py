@@ -99,6 +99,22 @@ def test_a_models_list_finds_models_where_onnxim_does(tmp_path, monkeypatch):
     assert req.model == str(models_dir() / "resnet18.onnx")
 
 
+def test_a_models_list_batch_size_binds_a_dim_of_that_name(tmp_path):
+    """ONNXim's own model files name their batch dim batch_size (its lists' key): it binds
+    that dim (it went to a dim named batch, and the file's batch_size stayed unbound)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    io = [helper.make_tensor_value_info(t, TensorProto.FLOAT, ["batch_size", 8]) for t in "xy"]
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "m", io[:1], io[1:])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "m.onnx")
+    lst = tmp_path / "list.json"
+    lst.write_text(json.dumps({"models": [{"name": "m", "batch_size": 4}]}))
+    (req,) = read_models_list(lst, 1000)
+    assert req.dims == {"batch_size": 4}
+
+
 @pytest.mark.parametrize("entry,message", [
     ({"name": "no_such_model"}, "no_such_model"),
     ({"name": "bert_ffn", "seqq": 4}, "seqq"),
