@@ -114,11 +114,13 @@ LIMITS: dict[str, tuple[Callable[[Graph, Node], bool], str]] = {
 
 _ML = ("classical machine learning (ai.onnx.ml: trees, linear models, scalers, "
        "encoders): not NPU work")
+# Domains none of whose ops npusim lowers, and why: refused as soon as the file is read
+NEVER_LOWERED_DOMAINS = {"ai.onnx.ml": _ML}
 
 
 def _why_not(op: str, domain: str = "") -> str:
-    if domain == "ai.onnx.ml":
-        return _ML
+    if domain in NEVER_LOWERED_DOMAINS:
+        return NEVER_LOWERED_DOMAINS[domain]
     if op in ALWAYS_FOLDED:
         return "made from shapes or constants only, but these depend on input values"
     reason = CANNOT_LOWER.get(op) or (LIMITS[op][1] if op in LIMITS else "")
@@ -140,10 +142,6 @@ def _unsupported_error(model: str, listing: list[str]) -> NpusimError:
                        + "\n".join(listing)
                        + f"\nsupported op types: {', '.join(sorted({*LOWERINGS, *QUANTIZED}))}"
                        + "\n(--unsupported zero-cost treats them as free instead)")
-
-
-# Domains none of whose ops npusim lowers: refused as soon as the file is read
-NEVER_LOWERED_DOMAINS = ("ai.onnx.ml",)
 
 
 def refuse_never_lowered(model, name: str) -> None:
