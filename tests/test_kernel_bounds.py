@@ -6,10 +6,10 @@ out-of-range index would silently corrupt memory. This test compiles them with
 them (``kernel_paths.exercise``: memory models, NoC models, traces, fast fidelity's cuts,
 scheduling policies, LLM serving, the DRAM replay): any stray index raises.
 
-Every run that has an untraced form is traced: the traced loop is the untraced loop with the
-recorder's code added, so the bounds-checked build compiles one loop per NoC model (and the
-fast loop) rather than two, about half of the 570 CPU seconds all ten `npusim compile` entry
-points took bounds-checked. That cache is kept per version of the kernel sources
+Every run that has a traced and a fast form is traced and fast: that loop is the plain loop
+with the recorder's code and fast fidelity's windows added, and a fast run simulates in full
+whatever it does not cut, so the bounds-checked build compiles one loop per NoC model rather
+than four. That cache is kept per version of the kernel sources
 (``npusim.kernels.kernel_cache_dir``), so the suite pays the compile once per kernel change.
 """
 
