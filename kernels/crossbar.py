@@ -112,7 +112,7 @@ def _port(st, ch):
     return 0 if ports == 1 else ch % ports
 
 
-@kernel
+@kernel(out_of_line=True)  # inlined, the loop ran slower (jit.py)
 def _next_response_channel(st, rg, c, t):
     """The first channel, round-robin from XP_RR, whose output ring head is a response for
     core c that is ready by tick t, on a port of c free at t; -1 if none. Walks only the

@@ -62,7 +62,7 @@ def _bank_earliest(st, ch, rank, rbg, nb, cmd):
     return max(st.rdy_rank[ch, rank, cmd], st.rdy_group[ch, rbg, cmd], st.rdy_bank[ch, nb, cmd])
 
 
-@kernel
+@kernel(out_of_line=True)  # inlined, the loop ran slower (jit.py)
 def _rank_earliest(st, p, ch, rank, cmd):
     """First cycle at which the rank-wide ``cmd`` (PREA, REF) may issue to ``rank``."""
     e = st.rdy_rank[ch, rank, cmd]

@@ -12,7 +12,12 @@ every kernel it calls. A ``kernel`` is compiled only while an entry that calls i
 and without numba's Python wrapper: for a kernel taking the State, MemTables and Params
 tuples that wrapper (unboxing some hundred arrays and integers) cost more compile time than
 the kernel, and nothing used it. Python (a test) may still call a kernel: the first call
-compiles a twin with the wrapper (``Kernel.__call__``).
+compiles a twin with the wrapper (``Kernel.__call__``). Nor is a kernel's code optimised or
+turned into machine code on its own (``_LinkedOnlyLibrary``): only the entry point that
+links it does that, once. numba did it for every kernel and again at every level above it,
+a fifth of a cold compile (the first ``simulate``: 80.5 and 81.1 CPU s before, 63.0 and
+69.9 after, alternated; warm speed 0.90-1.01x of before on the engine, DRAM replay and
+Llama cases).
 
 ``inline=True`` inlines a kernel into every caller. A call between kernels that is not
 inlined passes every array of its tuple arguments as separate arguments (a few hundred
@@ -38,7 +43,10 @@ MatMul: A/B against numba-IR inlining); the split runs as fast as inlining all a
 A plain ``kernel`` is inlined or not as LLVM's inliner judges, which can flip when the
 kernel's size changes by a few instructions. ``out_of_line=True`` makes a kernel a call of
 its own for good (LLVM's ``noinline``), where that was measured faster: ``core._issue``,
-whose inlining into the main loop made the Llama step 7-8% slower.
+whose inlining into the main loop made the Llama step 7-8% slower; the crossbar's
+``_next_response_channel`` and the DRAM's ``_rank_earliest``, which LLVM inlined into the
+loop once it saw kernels before their own optimisation (``_LinkedOnlyLibrary``), and the
+MatMul on ``mobile`` ran 1.37x slower (LLVM had kept them out of line before).
 """
 
 import dis
@@ -46,6 +54,8 @@ import sys
 
 from numba import njit
 from numba.core import event
+from numba.core.codegen import JITCodeLibrary
+from numba.core.compiler import Compiler
 from numba.core.registry import CPUDispatcher
 
 # What a cold compile of the kernels a run needs usually costs (tests/benchmarks/
@@ -92,13 +102,71 @@ class Kernel(CPUDispatcher):
 
 
 # Inlined kernels of at most this many bytecode instructions are inlined at numba-IR level,
-# larger ones by LLVM (module docstring). Each compile of its own costs 0.1-2 s, as it
-# includes LLVM optimising and emitting the code of everything the kernel calls. At 250 the
+# larger ones by LLVM (module docstring). Each compile of its own costs 0.1-2 s (numba's
+# typing and lowering, LLVM's function passes). At 250 the
 # grants of the crossbar, the DRAM channel step and refresh, core_issue and
 # next_tile_for_core go the IR way, the largest DRAM and core kernels (cores_step, the
 # FR-FCFS choice, command issue and timing rules) LLVM's; at 160 the MatMul engine case ran
 # 4% slower than all-IR inlining (at 250: 7% faster) and the compile was no shorter.
 IR_INLINE_INSTRUCTIONS = 250
+
+
+class _LinkedOnlyLibrary(JITCodeLibrary):
+    """The code of a kernel only kernels call: kept as LLVM IR for its callers to link.
+
+    numba finalises every function it compiles as if Python were to call it: it optimises
+    the module (the kernel with everything it links) and emits its machine code. A kernel's
+    code runs only inside an entry point, whose finalisation links it and optimises the
+    whole again, so that work was done once per kernel and again at every level above it.
+    Here a kernel's own functions still get LLVM's function passes (when numba adds them;
+    without them the entry's optimisation took longer than all of this saved) and the
+    modules of the kernels it calls are linked in, but nothing more: the entry point
+    optimises and emits everything once."""
+
+    @property
+    def codegen(self):
+        return _CodegenOfLinkedOnly(self._codegen)
+
+    def _optimize_final_module(self):
+        pass
+
+    def _finalize_final_module(self):
+        self._finalize_dynamic_globals()
+        self._finalized = True  # no machine code: not added to the execution engine
+
+
+class _CodegenOfLinkedOnly:
+    """numba's codegen, for a kernel's library: it has no environment to set (numba sets
+    one per function in the execution engine, read only by calls into Python's C API,
+    which kernels never make)."""
+
+    def __init__(self, codegen):
+        self._codegen = codegen
+
+    def __getattr__(self, name):
+        return getattr(self._codegen, name)
+
+    def set_env(self, env_name, env):
+        pass
+
+
+class _KernelCompiler(Compiler):
+    """numba's nopython pipeline, lowering into a ``_LinkedOnlyLibrary``."""
+
+    def define_pipelines(self):
+        if self.state.library is None:
+            self.state.library = _LinkedOnlyLibrary(self.state.targetctx.codegen(),
+                                                    self.state.func_id.func_qualname)
+            self.state.library.enable_object_caching()
+        return super().define_pipelines()
+
+
+# numba's library internals the class above overrides; a numba without them compiles
+# kernels the usual way (slower to compile, the same code)
+if not all(hasattr(JITCodeLibrary, m) for m in ("_optimize_final_module",
+                                                 "_finalize_final_module",
+                                                 "_finalize_dynamic_globals")):
+    _KernelCompiler = Compiler  # noqa: F811
 
 
 def _options(ir_inline=False, llvm_inline=False):
@@ -117,7 +185,8 @@ def kernel(fn=None, *, inline=False, out_of_line=False, ir_inline=True):
     small = (inline and ir_inline
              and len(list(dis.get_instructions(fn))) <= IR_INLINE_INSTRUCTIONS)
     k = Kernel(fn, locals={}, targetoptions=_options(ir_inline=small,
-                                                     llvm_inline=inline and not small))
+                                                     llvm_inline=inline and not small),
+               pipeline_class=_KernelCompiler)
     k.out_of_line = out_of_line
     return k
 
@@ -133,7 +202,7 @@ def kernel(fn=None, *, inline=False, out_of_line=False, ir_inline=True):
 # unit's step into the loop at IR level, as its run-time branch was, made numba's typing
 # of the loop 2-3x slower (the loop's own compile with the crossbar inlined at IR level:
 # 14.7 CPU s before, 18-19 through an IR-inlined overload; 6 s this way).
-MODEL_OPTIONS = _options(llvm_inline=True)
+MODEL_OPTIONS = dict(_options(llvm_inline=True), pipeline_class=_KernelCompiler)
 
 
 def entry(fn):
