@@ -81,8 +81,8 @@ def exercise(traced_only: bool) -> None:
         b.begin_group()
         b.add_tile(tpl, (0, 0, 0, 0))
     prog = b.build()
-    fast = run_program(prog, load_config("mobile", ["fidelity=fast"]), trace=one)
-    fast = fast.fast.report(prog)
+    raw = run_program(prog, load_config("mobile", ["fidelity=fast"]), trace=one)
+    fast = raw.fast.report(prog)
     assert fast["stream_cuts"] and fast["tiles_extrapolated"] == 0, fast
     mlp = str(resolve_model_path("mlp"))
     for policy in ("fifo", "time-shared", "spatial"):
