@@ -17,7 +17,8 @@ turned into machine code on its own (``_LinkedOnlyLibrary``): only the entry poi
 links it does that, once. numba did it for every kernel and again at every level above it,
 a fifth of a cold compile (the first ``simulate``: 80.5 and 81.1 CPU s before, 63.0 and
 69.9 after, alternated; warm speed 0.90-1.01x of before on the engine, DRAM replay and
-Llama cases).
+Llama cases). Before it is linked, a kernel's own code gets LLVM's function passes at a
+lower level (``FUNCTION_PASS_LEVEL``), as the entry's optimisation does them all again.
 
 ``inline=True`` inlines a kernel into every caller. A call between kernels that is not
 inlined passes every array of its tuple arguments as separate arguments (a few hundred
@@ -34,9 +35,11 @@ deep-copies the callee's IR once per block, scope included, so its cost grows wi
 variables of what it inlines, and again at every level of nesting: when every inlined
 kernel went that way, the DRAM controller, four levels deep under the main loop, took 70 of
 the 130 CPU seconds of a cold compile (tests/benchmarks/bench_compile.py). Small kernels
-(ring accessors, the units' step and wake dispatchers: ``IR_INLINE_INSTRUCTIONS``) are
-still inlined that way, which costs little and saves each a compile of its own; larger ones
-are compiled once each and inlined by LLVM (``forceinline``: LLVM's ``alwaysinline``).
+(ring accessors, the units' wake dispatchers: ``IR_INLINE_INSTRUCTIONS``, counted with the
+kernels inlined into them that way in turn) are still inlined that way, which costs little
+and saves each a compile of its own; larger ones are compiled once each and inlined by
+LLVM (``forceinline``: LLVM's ``alwaysinline``). The inliner builds a callee's IR once per
+process (``_InlineKernels``), not once per call site as numba does.
 Inlining every kernel by LLVM compiled as fast but ran the engine 20-35% slower (DRAM replay,
 MatMul: A/B against numba-IR inlining); the split runs as fast as inlining all at IR level.
 
@@ -51,11 +54,15 @@ MatMul on ``mobile`` ran 1.37x slower (LLVM had kept them out of line before).
 
 import dis
 import sys
+from functools import partial
 
 from numba import njit
 from numba.core import event
 from numba.core.codegen import JITCodeLibrary
 from numba.core.compiler import Compiler
+from numba.core.compiler_machinery import register_pass
+from numba.core.inline_closurecall import InlineWorker
+from numba.core.untyped_passes import InlineInlinables
 from numba.core.registry import CPUDispatcher
 
 # What a cold compile of the kernels a run needs usually costs (tests/benchmarks/
@@ -82,6 +89,7 @@ class Kernel(CPUDispatcher):
     """
 
     out_of_line = False  # kernel(out_of_line=True): LLVM never inlines it
+    ir_size = 0  # bytecode instructions, with those of kernels inlined at numba-IR level
 
     def add_overload(self, cres):
         """A copy just compiled: an ``out_of_line`` kernel's function is marked ``noinline``
@@ -101,17 +109,52 @@ class Kernel(CPUDispatcher):
         return twin(*args)
 
 
-# Inlined kernels of at most this many bytecode instructions are inlined at numba-IR level,
-# larger ones by LLVM (module docstring). Each compile of its own costs 0.1-2 s (numba's
-# typing and lowering, LLVM's function passes). At 250 the
-# grants of the crossbar, the DRAM channel step and refresh, core_issue and
-# next_tile_for_core go the IR way, the largest DRAM and core kernels (cores_step, the
-# FR-FCFS choice, command issue and timing rules) LLVM's; at 160 the MatMul engine case ran
-# 4% slower than all-IR inlining (at 250: 7% faster) and the compile was no shorter.
+# Inlined kernels of at most this many bytecode instructions, counting those of the kernels
+# inlined into them at numba-IR level in turn (``_ir_size``), are inlined at numba-IR level,
+# larger ones by LLVM (module docstring). numba's inliner copies the callee as expanded, once
+# per block with every variable of its scope, so the cost grows with the square of that
+# size: counting a kernel's own instructions only, the crossbar's step (167 of its own, 1,566
+# expanded) and the DRAM's FR-FCFS choice went the IR way, and copying them took 5 of a cold
+# compile's 35 CPU s. Each compile of its own costs 0.1-2 s (numba's typing and lowering,
+# LLVM's function passes). Before sizes were expanded, at 250 the MatMul engine case ran 7%
+# faster than all-IR inlining, at 160 4% slower.
 IR_INLINE_INSTRUCTIONS = 250
 
 
-class _LinkedOnlyLibrary(JITCodeLibrary):
+def _ir_size(fn) -> int:
+    """Bytecode instructions of ``fn`` with those of the kernels inlined into it at numba-IR
+    level, once per call (each call gets a copy), as decorated so far (a kernel calls
+    kernels defined above it or imported)."""
+    code = list(dis.get_instructions(fn))
+    size = len(code)
+    for ins in code:
+        callee = fn.__globals__.get(ins.argval) if ins.opname == "LOAD_GLOBAL" else None
+        if isinstance(callee, Kernel) and callee.targetoptions.get("inline") == "always":
+            size += callee.ir_size
+    return size
+
+
+# LLVM's optimisation level for the function passes each compiled function gets on its own
+# before it is linked (numba: its global level, 3). Everything is optimised again at that
+# level in the entry point that links it, once; at level 1 the passes before (scalar
+# replacement, simplification, dead code) still hand it compact code. At 0 the entry's
+# optimisation took longer than this saved.
+FUNCTION_PASS_LEVEL = 1
+
+
+class _OnceOptimisedLibrary(JITCodeLibrary):
+    """The code of an entry point: its functions get LLVM's function passes at
+    ``FUNCTION_PASS_LEVEL`` before the whole module (with every kernel linked in) is
+    optimised at numba's level."""
+
+    def _optimize_functions(self, ll_module):
+        ll_module.data_layout = self._codegen._data_layout
+        for func in ll_module.functions:
+            fpm, pb = self._codegen._function_pass_manager(opt=FUNCTION_PASS_LEVEL)
+            fpm.run(func, pb)
+
+
+class _LinkedOnlyLibrary(_OnceOptimisedLibrary):
     """The code of a kernel only kernels call: kept as LLVM IR for its callers to link.
 
     numba finalises every function it compiles as if Python were to call it: it optimises
@@ -150,8 +193,51 @@ class _CodegenOfLinkedOnly:
         pass
 
 
-class _KernelCompiler(Compiler):
-    """numba's nopython pipeline, lowering into a ``_LinkedOnlyLibrary``."""
+# Untyped numba IR of each kernel inlined at numba-IR level, built once per process and
+# copied at each call site (``_InlineKernels``).
+_UNTYPED_IR: dict = {}
+
+
+def _untyped_ir(worker, func, enable_ssa=False):
+    """``InlineWorker.run_untyped_passes``, once per kernel: numba ran a kernel's untyped
+    pipeline (bytecode to IR, with its own IR-inlined kernels inlined in turn) again at
+    every call site it was inlined into, a tenth of a cold compile. The IR depends only on
+    the function and ``enable_ssa`` (one typing and target context per process), and the
+    inliner copies it before changing anything (``InlineWorker.inline_ir``)."""
+    worker.flags.enable_ssa = enable_ssa  # as numba's does, to the caller's flags
+    key = (func, enable_ssa)
+    ir = _UNTYPED_IR.get(key)
+    if ir is None:
+        ir = _UNTYPED_IR[key] = InlineWorker.run_untyped_passes(worker, func, enable_ssa)
+    return ir
+
+
+@register_pass(mutates_CFG=True, analysis_only=False)
+class _InlineKernels(InlineInlinables):
+    """numba's pass inlining ``inline="always"`` calls, with each callee's IR built once."""
+
+    _name = "npusim_inline_kernels"
+
+    def _do_work(self, state, work_list, block, i, expr, inline_worker):
+        if "run_untyped_passes" not in vars(inline_worker):
+            inline_worker.run_untyped_passes = partial(_untyped_ir, inline_worker)
+        return super()._do_work(state, work_list, block, i, expr, inline_worker)
+
+
+class _InliningOnce(Compiler):
+    """numba's nopython pipeline with ``_InlineKernels`` in place of its inlining pass."""
+
+    def define_pipelines(self):
+        pipelines = super().define_pipelines()
+        for pm in pipelines:
+            pm.passes = [(_InlineKernels if cls is InlineInlinables else cls, what)
+                         for cls, what in pm.passes]
+            pm.finalize()
+        return pipelines
+
+
+class _KernelCompiler(_InliningOnce):
+    """The kernels' pipeline, lowering into a ``_LinkedOnlyLibrary``."""
 
     def define_pipelines(self):
         if self.state.library is None:
@@ -161,12 +247,15 @@ class _KernelCompiler(Compiler):
         return super().define_pipelines()
 
 
-# numba's library internals the class above overrides; a numba without them compiles
-# kernels the usual way (slower to compile, the same code)
-if not all(hasattr(JITCodeLibrary, m) for m in ("_optimize_final_module",
-                                                 "_finalize_final_module",
-                                                 "_finalize_dynamic_globals")):
-    _KernelCompiler = Compiler  # noqa: F811
+# numba's internals the classes above override; a numba without them compiles kernels the
+# usual way (slower to compile, the same code)
+if not (all(hasattr(JITCodeLibrary, m) for m in ("_optimize_functions",
+                                                  "_optimize_final_module",
+                                                  "_finalize_final_module",
+                                                  "_finalize_dynamic_globals"))
+        and hasattr(InlineInlinables, "_do_work")
+        and hasattr(InlineWorker, "run_untyped_passes")):
+    _InliningOnce = _KernelCompiler = Compiler  # noqa: F811
 
 
 def _options(ir_inline=False, llvm_inline=False):
@@ -182,12 +271,13 @@ def kernel(fn=None, *, inline=False, out_of_line=False, ir_inline=True):
     else as LLVM's inliner judges."""
     if fn is None:
         return lambda f: kernel(f, inline=inline, out_of_line=out_of_line, ir_inline=ir_inline)
-    small = (inline and ir_inline
-             and len(list(dis.get_instructions(fn))) <= IR_INLINE_INSTRUCTIONS)
+    size = _ir_size(fn)
+    small = inline and ir_inline and size <= IR_INLINE_INSTRUCTIONS
     k = Kernel(fn, locals={}, targetoptions=_options(ir_inline=small,
                                                      llvm_inline=inline and not small),
                pipeline_class=_KernelCompiler)
     k.out_of_line = out_of_line
+    k.ir_size = size
     return k
 
 
@@ -207,7 +297,8 @@ MODEL_OPTIONS = dict(_options(llvm_inline=True), pipeline_class=_KernelCompiler)
 
 def entry(fn):
     """Compile ``fn`` as a kernel Python calls (cached on disk with every kernel it calls)."""
-    dispatcher = njit(cache=True, _nrt=False, forceinline=False)(fn)
+    dispatcher = njit(cache=True, _nrt=False, forceinline=False,
+                      pipeline_class=_InliningOnce)(fn)
     dispatcher.npusim_entry = True
     return dispatcher
 
