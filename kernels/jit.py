@@ -68,10 +68,12 @@ from numba.core.registry import CPUDispatcher
 # What a cold compile of the kernels a run needs usually costs (tests/benchmarks/
 # bench_compile.py: CPU seconds of the first `npusim simulate` on the 2-core machines the
 # project is measured on: 27-30 s on one host, 43-70 s on a slower one, 65-86 s there on
-# 2026-11-29 at load 0.5-3); the notice quotes it so that a silent first run does not look
-# hung. A run of another kind (a router network, fast fidelity, a trace, the DRAM replay)
-# compiles its own loop on its first use, about as long or up to twice.
-USUAL_COMPILE_SECONDS = (30, 90)
+# 2026-11-29 at load 0.5-3, before the inlining by expanded size; 32-38 s on a third on
+# 2026-11-30 at load 1-2, where the code before took 42-46 s); the notice quotes it so that
+# a silent first run does not look hung. A run of another kind (a router network, fast
+# fidelity, a trace, the DRAM replay) compiles its own loop on its first use, about as long
+# or up to twice.
+USUAL_COMPILE_SECONDS = (30, 60)
 COMPILE_NOTICE = ("npusim: compiling the simulation kernels this kind of run needs, once per "
                   "install (usually {}-{} s; `npusim compile` builds them all ahead of "
                   "time)".format(*USUAL_COMPILE_SECONDS))
