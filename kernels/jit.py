@@ -17,8 +17,7 @@ turned into machine code on its own (``_LinkedOnlyLibrary``): only the entry poi
 links it does that, once. numba did it for every kernel and again at every level above it,
 a fifth of a cold compile (the first ``simulate``: 80.5 and 81.1 CPU s before, 63.0 and
 69.9 after, alternated; warm speed 0.90-1.01x of before on the engine, DRAM replay and
-Llama cases). Before it is linked, a kernel's own code gets LLVM's function passes at a
-lower level (``FUNCTION_PASS_LEVEL``), as the entry's optimisation does them all again.
+Llama cases).
 
 ``inline=True`` inlines a kernel into every caller. A call between kernels that is not
 inlined passes every array of its tuple arguments as separate arguments (a few hundred
@@ -136,27 +135,7 @@ def _ir_size(fn) -> int:
     return size
 
 
-# LLVM's optimisation level for the function passes each compiled function gets on its own
-# before it is linked (numba: its global level, 3). Everything is optimised again at that
-# level in the entry point that links it, once; at level 1 the passes before (scalar
-# replacement, simplification, dead code) still hand it compact code. At 0 the entry's
-# optimisation took longer than this saved.
-FUNCTION_PASS_LEVEL = 1
-
-
-class _OnceOptimisedLibrary(JITCodeLibrary):
-    """The code of an entry point: its functions get LLVM's function passes at
-    ``FUNCTION_PASS_LEVEL`` before the whole module (with every kernel linked in) is
-    optimised at numba's level."""
-
-    def _optimize_functions(self, ll_module):
-        ll_module.data_layout = self._codegen._data_layout
-        for func in ll_module.functions:
-            fpm, pb = self._codegen._function_pass_manager(opt=FUNCTION_PASS_LEVEL)
-            fpm.run(func, pb)
-
-
-class _LinkedOnlyLibrary(_OnceOptimisedLibrary):
+class _LinkedOnlyLibrary(JITCodeLibrary):
     """The code of a kernel only kernels call: kept as LLVM IR for its callers to link.
 
     numba finalises every function it compiles as if Python were to call it: it optimises
@@ -251,8 +230,7 @@ class _KernelCompiler(_InliningOnce):
 
 # numba's internals the classes above override; a numba without them compiles kernels the
 # usual way (slower to compile, the same code)
-if not (all(hasattr(JITCodeLibrary, m) for m in ("_optimize_functions",
-                                                  "_optimize_final_module",
+if not (all(hasattr(JITCodeLibrary, m) for m in ("_optimize_final_module",
                                                   "_finalize_final_module",
                                                   "_finalize_dynamic_globals"))
         and hasattr(InlineInlinables, "_do_work")
