@@ -19,15 +19,13 @@ a fifth of a cold compile (the first ``simulate``: 80.5 and 81.1 CPU s before, 6
 69.9 after, alternated; warm speed 0.90-1.01x of before on the engine, DRAM replay and
 Llama cases).
 
-``inline=True`` inlines a kernel into every caller. A call between kernels that is not
-inlined passes every array of its tuple arguments as separate arguments (a few hundred
-machine words pushed per call), which cost more than the work of a DRAM command. The
-per-event-step path (``dram_step``, ``noc_step``, ``cores_step`` and what they call every
-step: the DRAM controller, the crossbar's grants, ``core_issue``, ``next_tile_for_core``)
-is therefore inlined. Do not leave it to LLVM's own judgment: its inliner counts the words
-a call passes in favour of inlining, so it inlined these kernels by itself only while every
-call passed the whole chip state; once a unit's kernels took just their own tables and the
-rings, it kept them out of line and the engine ran 2-3x slower.
+Every kernel is inlined into its callers unless it is ``out_of_line``. The tuples of
+tables go by reference (``tables_type.py``: a call passes one pointer per tuple), and LLVM's
+inliner, left to judge, then kept some twenty small kernels of the event-step path out of
+line (the DRAM's bank bookkeeping, ``_next_tick``, the cores' sends and wakes), and the
+2-layer Llama step ran 6.5% slower than before the change (3% with them inlined and the
+pointers marked ``readonly``). Before, when each call passed every array of its tuples (a
+few hundred words), its judgment had inlined them all, for the size of the call.
 
 How a kernel is inlined depends on its size. numba's IR-level inliner (``inline="always"``)
 deep-copies the callee's IR once per block, scope included, so its cost grows with blocks x
@@ -42,9 +40,8 @@ process (``_InlineKernels``), not once per call site as numba does.
 Inlining every kernel by LLVM compiled as fast but ran the engine 20-35% slower (DRAM replay,
 MatMul: A/B against numba-IR inlining); the split runs as fast as inlining all at IR level.
 
-A plain ``kernel`` is inlined or not as LLVM's inliner judges, which can flip when the
-kernel's size changes by a few instructions. ``out_of_line=True`` makes a kernel a call of
-its own for good (LLVM's ``noinline``), where that was measured faster: ``core._issue``,
+``out_of_line=True`` makes a kernel a call of its own for good (LLVM's ``noinline``), where
+that was measured faster: ``core._issue``,
 whose inlining into the main loop made the Llama step 7-8% slower; the crossbar's
 ``_next_response_channel`` and the DRAM's ``_rank_earliest``, which LLVM inlined into the
 loop once it saw kernels before their own optimisation (``_LinkedOnlyLibrary``), and the
@@ -63,6 +60,8 @@ from numba.core.compiler_machinery import register_pass
 from numba.core.inline_closurecall import InlineWorker
 from numba.core.untyped_passes import InlineInlinables
 from numba.core.registry import CPUDispatcher
+
+from .tables_type import mark_tables_arguments
 
 # What a cold compile of the kernels a run needs usually costs (tests/benchmarks/
 # bench_compile.py: CPU seconds of the first `npusim simulate` on the 2-core machines the
@@ -135,7 +134,16 @@ def _ir_size(fn) -> int:
     return size
 
 
-class _LinkedOnlyLibrary(JITCodeLibrary):
+class _EntryLibrary(JITCodeLibrary):
+    """numba's library of an entry point, with the tables arguments marked
+    (``tables_type.mark_tables_arguments``)."""
+
+    def add_ir_module(self, ir_module):
+        mark_tables_arguments(ir_module, getattr(self._codegen, "_target_data", None))
+        super().add_ir_module(ir_module)
+
+
+class _LinkedOnlyLibrary(_EntryLibrary):
     """The code of a kernel only kernels call: kept as LLVM IR for its callers to link.
 
     numba finalises every function it compiles as if Python were to call it: it optimises
@@ -209,6 +217,10 @@ class _InliningOnce(Compiler):
     """numba's nopython pipeline with ``_InlineKernels`` in place of its inlining pass."""
 
     def define_pipelines(self):
+        if self.state.library is None:
+            self.state.library = _EntryLibrary(self.state.targetctx.codegen(),
+                                               self.state.func_id.func_qualname)
+            self.state.library.enable_object_caching()
         pipelines = super().define_pipelines()
         for pm in pipelines:
             pm.passes = [(_InlineKernels if cls is InlineInlinables else cls, what)
@@ -245,16 +257,16 @@ def _options(ir_inline=False, llvm_inline=False):
 
 
 def kernel(fn=None, *, inline=False, out_of_line=False, ir_inline=True):
-    """Compile ``fn`` as a kernel other kernels call: ``inline`` into every caller (a small
-    one at numba-IR level unless ``ir_inline`` is False: numba cannot inline a call that
-    passes its arguments on as ``*args`` there), ``out_of_line`` never (a call of its own),
-    else as LLVM's inliner judges."""
+    """Compile ``fn`` as a kernel other kernels call, inlined into every caller by LLVM;
+    with ``inline`` a small one at numba-IR level instead (unless ``ir_inline`` is False:
+    numba cannot inline a call that passes its arguments on as ``*args`` there);
+    ``out_of_line`` never (a call of its own)."""
     if fn is None:
         return lambda f: kernel(f, inline=inline, out_of_line=out_of_line, ir_inline=ir_inline)
     size = _ir_size(fn)
     small = inline and ir_inline and size <= IR_INLINE_INSTRUCTIONS
     k = Kernel(fn, locals={}, targetoptions=_options(ir_inline=small,
-                                                     llvm_inline=inline and not small),
+                                                     llvm_inline=not small and not out_of_line),
                pipeline_class=_KernelCompiler)
     k.out_of_line = out_of_line
     k.ir_size = size

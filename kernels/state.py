@@ -18,9 +18,10 @@ tuple holds the tables of ideal, simple and DRAM memory; the models a run does n
 get one-element placeholders, so one compiled loop serves every memory model.
 
 Each table is int64, laid out field-major (``table[FIELD, unit, ...]``): every field is a
-contiguous array over units, and a kernel call carries a few dozen arrays rather than
-hundreds (numba reference-counts every array argument of every call, which dominated the
-run time when each field was its own array). The field indices below are module
+contiguous array over units, and a unit has a few dozen arrays rather than hundreds
+(numba reference-counted every array argument of every call, which dominated the run time
+when each field was its own array). A kernel gets each tuple as one pointer
+(``tables_type.py``). The field indices below are module
 constants, which numba folds into the kernels. The exception is ``dreq``, the DRAM request
 slots, laid out record-major (``dreq[channel, slot, FIELD]``): it is the largest table the
 hot path touches, larger than the L1 cache, and a DRAM command reads a dozen fields of one
