@@ -122,12 +122,14 @@ def by_reference(*classes):
 
 
 def _register():
+    """The engine's tuples. The router network's own (``network/state.py``) stay tuples by
+    value: the engine's NoC step builds them inside a kernel from one packed buffer
+    (``network/packed.py``), so they never come from Python there, and typed by reference
+    where they do (``npusim noc``) every router kernel compiled a second time."""
     from . import state
-    from .network import state as network_state
 
     by_reference(state.Params, state.ProgramArrays, state.State, state.Rings, state.Cores,
-                 state.Crossbar, state.RouterNetwork, state.Memory, state.MemTables,
-                 network_state.NocParams, network_state.NocTables, network_state.NocState)
+                 state.Crossbar, state.RouterNetwork, state.Memory, state.MemTables)
 
 
 _register()

@@ -1,8 +1,9 @@
 """The router network's state and tables as views of its one buffer, inside a kernel.
 
-A call between kernels that is not inlined passed every array of its tuple arguments as
-separate arguments (before ``kernels/tables_type.py``): the engine's NoC step called out of
-line with the network's ~40 arrays ran slower than inlined. Packed into one buffer
+A call between kernels that is not inlined passes every array of a tuple argument as a
+separate argument (the engine's own tuples go by reference, ``kernels/tables_type.py``, but
+not these): the engine's NoC step called out of line with the network's ~40 arrays ran
+slower than inlined. Packed into one buffer
 (``state.PACKED_TABLES``), the network is two arrays, so its step can be a call of its own
 (``router_network.py``) which builds the views it works on when it starts (a few loads
 of the layout per table).

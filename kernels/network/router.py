@@ -407,7 +407,8 @@ def router_step(ns, nt, p, r, t):
 def routers_step(ns, nt, p, t):
     """Cycle t of every router due (every router without skip); returns the earliest
     cycle any router is due next. Inlined into its callers (the engine's NoC step runs it
-    every NoC cycle with traffic)."""
+    every NoC cycle with traffic: an out-of-line call passes each of the network's ~40
+    arrays separately, see kernels/jit.py)."""
     nxt = isa.NEVER
     for r in range(p.n_routers):
         if ns.wake[r] <= t or p.skip == 0:

@@ -20,7 +20,6 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from .. import isa
 from ..jit import entry, kernel
-from ..tables_type import by_reference
 from .nic import eject_flit, nic_next_arrival, nic_send, nic_start, packet_done
 from .router import routers_step
 from .state import *  # noqa: F403  (field indices)
@@ -32,7 +31,6 @@ PAT_TABLE, PAT_UNIFORM, PAT_WEIGHTED = range(3)  # pattern: dest[node]; any node
 # sy: src[SR_*, node], rng[node] (uint64), dest[node] (PAT_TABLE) or cumulative weights
 # (PAT_WEIGHTED), accepted[node] flits, stat[SY_*]
 SynState = namedtuple("SynState", ("src", "rng", "dest", "accepted", "stat"))
-by_reference(TrafficParams, SynState)
 SR_NEXT, SR_DEST = range(2)  # cycle the next packet is created, and its destination
 N_SR_FIELDS = 2
 (SY_LAT_SUM, SY_LAT_N, SY_LAT_MAX, SY_NLAT_SUM, SY_INFLIGHT,
