@@ -67,7 +67,8 @@ from .tables_type import mark_tables_arguments
 # bench_compile.py: CPU seconds of the first `npusim simulate` on the 2-core machines the
 # project is measured on: 27-30 s on one host, 43-70 s on a slower one, 65-86 s there on
 # 2026-11-29 at load 0.5-3, before the inlining by expanded size; 32-38 s on a third on
-# 2026-11-30 at load 1-2, where the code before took 42-46 s); the notice quotes it so that
+# 2026-11-30 at load 1-2, where the code before took 42-46 s, and 33-40 s there once the
+# tables went by reference, against 35-48 s before it); the notice quotes it so that
 # a silent first run does not look hung. A run of another kind (a router network, fast
 # fidelity, a trace, the DRAM replay) compiles its own loop on its first use, about as long
 # or up to twice.
