@@ -41,11 +41,11 @@ Inlining every kernel by LLVM compiled as fast but ran the engine 20-35% slower 
 MatMul: A/B against numba-IR inlining); the split runs as fast as inlining all at IR level.
 
 ``out_of_line=True`` makes a kernel a call of its own for good (LLVM's ``noinline``), where
-that was measured faster: ``core._issue``,
-whose inlining into the main loop made the Llama step 7-8% slower; the crossbar's
-``_next_response_channel`` and the DRAM's ``_rank_earliest``, which LLVM inlined into the
-loop once it saw kernels before their own optimisation (``_LinkedOnlyLibrary``), and the
-MatMul on ``mobile`` ran 1.37x slower (LLVM had kept them out of line before).
+that was measured faster: ``core._issue``, whose inlining into the main loop made the Llama
+step 7-8% slower; the crossbar's ``_next_response_channel`` and the DRAM's
+``_rank_earliest``, which LLVM inlined into the loop once it saw kernels before their own
+optimisation (``_LinkedOnlyLibrary``), and the MatMul on ``mobile`` ran 1.37x slower (LLVM
+had kept them out of line before).
 """
 
 import dis
@@ -215,12 +215,15 @@ class _InlineKernels(InlineInlinables):
 
 
 class _InliningOnce(Compiler):
-    """numba's nopython pipeline with ``_InlineKernels`` in place of its inlining pass."""
+    """numba's nopython pipeline with ``_InlineKernels`` in place of its inlining pass,
+    lowering into a ``library_class``."""
+
+    library_class = _EntryLibrary
 
     def define_pipelines(self):
         if self.state.library is None:
-            self.state.library = _EntryLibrary(self.state.targetctx.codegen(),
-                                               self.state.func_id.func_qualname)
+            self.state.library = self.library_class(self.state.targetctx.codegen(),
+                                                    self.state.func_id.func_qualname)
             self.state.library.enable_object_caching()
         pipelines = super().define_pipelines()
         for pm in pipelines:
@@ -233,12 +236,7 @@ class _InliningOnce(Compiler):
 class _KernelCompiler(_InliningOnce):
     """The kernels' pipeline, lowering into a ``_LinkedOnlyLibrary``."""
 
-    def define_pipelines(self):
-        if self.state.library is None:
-            self.state.library = _LinkedOnlyLibrary(self.state.targetctx.codegen(),
-                                                    self.state.func_id.func_qualname)
-            self.state.library.enable_object_caching()
-        return super().define_pipelines()
+    library_class = _LinkedOnlyLibrary
 
 
 # numba's internals the classes above override; a numba without them compiles kernels the

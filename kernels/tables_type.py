@@ -31,8 +31,8 @@ def _is_tables(t) -> bool:
 def _struct(dmm, fe_type):
     """The members' data, a nested tables tuple's members inline: every table's address is
     then one offset from the pointer an entry point gets, which LLVM can follow."""
-    return ir.LiteralStructType([_struct(dmm, t) if _is_tables(t) else dmm.lookup(t).get_data_type()
-                                 for t in fe_type])
+    return ir.LiteralStructType([_struct(dmm, t) if _is_tables(t)
+                                 else dmm.lookup(t).get_data_type() for t in fe_type])
 
 
 @register_default(TablesTuple)
