@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fast_columns import FAST_HEAD, fast_cells, fast_fields, fill_kernel_cache
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "results" / "benchmarks" / "engine.json"
 QUICK_OUT = REPO / "results" / "benchmarks" / "engine_quick.json"
@@ -87,26 +89,29 @@ def _dram_requests(result) -> int:
     return int(sum(c["load_requests"] + c["store_requests"] for c in result.cores))
 
 
-def run_python_case(case: dict[str, Any], repeat: int, first: dict[str, Any]) -> dict[str, Any]:
+def run_python_case(case: dict[str, Any], repeat: int, first: dict[str, Any],
+                    fast: bool = False) -> dict[str, Any]:
     import npusim
 
-    def once():
-        t = time.perf_counter()
-        r = npusim.simulate(case["model"], config=case["config"], overrides=case["overrides"],
+    def once(fidelity="full"):
+        t, c = time.perf_counter(), time.process_time()
+        r = npusim.simulate(case["model"], config=case["config"],
+                            overrides=case["overrides"] + [f"fidelity={fidelity}"],
                             mapping=case["mapping"])
-        return r, time.perf_counter() - t
+        # wall and CPU seconds of the whole call (CPU: what fast_columns compares)
+        return r, time.perf_counter() - t, time.process_time() - c
 
     row = {k: case[k] for k in ("case", "group", "config", "overrides")}
     row["model"] = case.get("model_label", case["model"])
     if case.get("mapping_text"):
         row["mapping"] = case["mapping_text"]
     # Untimed warm-up: compiles (or loads the cached) kernel for these argument types.
-    warm, warm_e2e = once()
+    warm, warm_e2e, _ = once()
     if "compile_seconds" not in first:  # the first simulate() of this process
         first.update(case=case["case"], compile_seconds=warm.compile_seconds,
                      first_run_seconds=warm_e2e)
     runs = [once() for _ in range(repeat)]
-    results = [r for r, _ in runs]
+    results = [r for r, _, _ in runs]
     cycles = {r.total_cycles for r in results} | {warm.total_cycles}
     steps = {r.event_steps for r in results} | {warm.event_steps}
     reqs = {_dram_requests(r) for r in results} | {_dram_requests(warm)}
@@ -118,7 +123,7 @@ def run_python_case(case: dict[str, Any], repeat: int, first: dict[str, Any]) ->
         wall_seconds_best=best,
         wall_seconds_median=med,
         wall_seconds_all=walls,
-        end_to_end_seconds_best=min(e for _, e in runs),  # load + lower + run + collect
+        end_to_end_seconds_best=min(e for _, e, _ in runs),  # load + lower + run + collect
         compile_seconds_in_timed_runs=max(r.compile_seconds for r in results),
         cycles_per_second=r0.total_cycles / best if best > 0 else None,
         event_steps=r0.event_steps,
@@ -133,9 +138,15 @@ def run_python_case(case: dict[str, Any], repeat: int, first: dict[str, Any]) ->
         energy_percent_of_wall=(100 * min(getattr(r, "energy_seconds", 0.0) for r in results)
                                 / best if best > 0 else None),
         energy_percent_of_end_to_end=(100 * min(getattr(r, "energy_seconds", 0.0)
-                                                for r in results) / min(e for _, e in runs)),
+                                                for r in results) / min(e for _, e, _ in runs)),
         repeats=repeat,
     )
+    if fast:  # untimed warm-up (the fast loop's cache load), then as many timed runs
+        once("fast")
+        quick = [once("fast") for _ in range(repeat)]
+        row.update(fast_fields(r0.total_cycles, min(c for _, _, c in runs),
+                               quick[0][0].total_cycles, min(c for _, _, c in quick),
+                               quick[0][0].extra["fidelity"]))
     if "rtl_cycles" in case:
         rtl = case["rtl_cycles"]
         row["rtl_cycles"] = rtl
@@ -301,7 +312,9 @@ def _config(row) -> str:
 
 
 HEAD = ["case", "model", "config", "sim cycles", "wall best s", "wall median s", "cycles/s",
-        "event steps", "DRAM requests", "requests/s", "energy s (% of wall)", "target"]
+        "event steps", "DRAM requests", "requests/s", "energy s (% of wall)", "target",
+        *FAST_HEAD]
+RIGHT = {*range(3, 10), *range(12, len(HEAD))}  # numeric columns of HEAD
 
 
 def table_rows(report: dict[str, Any]) -> list[list[str]]:
@@ -319,6 +332,7 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
             _f(r.get("dram_requests"), ","), _rate(r.get("requests_per_second")),
             (f"{r['energy_seconds_best']:.4f} ({r['energy_percent_of_wall']:.1f}%)"
              if r.get("energy_percent_of_wall") is not None else "-"), _target(r),
+            *fast_cells(r),
         ])
     return out
 
@@ -334,7 +348,7 @@ def gemmini_rows(report) -> list[list[str]]:
 
 def plain_table(head, rows) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-    right = lambda i: 3 <= i <= 9 if head is HEAD else i >= 1  # noqa: E731
+    right = lambda i: i in RIGHT if head is HEAD else i >= 1  # noqa: E731
     fmt = lambda cells: "  ".join(  # noqa: E731
         (c.rjust(w) if right(i) else c.ljust(w)) for i, (c, w) in enumerate(zip(cells, widths)))
     line = "  ".join("-" * w for w in widths)
@@ -342,7 +356,7 @@ def plain_table(head, rows) -> str:
 
 
 def md_table(head, rows) -> str:
-    right = (lambda i: 3 <= i <= 9) if head is HEAD else (lambda i: i >= 1)
+    right = (lambda i: i in RIGHT) if head is HEAD else (lambda i: i >= 1)
     lines = ["| " + " | ".join(head) + " |",
              "|" + "|".join("---:" if right(i) else "---" for i in range(len(head))) + "|"]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
@@ -436,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"{DEFAULT_OUT.relative_to(REPO)}")
     ap.add_argument("--repeat", type=int, default=None,
                     help="timed runs per case (default 3, or 1 with --quick)")
+    ap.add_argument("--no-fast", action="store_true",
+                    help="full fidelity only (by default each in-process case is run again "
+                         "in fast fidelity, issue 17: the fast columns)")
     ap.add_argument("--no-cold-compile", action="store_true",
                     help="skip measuring a compile with an empty numba cache (full mode only)")
     args = ap.parse_args(argv)
@@ -450,7 +467,8 @@ def main(argv: list[str] | None = None) -> int:
         "date": started.isoformat(timespec="seconds"),
         "command": "python tests/benchmarks/bench_engine.py" + (" --quick" if args.quick else "")
                    + (f" --repeat {args.repeat}" if args.repeat else "")
-                   + (" --no-cold-compile" if args.no_cold_compile else ""),
+                   + (" --no-cold-compile" if args.no_cold_compile else "")
+                   + (" --no-fast" if args.no_fast else ""),
         "quick": args.quick,
         "repeats": repeat,
         "machine": machine_info(),
@@ -461,11 +479,13 @@ def main(argv: list[str] | None = None) -> int:
         "cases": [],
     }
     failed = False
+    if not args.no_fast:
+        fill_kernel_cache()
     with tempfile.TemporaryDirectory(prefix="npusim-bench-") as tmp:
         for case in python_cases(args.quick, Path(tmp)):
             print(f"running {case['case']} ...", file=sys.stderr, flush=True)
             try:
-                row = run_python_case(case, repeat, report["compile"])
+                row = run_python_case(case, repeat, report["compile"], not args.no_fast)
             except Exception as err:  # noqa: BLE001 - record it, keep benchmarking the rest
                 failed = True
                 row = {k: case[k] for k in ("case", "group", "config", "overrides")}

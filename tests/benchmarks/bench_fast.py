@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from fast_columns import error_percent, fill_kernel_cache, speedup
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "results" / "benchmarks" / "fast.json"
 
@@ -192,9 +194,9 @@ def run_sweep(sweep: str, fidelity: str) -> dict:
 
 
 def compare(full: dict, fast: dict) -> dict:
-    out = {"cycle_error_percent": 100 * (fast["cycles"] - full["cycles"]) / full["cycles"],
-           "speedup_cpu": full["cpu_seconds"] / fast["cpu_seconds"],
-           "speedup_wall": full["wall_seconds"] / fast["wall_seconds"]}
+    out = {"cycle_error_percent": error_percent(full["cycles"], fast["cycles"]),
+           "speedup_cpu": speedup(full["cpu_seconds"], fast["cpu_seconds"]),
+           "speedup_wall": speedup(full["wall_seconds"], fast["wall_seconds"])}
     if "layer_cycles" in full:
         errs = [abs(b - a) / a for a, b in zip(full["layer_cycles"], fast["layer_cycles"]) if a]
         out["layer_error_max_percent"] = 100 * max(errs)
@@ -247,10 +249,7 @@ def main() -> None:
                     help="take a case's full run from --out if it holds one (full fidelity "
                          "does not depend on npusim.fast, so only fast is run again)")
     a = ap.parse_args()
-    # every kernel variant in the cache first (fast fidelity's cuts are entries of their
-    # own, compiled on a run's first cut): no case times a compile
-    subprocess.run([str(Path(sys.executable).parent / "npusim"), "compile"], check=True,
-                   cwd=REPO, capture_output=True)
+    fill_kernel_cache()  # no case times a compile
     rows = json.loads(a.out.read_text())["cases"] if a.out.exists() else []
     for name in a.cases.split(","):
         desc, target, spec = CASES[name]

@@ -6,6 +6,9 @@ Each case runs in its own process: a warm-up loads the cached kernels, then the 
 simulation. Prints simulated cycles, wall seconds (lowering included), simulated cycles per
 second and DRAM requests simulated per second, and writes results/benchmarks/serving.{json,md}
 (a case's row is written as soon as it finishes, so a long run keeps what it measured).
+Each case is run again in fast fidelity (issue 17; ``--no-fast`` leaves that out): the fast
+columns give its cycles, their error against full and the speed-up on CPU seconds
+(``fast_columns.py``).
 
     python tests/benchmarks/bench_serving.py [--cases gpt2,llama_gqa,llama_mha] [--out FILE]
 
@@ -21,6 +24,8 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+
+from fast_columns import FAST_HEAD, fast_cells, fast_fields, fill_kernel_cache
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "results" / "benchmarks" / "serving.json"
@@ -41,11 +46,11 @@ from pathlib import Path
 import npusim
 from npusim.simulation import simulate_requests
 from npusim.workload import read_requests
-path = Path(sys.argv[1])
-npusim.simulate("tiny_cnn", "server")  # load the cached kernels
+path, fidelity = Path(sys.argv[1]), f"fidelity={sys.argv[2]}"
+npusim.simulate("tiny_cnn", "server", overrides=[fidelity])  # load the cached kernels
 reqs = read_requests(path, 1000)
 t0, c0 = time.perf_counter(), time.process_time()
-r = simulate_requests(reqs, "server", overrides=["scheduler.max_batch=128"])
+r = simulate_requests(reqs, "server", overrides=["scheduler.max_batch=128", fidelity])
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
 dram = r.memory.get("reads", 0) + r.memory.get("writes", 0)
 g = r.requests[0]
@@ -57,19 +62,33 @@ print(json.dumps({
     "bytes_moved": r.bytes_moved, "dram_gbps": r.memory.get("bandwidth_gbps"),
     "ttft_cycles": g["ttft_cycles"], "tbt_p50_cycles": g["tbt_p50_cycles"],
     "tbt_p95_cycles": g["tbt_p95_cycles"], "tbt_p99_cycles": g["tbt_p99_cycles"],
-    "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "fidelity": r.extra["fidelity"]}))
 """
 
 
-def run_case(name: str, tmp: Path) -> dict:
+def _child(requests: Path, fidelity: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(requests), fidelity],
+                         capture_output=True, text=True, cwd=REPO)
+    if out.returncode != 0:
+        return {"error": out.stderr.strip()[-2000:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_case(name: str, tmp: Path, fast: bool) -> dict:
     desc, reqs = CASES[name]
     f = tmp / f"{name}.json"
     f.write_text(json.dumps({"requests": reqs}))
-    out = subprocess.run([sys.executable, "-c", CHILD, str(f)], capture_output=True, text=True,
-                         cwd=REPO)
-    if out.returncode != 0:
-        return {"case": name, "description": desc, "error": out.stderr.strip()[-2000:]}
-    return {"case": name, "description": desc, **json.loads(out.stdout.strip().splitlines()[-1])}
+    row = {"case": name, "description": desc, **_child(f, "full")}
+    if fast and "error" not in row:
+        q = _child(f, "fast")
+        if "error" in q:
+            row["fast_error"] = q["error"]
+        else:
+            row.update(fast_fields(row["total_cycles"], row["cpu_seconds"], q["total_cycles"],
+                                   q["cpu_seconds"], q["fidelity"]))
+    row.pop("fidelity", None)
+    return row
 
 
 def write(rows: list[dict], out: Path) -> None:
@@ -82,8 +101,9 @@ def write(rows: list[dict], out: Path) -> None:
              "CPU is the process's own CPU time (what wall would be on an idle machine); "
              "rates use wall.",
              "", "| case | simulated cycles | wall s | CPU s | cycles/s | DRAM requests | "
-             "DRAM req/s | GB moved | TTFT | TBT p50 | target < 300 s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "DRAM req/s | GB moved | TTFT | TBT p50 | target < 300 s | "
+             + " | ".join(FAST_HEAD) + " |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|" + "---:|" * len(FAST_HEAD)]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['description']} | error: {r['error'][-200:]} ||||||||||")
@@ -95,7 +115,8 @@ def write(rows: list[dict], out: Path) -> None:
             f"{r['cycles_per_second'] / 1e3:,.0f} k | {r['dram_requests']:,} | "
             f"{r['dram_requests_per_second'] / 1e3:,.0f} k | {r['bytes_moved'] / 1e9:.1f} | "
             f"{r['ttft_cycles']:,} | {tbt} | "
-            f"{'met' if min(r['wall_seconds'], r['cpu_seconds']) < 300 else 'MISSED'} |")
+            f"{'met' if min(r['wall_seconds'], r['cpu_seconds']) < 300 else 'MISSED'} | "
+            + " | ".join(fast_cells(r)) + " |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
@@ -105,11 +126,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--no-fast", action="store_true", help="full fidelity only")
     a = ap.parse_args()
+    if not a.no_fast:
+        fill_kernel_cache()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.cases.split(","):
-            rows.append(run_case(name, Path(tmp)))
+            rows.append(run_case(name, Path(tmp), not a.no_fast))
             r = rows[-1]
             print(json.dumps(r), flush=True)
             write(rows, a.out)
