@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from fast_columns import FAST_HEAD, fast_cells, fast_fields, fill_kernel_cache
+from fast_columns import FAST_HEAD, add_fast_run, fast_cells, fill_kernel_cache
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "results" / "benchmarks" / "models.json"
@@ -92,12 +92,7 @@ def run_case(model: str, dims: dict, preset: str, fast: bool) -> dict:
     row["cycles_per_second"] = row["total_cycles"] / row["kernel_seconds"]
     row.pop("fidelity")
     if fast:
-        q = _child(model, dims, preset, "fast")
-        if "error" in q:
-            row["fast_error"] = q["error"]
-        else:
-            row.update(fast_fields(row["total_cycles"], row["cpu_seconds"], q["total_cycles"],
-                                   q["cpu_seconds"], q["fidelity"]))
+        add_fast_run(row, _child(model, dims, preset, "fast"))
     return row
 
 

@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fast_columns import FAST_HEAD, fast_cells, fast_fields, fill_kernel_cache
+from fast_columns import FAST_HEAD, add_fast_run, fast_cells, fill_kernel_cache
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "results" / "benchmarks" / "serving.json"
@@ -81,12 +81,7 @@ def run_case(name: str, tmp: Path, fast: bool) -> dict:
     f.write_text(json.dumps({"requests": reqs}))
     row = {"case": name, "description": desc, **_child(f, "full")}
     if fast and "error" not in row:
-        q = _child(f, "fast")
-        if "error" in q:
-            row["fast_error"] = q["error"]
-        else:
-            row.update(fast_fields(row["total_cycles"], row["cpu_seconds"], q["total_cycles"],
-                                   q["cpu_seconds"], q["fidelity"]))
+        add_fast_run(row, _child(f, "fast"))
     row.pop("fidelity", None)
     return row
 

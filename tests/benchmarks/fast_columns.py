@@ -49,6 +49,17 @@ def fast_fields(full_cycles: int, full_cpu_seconds: float, fast_cycles: int,
             "fast_cycles_extrapolated": report.get("extrapolated_cycles", 0)}
 
 
+def add_fast_run(row: dict, run: dict) -> None:
+    """Into ``row`` (a full run's, with ``total_cycles`` and ``cpu_seconds``), what it records
+    of the same case's fast run ``run`` (the same keys and the result's ``fidelity``), or
+    the fast run's error."""
+    if "error" in run:
+        row["fast_error"] = run["error"]
+    else:
+        row.update(fast_fields(row["total_cycles"], row["cpu_seconds"], run["total_cycles"],
+                               run["cpu_seconds"], run["fidelity"]))
+
+
 def fast_cells(row: dict) -> list[str]:
     """The cells under ``FAST_HEAD``: dashes for a row without a fast run."""
     if "fast_cycles" not in row:
