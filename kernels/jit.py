@@ -286,9 +286,14 @@ def kernel(fn=None, *, inline=False, out_of_line=False, ir_inline=True):
 MODEL_OPTIONS = dict(_options(llvm_inline=True), pipeline_class=_KernelCompiler)
 
 
-def entry(fn):
-    """Compile ``fn`` as a kernel Python calls (cached on disk with every kernel it calls)."""
-    dispatcher = njit(cache=True, _nrt=False, forceinline=False,
+def entry(fn=None, *, cache=True):
+    """Compile ``fn`` as a kernel Python calls (cached on disk with every kernel it calls).
+
+    ``cache=False`` is for code whose LLVM a test reads: numba returns no IR for machine
+    code it loaded from the disk cache."""
+    if fn is None:
+        return lambda f: entry(f, cache=cache)
+    dispatcher = njit(cache=cache, _nrt=False, forceinline=False,
                       pipeline_class=_InliningOnce)(fn)
     dispatcher.npusim_entry = True
     return dispatcher

@@ -23,7 +23,7 @@ def _weigh(t, k):
     return t.inner.vec[k] * t.p.scale + t.inner.grid[k, 1] + t.p.offset
 
 
-@entry
+@entry(cache=False)  # its LLVM is read below, and numba has none for cached code
 def _weigh_all(t):
     for k in range(t.out.shape[0]):
         t.out[k] = _weigh(t, k)
