@@ -105,7 +105,7 @@ class EngineRun:
         if end < 0:
             return -1
         if self.fast is not None:
-            end += int(self.fast.shift[layer]) + int(self.fast.end_shift[layer])
+            end = self.fast.real_end(self.st, layer)
         return end // self.tb.core_period
 
     @property

@@ -268,3 +268,53 @@ def test_tile_runs_shared_with_another_stream_are_simulated_in_full():
     assert info["tiles_extrapolated"] == 0
     outcomes = [r["outcome"] for r in info["tile_runs"]]
     assert len(outcomes) == 2 and all(o.startswith("shared with ") for o in outcomes), outcomes
+
+
+# --------------------------------------------------- identical layers spread over a run
+
+
+# GPT-2 with two decoder blocks, generating 6 tokens: its LM head (768 x 50257 weights,
+# about 120,000 cycles on ``server``) is long enough to be measured
+GPT2_TOKENS = Request("gpt2", prompt=32, generate=6, llm={"layers": 2})
+
+
+def test_a_layer_repeated_in_every_generation_step_is_cut_at_its_fixed_point():
+    """GPT-2 generating tokens: each step ends with the same LM head, in a program part of
+    its own (no region spans two steps). Once two of its instances that ran alone agree,
+    the later ones are not simulated: each takes the last instance's time and statistics,
+    and the tokens, the totals and the traffic stay within 1% of full."""
+    full, fast = [simulate_requests([GPT2_TOKENS], "server", overrides=[f"fidelity={f}"])
+                  for f in ("full", "fast")]
+    info = fast.extra["fidelity"]
+    assert info["repeated_layers_cut"] >= 3, info
+    assert _rel(full.total_cycles, fast.total_cycles) < 0.01
+    a, b = full.requests[0], fast.requests[0]
+    for x, y in zip([a["ttft_cycles"], *a["tbt_cycles"]], [b["ttft_cycles"], *b["tbt_cycles"]]):
+        assert _rel(x, y) < 0.01
+    # a token ends when its step's LM head does, extrapolated or not
+    its = fast.extra["llm_servers"][0]["iterations"]
+    assert b["token_cycles"] == [i["end_cycle"] for i in its]
+    heads = [(x, y) for x, y in zip(full.layers, fast.layers) if x["name"].endswith("logits")]
+    assert len(heads) == 6  # one per token: the prefill and five decode steps
+    for x, y in heads:
+        assert y["name"] == x["name"]
+        assert _rel(x["cycles"], y["cycles"]) < 0.03
+        # statistics copied from an identical instance: the same bytes, exactly
+        assert (y["bytes_loaded"], y["systolic_cycles"]) == (x["bytes_loaded"], x["systolic_cycles"])
+    assert y["end_cycle"] == fast.total_cycles  # the last one, extrapolated, ends the run
+    assert _rel(full.bytes_moved, fast.bytes_moved) < 0.01
+    assert _rel(full.memory["reads"], fast.memory["reads"]) < 0.01
+    assert _rel(full.energy_j, fast.energy_j) < 0.01
+
+
+def test_repeated_layers_beside_another_stream_are_simulated_in_full():
+    """The same generation on each half of the cores: no LM head ever runs alone, so none
+    is measured or cut, and the run equals the full one."""
+    from dataclasses import replace
+
+    reqs = [replace(GPT2_TOKENS, name=n, partition=i) for i, n in enumerate("ab")]
+    full, fast = [simulate_requests(reqs, "server", overrides=[
+        f"fidelity={f}", "scheduler.policy=spatial"]) for f in ("full", "fast")]
+    assert fast.extra["fidelity"]["repeated_layers_cut"] == 0
+    assert fast.total_cycles == full.total_cycles
+    assert fast.requests == full.requests

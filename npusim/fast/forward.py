@@ -46,6 +46,7 @@ import numpy as np
 
 from npusim.fast.chip import COUNTERS, counter_index, counters, released
 from npusim.fast.regions import Region, TileRun, find_regions, find_tile_runs, tile_contents
+from npusim.fast.repeats import LayerRepeats
 from npusim.fast.streams import StreamCuts
 from npusim.kernels import isa
 from npusim.kernels import state as ks
@@ -197,6 +198,7 @@ class FastForward:
         self._claims: dict[int, int] = {}  # layers we asked the kernel to pause after
         self.skipped: list[tuple[int, int]] = []  # (simulated tick, ticks extrapolated there)
         self.streams = StreamCuts(self, timebase)  # steady streaming inside tiles
+        self.repeats = LayerRepeats(self)  # identical layers spread over the run
 
     # -- notifications, shared with whoever else set them ------------------------------
     def _claim(self, st, layers) -> None:
@@ -241,7 +243,8 @@ class FastForward:
             self.tile_watches.append(w)
             self.tiles_pending[tr.layer] = w
             self._pending_layers = None
-        for region in find_regions(prog, first_layer, tile_content=content):
+        regions = find_regions(prog, first_layer, tile_content=content)
+        for region in regions:
             if region.sequential:
                 w = _Watch(region, 1)
                 # iteration k runs from the end of iteration k - 1, the first from the end of
@@ -260,6 +263,16 @@ class FastForward:
             self.watches.append(w)
             self.active.append(w)
             self._claim(st, w.anchors)
+        self.repeats.watch(run, first_layer, content, np.concatenate(
+            [r.layers() for r in regions] + [np.zeros(0, np.int64)]).astype(np.int64))
+
+    def real_end(self, st, layer: int) -> int:
+        """The tick ``layer`` ended as the user sees it (it has ended in the run): its
+        synthesised end if it was extrapolated."""
+        if self.cut[layer]:
+            return int(self.synth_times[1, layer])
+        return (int(st.cores.layer_st[ks.L_END, layer]) + int(self.shift[layer])
+                + int(self.end_shift[layer]))
 
     # -- during the run ---------------------------------------------------------------
     def paused(self, run) -> None:
@@ -290,6 +303,7 @@ class FastForward:
                 self._unclaim(st, w.anchors)
         self.active = [w for w in self.active
                        if w.outcome == "watching" or (w.outcome == "cut" and not w.settled)]
+        self.repeats.paused(run)
 
     def measuring(self, st) -> bool:
         """Whether a region or run of tiles in progress is being measured: a cut inside
@@ -649,6 +663,7 @@ class FastForward:
             "tiles_dropped_in_layers": dropped,
             "extrapolated_cycles": int(ticks) // P,
             **self.streams.report(),
+            **self.repeats.report(),
             "tile_runs": [{
                 "layer": prog.layers[w.run.layer].name,
                 "groups": w.run.end_group - w.run.first_group,

@@ -91,13 +91,16 @@ def tile_contents(prog: Program) -> np.ndarray:
 
 
 def layer_signatures(prog: Program, first: int = 0,
-                     tile_content: np.ndarray | None = None) -> np.ndarray:
-    """One integer per layer from ``first`` on; equal integers mean identical layers."""
+                     tile_content: np.ndarray | None = None,
+                     ids: dict[tuple, int] | None = None) -> np.ndarray:
+    """One integer per layer from ``first`` on; equal integers mean identical layers.
+    ``ids`` (signature to integer, filled in) keeps the integers across calls."""
     n_layers = prog.layer.shape[0]
     groups = prog.group
     if tile_content is None:
         tile_content = tile_contents(prog)
-    ids: dict[tuple, int] = {}
+    if ids is None:
+        ids = {}
     out = np.empty(n_layers - first, dtype=np.int64)
     for lid in range(first, n_layers):
         row = prog.layer[lid]
