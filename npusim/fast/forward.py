@@ -180,6 +180,7 @@ class FastForward:
         self.n_cores = n_cores
         self.watches: list[_Watch] = []
         self.active: list[_Watch] = []  # watching, or cut and not yet settled
+        self._active_first: np.ndarray | None = None  # their first layers
         self.offset = 0
         self.shift = np.zeros(0, dtype=np.int64)
         self.cut = np.zeros(0, dtype=bool)
@@ -243,7 +244,8 @@ class FastForward:
             self.tile_watches.append(w)
             self.tiles_pending[tr.layer] = w
             self._pending_layers = None
-        regions = find_regions(prog, first_layer, tile_content=content)
+        regions = find_regions(prog, first_layer, tile_content=content,
+                               signatures=self.repeats.signatures(prog, first_layer, content))
         for region in regions:
             if region.sequential:
                 w = _Watch(region, 1)
@@ -262,8 +264,9 @@ class FastForward:
                 w.metric = use
             self.watches.append(w)
             self.active.append(w)
+            self._active_first = None
             self._claim(st, w.anchors)
-        self.repeats.watch(run, first_layer, content, np.concatenate(
+        self.repeats.watch(run, first_layer, np.concatenate(
             [r.layers() for r in regions] + [np.zeros(0, np.int64)]).astype(np.int64))
 
     def real_end(self, st, layer: int) -> int:
@@ -290,19 +293,28 @@ class FastForward:
                 if w.outcome != "watching" and (w.outcome != "cut" or w.settled):
                     del self.tiles_pending[layer]
                     self._pending_layers = None
-        for w in self.active:
+        if self._active_first is None:
+            self._active_first = np.array([w.region.first for w in self.active], np.int64)
+        # side by side regions are sampled from their first layer's start on (an LLM step
+        # has a hundred waiting at most pauses: one look at all of them)
+        begun = (st.cores.layer_st[ks.L_START, self._active_first] >= 0).tolist()
+        for w, b in zip(self.active, begun):
             if w.outcome == "cut" and not w.settled:
                 self._settle(run.st, w, run.release_offset_changed)
             if w.outcome != "watching":
                 continue
             if w.by_progress:
+                if not b:
+                    continue
                 self._sample_progress(run, w)
             else:
                 self._sample_anchors(run, w)
             if w.outcome != "watching":
                 self._unclaim(st, w.anchors)
-        self.active = [w for w in self.active
-                       if w.outcome == "watching" or (w.outcome == "cut" and not w.settled)]
+        active = [w for w in self.active
+                  if w.outcome == "watching" or (w.outcome == "cut" and not w.settled)]
+        if len(active) != len(self.active):
+            self.active, self._active_first = active, None
         self.repeats.paused(run)
 
     def measuring(self, st) -> bool:

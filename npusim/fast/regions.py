@@ -212,12 +212,13 @@ def _waves(preds: list[list[int]], first: int, start: int, period: int) -> list[
 
 
 def find_regions(prog: Program, first: int = 0, min_iterations: int = MIN_ITERATIONS,
-                 tile_content: np.ndarray | None = None) -> list[Region]:
+                 tile_content: np.ndarray | None = None,
+                 signatures: np.ndarray | None = None) -> list[Region]:
     """The repeated regions among layers ``first ..`` (a program extended by an LLM server
     is searched again from its new layers on), largest first. A stretch is reported with its
     smallest period only; a stretch whose repeats run side by side becomes one region per
-    release wave."""
-    sig = layer_signatures(prog, first, tile_content)
+    release wave. ``signatures``: those layers' ``layer_signatures``, if already known."""
+    sig = layer_signatures(prog, first, tile_content) if signatures is None else signatures
     preds = _predecessors(prog, first)
     stretches: list[tuple[int, int, int]] = []
     found: list[Region] = []

@@ -72,6 +72,7 @@ class LayerRepeats:
         self.sig = np.zeros(0, np.int64)
         self.seen = np.zeros(0, np.int64)  # layers of each signature in the run so far
         self.in_region = np.zeros(0, bool)
+        self.claimed = np.zeros(0, bool)  # layers whose end this unit pauses for
         self.instances: dict[int, list[_Instance]] = {}
         self.open: dict[int, _Open] = {}
         self.settle: dict[int, int] = {}  # predecessor -> the cut layer its end settles
@@ -79,8 +80,15 @@ class LayerRepeats:
         self.ticks = 0
         self.min_ticks = 0  # an instance's least length (set with the first program)
 
-    def watch(self, run, first: int, content: np.ndarray, region_layers: np.ndarray) -> None:
-        """Signatures of layers ``first ..``; the pauses the repeated ones need."""
+    def signatures(self, prog, first: int, content: np.ndarray) -> np.ndarray:
+        """``layer_signatures`` of layers ``first ..``, numbered alike across the run."""
+        sig = layer_signatures(prog, first, content, ids=self.ids)
+        self.sig = np.concatenate([self.sig[:first], sig])
+        self.seen = np.bincount(self.sig, minlength=len(self.ids))
+        return sig
+
+    def watch(self, run, first: int, region_layers: np.ndarray) -> None:
+        """The pauses the repeated layers among ``first ..`` need (after ``signatures``)."""
         from npusim.fast.forward import PERIOD_TOLERANCE
 
         prog, p = run.prog, run.p
@@ -89,9 +97,6 @@ class LayerRepeats:
             self.min_ticks = (int(refresh / PERIOD_TOLERANCE) if PERIOD_TOLERANCE > 0
                               else isa.NEVER)
         n = prog.layer.shape[0]
-        sig = layer_signatures(prog, first, content, ids=self.ids)
-        self.sig = np.concatenate([self.sig[:first], sig])
-        self.seen = np.bincount(self.sig, minlength=len(self.ids))
         self.in_region = np.concatenate([self.in_region[:first], np.zeros(n - first, bool)])
         self.in_region[region_layers] = True
         # a layer of a signature that occurs again, outside regions: pause at its end (to
@@ -101,8 +106,10 @@ class LayerRepeats:
         rep = new[(self.seen[self.sig[new]] > 1) & ~self.in_region[new]
                   & (prog.layer[new, isa.L_N_PREDS] == 1)]
         preds = _predecessors(prog, rep)
-        self.ff._claim(run.st, np.unique(np.concatenate(
-            [rep, preds, _predecessors(prog, preds)])))
+        claim = np.unique(np.concatenate([rep, preds, _predecessors(prog, preds)]))
+        self.claimed = np.concatenate([self.claimed[:first], np.zeros(n - first, bool)])
+        self.claimed[claim] = True
+        self.ff._claim(run.st, claim)
 
     def paused(self, run) -> None:
         """At a layer end: close measurements, settle cuts, open measurements, cut."""
@@ -110,7 +117,7 @@ class LayerRepeats:
         ls = st.cores.layer_st
         t = int(st.glob[ks.G_NOW])
         ended_now = np.flatnonzero(ls[ks.L_END] == t)
-        if not len(ended_now):
+        if not self.claimed[ended_now].any():  # (the pause is someone else's)
             return
         for p in ended_now.tolist():
             if p in self.settle:
