@@ -305,6 +305,23 @@ def test_a_layer_repeated_in_every_generation_step_is_cut_at_its_fixed_point():
     assert _rel(full.bytes_moved, fast.bytes_moved) < 0.01
     assert _rel(full.memory["reads"], fast.memory["reads"]) < 0.01
     assert _rel(full.energy_j, fast.energy_j) < 0.01
+    # the heads after the two measured instances were cut: their cycles are what was
+    # extrapolated for them (to a cycle each: ticks are rounded to cycles once per layer)
+    n = info["repeated_layers_cut"]
+    assert abs(info["repeated_layers_cycles"] - sum(y["cycles"] for _, y in heads[-n:])) <= n
+    assert info["extrapolated_cycles"] >= info["repeated_layers_cycles"]
+
+
+def test_a_trace_of_repeated_layers_lists_them_as_extrapolated(tmp_path):
+    from npusim.trace import TraceOptions
+
+    r = simulate_requests([GPT2_TOKENS], "server", overrides=["fidelity=fast"],
+                          trace=TraceOptions(str(tmp_path / "t.h5")))
+    info = r.extra["fidelity"]
+    assert info["repeated_layers_cut"] > 0
+    ds = r.trace
+    assert int(ds.extrapolated_cycles.sum()) == info["extrapolated_cycles"]
+    assert int(ds.layer_end_cycle.max()) == r.total_cycles
 
 
 def test_repeated_layers_beside_another_stream_are_simulated_in_full():

@@ -666,7 +666,7 @@ class FastForward:
         runs = [w for w in self.tile_watches if not self.cut[w.run.layer]]
         dropped = sum(w.tiles_skipped for w in runs if w.outcome == "cut")
         ticks = sum(w.extrapolated_ticks for w in self.watches + self.tile_watches)
-        ticks += self.streams.ticks
+        ticks += self.streams.ticks + self.repeats.ticks
         return {
             "fidelity": "fast",
             "layers_simulated": int((~cut).sum()), "layers_extrapolated": int(cut.sum()),
