@@ -2,10 +2,11 @@
 
 Regions (``regions.py``) find repetition inside one program: consecutive decoder blocks, a
 layer's run of tiles. Some repetition is spread over a run instead. An LLM server builds one
-program part per generation step, and every decode step ends with the same LM head (GPT-2:
-768 x 50257 weights streamed once per token, more than half of what a fast run of its
-generation simulated); the projections of its decoder blocks repeat from step to step too.
-No region spans two steps, so none of these was extrapolated.
+program part per generation step, and every step ends with the same LM head (GPT-2: 768 x
+50257 weights streamed once per token, more than half of what a fast run of its generation
+simulated). No region spans two steps, so none of the heads was extrapolated. (The decoder
+blocks' projections repeat from step to step too, but inside each step's region, which
+has them.)
 
 The same fixed point, over *instances* of one layer signature (``layer_signatures``: the
 same op, shapes, mapping and tiles) rather than over consecutive iterations:
