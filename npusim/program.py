@@ -50,6 +50,11 @@ class Program:
     def n_tiles(self) -> int:
         return int(self.tile.shape[0])
 
+    def edge_sources(self) -> np.ndarray:
+        """The layer each entry of ``layer_succ`` comes from: ``edge_sources()[layer_succ ==
+        x]`` are the predecessors of layer x."""
+        return np.repeat(np.arange(self.layer.shape[0]), self.layer[:, isa.L_SUCC_LEN])
+
     @property
     def n_requests(self) -> int:
         """Requests (rows of the scheduler's request table) the layers are tagged with."""

@@ -65,7 +65,7 @@ def extend_state(st: ks.State, old: Program, prog: Program) -> ks.State:
     ext[ks.L_START] = ext[ks.L_END] = -1
     if prog.n_tiles > old.n_tiles:
         np.add.at(ext[ks.L_TILES_LEFT], prog.tile[old.n_tiles:, isa.T_LAYER] - L0, 1)
-    src = np.repeat(np.arange(L), prog.layer[:, isa.L_SUCC_LEN])
+    src = prog.edge_sources()
     dst = prog.layer_succ
     ended = np.zeros(L, dtype=bool)
     ended[:L0] = cores.layer_st[ks.L_END] >= 0

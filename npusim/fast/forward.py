@@ -234,7 +234,7 @@ class FastForward:
             self.ledger = {k: np.zeros_like(v) for k, v in counters(st).items()}
             self.streams.start(st, run.p)
         work = _static_work(prog)
-        src = np.repeat(np.arange(prog.layer.shape[0]), prog.layer[:, isa.L_SUCC_LEN])
+        src = prog.edge_sources()
         content = tile_contents(prog)
         ls = st.cores.layer_st
         for tr in find_tile_runs(prog, first_layer, MIN_RUN_WAVES * self.n_cores, content):

@@ -186,7 +186,7 @@ def _stretches(sig: np.ndarray, period: int, min_iterations: int) -> list[tuple[
 def _predecessors(prog: Program, first: int) -> list[list[int]]:
     """Predecessors of each layer from ``first`` on (index ``lid - first``)."""
     preds: list[list[int]] = [[] for _ in range(prog.layer.shape[0] - first)]
-    src = np.repeat(np.arange(prog.layer.shape[0]), prog.layer[:, isa.L_SUCC_LEN])
+    src = prog.edge_sources()
     keep = prog.layer_succ >= first
     for s, d in zip(src[keep].tolist(), prog.layer_succ[keep].tolist()):
         preds[d - first].append(s)

@@ -74,6 +74,7 @@ class LayerRepeats:
         self.seen = np.zeros(0, np.int64)  # layers of each signature in the run so far
         self.in_region = np.zeros(0, bool)
         self.claimed = np.zeros(0, bool)  # layers whose end this unit pauses for
+        self.src = np.zeros(0, np.int64)  # the program's edge_sources()
         self.instances: dict[int, list[_Instance]] = {}
         self.open: dict[int, _Open] = {}
         self.settle: dict[int, int] = {}  # predecessor -> the cut layer its end settles
@@ -106,8 +107,9 @@ class LayerRepeats:
         new = np.arange(first, n)
         rep = new[(self.seen[self.sig[new]] > 1) & ~self.in_region[new]
                   & (prog.layer[new, isa.L_N_PREDS] == 1)]
-        preds = _predecessors(prog, rep)
-        claim = np.unique(np.concatenate([rep, preds, _predecessors(prog, preds)]))
+        self.src = prog.edge_sources()
+        preds = self._predecessors(prog, rep)
+        claim = np.unique(np.concatenate([rep, preds, self._predecessors(prog, preds)]))
         self.claimed = np.concatenate([self.claimed[:first], np.zeros(n - first, bool)])
         self.claimed[claim] = True
         self.ff._claim(run.st, claim)
@@ -132,12 +134,16 @@ class LayerRepeats:
         # released now, by its one predecessor's end, and alone: measure it
         if (self._candidate(prog, x) and x not in self.open and not ff.cut[x]
                 and ls[ks.L_START, x] in (-1, t)
-                and ls[ks.L_END, _predecessors(prog, np.array([x]))].max() == t):
+                and ls[ks.L_END, self.src[prog.layer_succ == x]].max() == t):
             self.open[x] = _Open(t, t + ff.offset, self._counts(st),
                                  int(st.cores.ctl[ks.CC_RELEASED]))
         nxt = _successors(prog, x)
         if len(nxt) == 1 and self._candidate(prog, int(nxt[0])):
             self._cut(run, x, int(nxt[0]))
+
+    def _predecessors(self, prog, layers: np.ndarray) -> np.ndarray:
+        """Every predecessor of any of ``layers``."""
+        return np.unique(self.src[np.isin(prog.layer_succ, layers)])
 
     def _candidate(self, prog, x: int) -> bool:
         return (x < len(self.sig) and self.seen[self.sig[x]] > 1 and not self.in_region[x]
@@ -226,8 +232,3 @@ def _successors(prog, x: int) -> np.ndarray:
     s0, sn = int(prog.layer[x, isa.L_SUCC_START]), int(prog.layer[x, isa.L_SUCC_LEN])
     return prog.layer_succ[s0:s0 + sn]
 
-
-def _predecessors(prog, layers: np.ndarray) -> np.ndarray:
-    """Every predecessor of any of ``layers``."""
-    src = np.repeat(np.arange(prog.layer.shape[0]), prog.layer[:, isa.L_SUCC_LEN])
-    return np.unique(src[np.isin(prog.layer_succ, layers)])
