@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from npusim.fast.chip import COUNTERS, counter_index, counters, released
-from npusim.fast.regions import Region, TileRun, find_regions, find_tile_runs, tile_contents
+from npusim.fast.regions import (Region, TileContents, TileRun, find_regions,
+                                 find_tile_runs)
 from npusim.fast.repeats import LayerRepeats
 from npusim.fast.streams import StreamCuts
 from npusim.kernels import isa
@@ -77,20 +78,26 @@ END_TIMES = (("mem", "drank", (ks.RK_ACTIVE_UNTIL, ks.RK_ACTIVE_MARK)),
              ("mem", "dbank", (ks.B_AUTO_CLOSE, ks.B_ACT_CYCLE)))
 
 
-def _static_work(prog) -> np.ndarray:
-    """Per layer, from its instructions: DMA bytes, and array + vector instruction rows
-    (only the scale matters: it sizes the measurement windows)."""
-    inst = prog.inst
-    dma = np.where(inst[:, isa.I_OP] <= isa.OP_MVOUT,
-                   inst[:, isa.I_N_OUTER] * inst[:, isa.I_N_INNER] * inst[:, isa.I_RUN_BYTES], 0)
-    compute = (inst[:, isa.I_OP] > isa.OP_MVOUT).astype(np.int64)
-    cum = np.stack([np.concatenate([[0], np.cumsum(dma)]),
-                    np.concatenate([[0], np.cumsum(compute)])])
-    t0, tn = prog.tile[:, isa.T_INST_START], prog.tile[:, isa.T_INST_LEN]
-    per_tile = cum[:, t0 + tn] - cum[:, t0]
+def _static_work(prog, first_layer: int) -> np.ndarray:
+    """Per layer from ``first_layer`` on (the layers before: 0), from its instructions: DMA
+    bytes, and array + vector instruction rows (only the scale matters: it sizes the
+    measurement windows). Each template is summed once."""
     out = np.zeros((2, prog.layer.shape[0]), np.int64)
+    tiles = prog.tile[prog.tile[:, isa.T_LAYER] >= first_layer]
+    if not len(tiles):
+        return out
+    starts, where = np.unique(tiles[:, isa.T_INST_START], return_inverse=True)
+    lengths = np.zeros(len(starts), dtype=np.int64)
+    lengths[where] = tiles[:, isa.T_INST_LEN]
+    per_template = np.zeros((2, len(starts)), np.int64)
+    for k, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
+        inst = prog.inst[s:s + n]
+        dma = inst[:, isa.I_OP] <= isa.OP_MVOUT
+        per_template[0, k] = (inst[dma, isa.I_N_OUTER] * inst[dma, isa.I_N_INNER]
+                              * inst[dma, isa.I_RUN_BYTES]).sum()
+        per_template[1, k] = np.count_nonzero(~dma)
     for i in range(2):
-        np.add.at(out[i], prog.tile[:, isa.T_LAYER], per_tile[i])
+        np.add.at(out[i], tiles[:, isa.T_LAYER], per_template[i, where.ravel()])
     return out
 
 
@@ -200,6 +207,7 @@ class FastForward:
         self.skipped: list[tuple[int, int]] = []  # (simulated tick, ticks extrapolated there)
         self.streams = StreamCuts(self, timebase)  # steady streaming inside tiles
         self.repeats = LayerRepeats(self)  # identical layers spread over the run
+        self.contents = TileContents()  # which tiles are alike, kept across extensions
 
     # -- notifications, shared with whoever else set them ------------------------------
     def _claim(self, st, layers) -> None:
@@ -233,9 +241,9 @@ class FastForward:
         if not self.ledger:
             self.ledger = {k: np.zeros_like(v) for k, v in counters(st).items()}
             self.streams.start(st, run.p)
-        work = _static_work(prog)
+        work = _static_work(prog, first_layer)
         src = prog.edge_sources()
-        content = tile_contents(prog)
+        content = self.contents.update(prog)
         ls = st.cores.layer_st
         for tr in find_tile_runs(prog, first_layer, MIN_RUN_WAVES * self.n_cores, content):
             w = _TileWatch(tr, max(self.n_cores, tr.tiles // WINDOWS))

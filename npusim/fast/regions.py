@@ -74,20 +74,34 @@ class Region:
                 + np.asarray(self.offsets)[None, :]).ravel()
 
 
-def tile_contents(prog: Program) -> np.ndarray:
+class TileContents:
     """One integer per tile: equal integers mean the same instruction rows, addresses left
-    out (the same work on other data)."""
-    tiles = prog.tile
-    if not len(tiles):
-        return np.zeros(0, np.int64)
-    starts, where = np.unique(tiles[:, isa.T_INST_START], return_inverse=True)
-    lengths = np.zeros(len(starts), dtype=np.int64)
-    lengths[where] = tiles[:, isa.T_INST_LEN]
-    contents: dict[bytes, int] = {}
-    content_of = np.array([contents.setdefault(
-        np.delete(prog.inst[s:s + n], isa.I_OFFSET, axis=1).tobytes(), len(contents))
-        for s, n in zip(starts.tolist(), lengths.tolist())], dtype=np.int64)
-    return content_of[where]
+    out (the same work on other data). Kept across a run's program extensions: each
+    template is compared once, and :meth:`update` looks only at the tiles added since."""
+
+    def __init__(self) -> None:
+        self.ids: dict[bytes, int] = {}  # a template's rows without addresses -> id
+        self.of_template: dict[int, int] = {}  # first row of a template -> id
+        self.of_tile = np.zeros(0, np.int64)
+
+    def update(self, prog: Program) -> np.ndarray:
+        """``of_tile`` for every tile of ``prog`` (the program seen before, extended)."""
+        tiles = prog.tile[len(self.of_tile):]
+        starts, where = np.unique(tiles[:, isa.T_INST_START], return_inverse=True)
+        lengths = np.zeros(len(starts), dtype=np.int64)
+        lengths[where] = tiles[:, isa.T_INST_LEN]
+        for s, n in zip(starts.tolist(), lengths.tolist()):
+            if s not in self.of_template:
+                rows = np.delete(prog.inst[s:s + n], isa.I_OFFSET, axis=1).tobytes()
+                self.of_template[s] = self.ids.setdefault(rows, len(self.ids))
+        content = np.array([self.of_template[s] for s in starts.tolist()], np.int64)
+        self.of_tile = np.concatenate([self.of_tile, content[where.ravel()]])
+        return self.of_tile
+
+
+def tile_contents(prog: Program) -> np.ndarray:
+    """:class:`TileContents` of a whole program, at once."""
+    return TileContents().update(prog)
 
 
 def layer_signatures(prog: Program, first: int = 0,
