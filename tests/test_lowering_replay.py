@@ -23,15 +23,18 @@ from npusim.serving.spec import load_llm
 from npusim.workload import Request
 
 
-def _step(monkeypatch, kv_heads: int, copies: bool, contexts=(63, 63, 63, 31, 63)):
-    """One decode step of GPT-2's shape with llama's attention (GQA, rotary) over requests
-    with the given contexts; returns the program and the memo."""
+def _step(monkeypatch, kv_heads: int | None, copies: bool, contexts=(63, 63, 63, 31, 63),
+          model: str = "llama3_8b"):
+    """One decode step of two layers of ``model`` (llama's attention: GQA, rotary; GPT-2's:
+    projections with biases) over requests with the given contexts; returns the program,
+    the memo and the builder."""
     if not copies:
         monkeypatch.setattr(replay.LoweringMemo, "lower",
                             lambda self, ctx, node, key, lower: lower(ctx, node))
     cfg = load_config("server", [])
-    spec = load_llm("llama3_8b").with_overrides({"layers": 2, "kv_heads": kv_heads}, "test")
-    reqs = [(i, Request(model="llama3_8b", context=c, prompt=1, generate=2))
+    spec = load_llm(model).with_overrides(
+        {"layers": 2} | ({"kv_heads": kv_heads} if kv_heads else {}), "test")
+    reqs = [(i, Request(model=model, context=c, prompt=1, generate=2))
             for i, c in enumerate(contexts)]
     b = ProgramBuilder()
     srv = LlmServer(0, spec, reqs, cfg, b)
@@ -62,6 +65,28 @@ def test_copied_attention_is_the_real_lowering(monkeypatch, kv_heads):
     # the copies moved addresses: no two requests' attention tiles read the same KV rows
     names = [x.name for x in copied.layers]
     assert any("/r4/" in n for n in names) and len(set(names)) == len(names)
+
+
+def test_copied_projections_with_biases_are_the_real_lowering(monkeypatch):
+    """GPT-2's projections (Gemm with a bias, which the accumulator reads at 4 bytes an
+    element) and norms are copied from layer to layer and from request rows of one step
+    to the next; their outputs get their addresses from the lowering (its own allocation)."""
+    done = []
+    real_replay = replay._replay
+    monkeypatch.setattr(replay, "_replay", lambda ctx, node, rec: (
+        real_replay(ctx, node, rec) and not done.append(node.op_type)))
+    copied, memo, b1 = _step(monkeypatch, None, True, model="gpt2")
+    real, _, b2 = _step(monkeypatch, None, False, model="gpt2")
+    # layer 1's four projections copy layer 0's (the second layer's up reads its bias past
+    # the pages the bias was given, so it is lowered for real); the norms and GELU too
+    assert done.count("Gemm") >= 3 and "FastGelu" in done
+    assert done.count("SkipLayerNormalization") >= 2
+    assert _tiles(copied) == _tiles(real)
+    for f in ("group", "layer", "layer_succ", "release_order"):
+        assert np.array_equal(getattr(copied, f), getattr(real, f)), f
+    assert ([dataclasses.asdict(x) for x in copied.layers]
+            == [dataclasses.asdict(x) for x in real.layers])
+    assert b1.next_free_address == b2.next_free_address
 
 
 def test_an_address_in_two_tensors_that_move_apart_is_not_copied():

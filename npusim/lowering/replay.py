@@ -16,9 +16,11 @@ same kind gets a copy with
 
 A copy is taken only when that is exact: every address moved by whole pages (no lowering
 decision can depend on where inside a page a tensor starts: none does today, and this keeps
-it so), every base address inside exactly one of those tensors or all of them agreeing, every
-outside predecessor the producer of an input. Otherwise the node is lowered for real. A test
-builds a serving step both ways and compares the programs table by table.
+it so), every base address inside the pages of exactly one of those tensors or all of them
+agreeing, every outside predecessor the producer of an input. Outputs that get their address
+from the lowering (a projection's result) lie in its allocation and move with it. Otherwise
+the node is lowered for real. Tests build serving steps both ways (Llama's attention,
+GPT-2's projections and norms) and compare the programs table by table.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class _Record:
 
     node_name: str
     tensors: list[str | None]  # the node's inputs then outputs ("" / absent: None)
+    unplaced: list[bool]  # outputs the lowering gave their address (in its allocation)
     regions: np.ndarray  # [tensor, (start, end)] of each of those, in recorded addresses
     alloc: tuple[int, int]  # [start, end) the lowering allocated
     layers: tuple[int, int, int]  # first layer, group, tile of the recorded span
@@ -73,16 +76,23 @@ def _tensors(node: Node) -> list[str | None]:
     return [t or None for t in list(node.inputs) + list(node.outputs)]
 
 
-def _regions(ctx: LoweringContext, names: list[str | None]) -> np.ndarray | None:
-    """[start, end) of each named tensor in DRAM; None if one has no address yet."""
+def _regions(ctx: LoweringContext, names: list[str | None],
+             unplaced: list[bool]) -> np.ndarray | None:
+    """[start, end) of each named tensor in DRAM (-1, -1: absent, or one of the ``unplaced``
+    outputs, which the lowering places in its own allocation); None if another has no
+    address yet, or an unplaced one has."""
     out = np.full((len(names), 2), -1, np.int64)
     for k, t in enumerate(names):
         if t is None:
             continue
-        if t not in ctx.address:
+        if (t not in ctx.address) != unplaced[k]:
             return None
+        if unplaced[k]:
+            continue
         a = ctx.address[t]
-        out[k] = a, a + ctx.graph.tensor(t).numel * ctx.precision
+        # the pages given to it: a lowering may read past the elements (a bias goes into
+        # the accumulator at ACC_BYTES an element: lowering/gemm.py)
+        out[k] = a, -(-(a + ctx.graph.tensor(t).numel * ctx.precision) // PAGE) * PAGE
     return out
 
 
@@ -124,7 +134,11 @@ def _moved_rows(b, start: int, move: np.ndarray) -> np.ndarray:
 def _record(ctx: LoweringContext, node: Node, lower) -> _Record | None:
     b = ctx.builder
     names = _tensors(node)
-    regions = _regions(ctx, names)
+    # outputs without an address yet get one from the lowering, inside its allocation
+    n_in = len(node.inputs)
+    unplaced = [k >= n_in and t is not None and t not in ctx.address
+                for k, t in enumerate(names)]
+    regions = _regions(ctx, names, unplaced)
     addr_before, tensors_before = dict(ctx.address), set(ctx.graph.tensors)
     producers_before = dict(ctx.producer_layer)
     span0 = b.span()
@@ -175,9 +189,14 @@ def _record(ctx: LoweringContext, node: Node, lower) -> _Record | None:
     for t, a in ctx.address.items():
         if addr_before.get(t) == a:
             continue
-        if t in names or not t.startswith(node.name) or not a0 <= a < a1:
+        if not a0 <= a < a1:
             return None
-        new_tensors.append((t[len(node.name):], None, a - a0, None))
+        if t in names and unplaced[names.index(t)]:
+            new_tensors.append((f"#{names.index(t)}", None, a - a0, None))
+        elif t in names or not t.startswith(node.name):
+            return None
+        else:
+            new_tensors.append((t[len(node.name):], None, a - a0, None))
     for t, lid in ctx.producer_layer.items():
         if producers_before.get(t) == lid:
             continue
@@ -192,8 +211,8 @@ def _record(ctx: LoweringContext, node: Node, lower) -> _Record | None:
     for lid in range(L0, span1[0]):
         if not b.layer_info(lid).name.startswith(node.name):
             return None
-    return _Record(node.name, names, all_regions, (a0, a1), span0, n, preds, tiles,
-                   _Where.of(base_where), _Where.of(row_where), new_tensors)
+    return _Record(node.name, names, unplaced, all_regions, (a0, a1), span0, n, preds,
+                   tiles, _Where.of(base_where), _Where.of(row_where), new_tensors)
 
 
 def _replay(ctx: LoweringContext, node: Node, rec: _Record) -> bool:
@@ -201,7 +220,7 @@ def _replay(ctx: LoweringContext, node: Node, rec: _Record) -> bool:
     names = _tensors(node)
     if [t is None for t in names] != [t is None for t in rec.tensors]:
         return False
-    regions = _regions(ctx, names)
+    regions = _regions(ctx, names, rec.unplaced)
     if regions is None:
         return False
     b = ctx.builder

@@ -1,6 +1,8 @@
 """LLM serving benchmark (issue 5): GPT-2 small generating 32 tokens after a 512-token
 prompt on `server`, and one Llama-3-8B generation step (32 layers, batch 128, context 1023)
-with grouped-query attention (8 KV heads) and with multi-head attention (32).
+with grouped-query attention (8 KV heads) and with multi-head attention (32). A long
+generation (GPT-2, 256 tokens after 64) shows what each appended step costs besides the
+kernel (the program grows by a step every token: that cost must not grow with it).
 
 Each case runs in its own process: a warm-up loads the cached kernels, then the timed
 simulation. Prints simulated cycles, wall seconds (lowering included), simulated cycles per
@@ -10,7 +12,10 @@ Each case is run again in fast fidelity (issue 17; ``--no-fast`` leaves that out
 columns give its cycles, their error against full and the speed-up on CPU seconds
 (``fast_columns.py``).
 
-    python tests/benchmarks/bench_serving.py [--cases gpt2,llama_gqa,llama_mha] [--out FILE]
+    python tests/benchmarks/bench_serving.py [--cases gpt2,llama_gqa,llama_mha,gpt2_long]
+                                             [--out FILE]
+
+A run of some cases keeps the rows of the others from ``--out``.
 
 For scale: the ONNXim paper reports 17 (GQA) and 45 (MHA) minutes for the Llama case on one
 core of a server CPU; the target here is under 5 minutes each.
@@ -38,6 +43,8 @@ CASES = {
     "llama_mha": ("Llama-3-8B, 32 layers, batch 128, context 1023, one step, MHA 32/32", [
         {"model": "llama3_8b", "context": 1023, "prompt": 1, "generate": 1, "count": 128,
          "llm": {"kv_heads": 32}}]),
+    "gpt2_long": ("GPT-2 small, prompt 64, 256 tokens", [
+        {"model": "gpt2", "prompt": 64, "generate": 256}]),
 }
 
 CHILD = r"""
@@ -125,13 +132,16 @@ def main() -> None:
     a = ap.parse_args()
     if not a.no_fast:
         fill_kernel_cache()
-    rows = []
+    names = a.cases.split(",")
+    kept = {}
+    if a.out.exists():
+        kept = {r["case"]: r for r in json.loads(a.out.read_text())["cases"]
+                if r.get("case") in CASES and r["case"] not in names}
     with tempfile.TemporaryDirectory() as tmp:
-        for name in a.cases.split(","):
-            rows.append(run_case(name, Path(tmp), not a.no_fast))
-            r = rows[-1]
-            print(json.dumps(r), flush=True)
-            write(rows, a.out)
+        for name in names:
+            kept[name] = run_case(name, Path(tmp), not a.no_fast)
+            print(json.dumps(kept[name]), flush=True)
+            write([kept[n] for n in CASES if n in kept], a.out)
 
 
 if __name__ == "__main__":
