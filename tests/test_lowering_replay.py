@@ -24,7 +24,7 @@ from npusim.workload import Request
 
 
 def _step(monkeypatch, kv_heads: int | None, copies: bool, contexts=(63, 63, 63, 31, 63),
-          model: str = "llama3_8b"):
+          model: str = "llama3_8b", **changes):
     """One decode step of two layers of ``model`` (llama's attention: GQA, rotary; GPT-2's:
     projections with biases) over requests with the given contexts; returns the program,
     the memo and the builder."""
@@ -32,8 +32,8 @@ def _step(monkeypatch, kv_heads: int | None, copies: bool, contexts=(63, 63, 63,
         monkeypatch.setattr(replay.LoweringMemo, "lower",
                             lambda self, ctx, node, key, lower: lower(ctx, node))
     cfg = load_config("server", [])
-    spec = load_llm(model).with_overrides(
-        {"layers": 2} | ({"kv_heads": kv_heads} if kv_heads else {}), "test")
+    spec = dataclasses.replace(load_llm(model).with_overrides(
+        {"layers": 2} | ({"kv_heads": kv_heads} if kv_heads else {}), "test"), **changes)
     reqs = [(i, Request(model=model, context=c, prompt=1, generate=2))
             for i, c in enumerate(contexts)]
     b = ProgramBuilder()
@@ -67,20 +67,29 @@ def test_copied_attention_is_the_real_lowering(monkeypatch, kv_heads):
     assert any("/r4/" in n for n in names) and len(set(names)) == len(names)
 
 
-def test_copied_projections_with_biases_are_the_real_lowering(monkeypatch):
-    """GPT-2's projections (Gemm with a bias, which the accumulator reads at 4 bytes an
-    element) and norms are copied from layer to layer and from request rows of one step
-    to the next; their outputs get their addresses from the lowering (its own allocation)."""
+# GPT-2: layer 1's qkv, o and down projections copy layer 0's; its up projection reads its
+# bias (3072 elements at 4 bytes) past the pages the bias was given (at 2 bytes), so it is
+# lowered for real; layer 1's two norms and the final one, and its GELU, are copies. Llama
+# with biases (as Qwen's): every biased projection (qkv, o, down) reads past its pages and
+# is lowered for real; layer 0's up copies its gate (the same MatMul), layer 1's gate, up,
+# SiLU, gating product and norms copy layer 0's, and the final norm copies a norm.
+@pytest.mark.parametrize("model, changes, copies", [
+    ("gpt2", {}, {"Gemm": 3, "FastGelu": 1, "SkipLayerNormalization": 3}),
+    ("llama3_8b", {"bias": True}, {"Gemm": 0, "MatMul": 3, "Silu": 1, "Mul": 1,
+                                   "SkipSimplifiedLayerNormalization": 3}),
+])
+def test_copied_projections_with_biases_are_the_real_lowering(monkeypatch, model, changes,
+                                                              copies):
+    """Projections, norms and activations are copied from layer to layer; their outputs
+    get their addresses from the lowering (its own allocation), and what is copied is
+    what lowering it again gives."""
     done = []
     real_replay = replay._replay
     monkeypatch.setattr(replay, "_replay", lambda ctx, node, rec: (
         real_replay(ctx, node, rec) and not done.append(node.op_type)))
-    copied, memo, b1 = _step(monkeypatch, None, True, model="gpt2")
-    real, _, b2 = _step(monkeypatch, None, False, model="gpt2")
-    # layer 1's four projections copy layer 0's (the second layer's up reads its bias past
-    # the pages the bias was given, so it is lowered for real); the norms and GELU too
-    assert done.count("Gemm") >= 3 and "FastGelu" in done
-    assert done.count("SkipLayerNormalization") >= 2
+    copied, memo, b1 = _step(monkeypatch, None, True, model=model, **changes)
+    real, _, b2 = _step(monkeypatch, None, False, model=model, **changes)
+    assert {op: done.count(op) for op in copies} == copies
     assert _tiles(copied) == _tiles(real)
     for f in ("group", "layer", "layer_succ", "release_order"):
         assert np.array_equal(getattr(copied, f), getattr(real, f)), f
