@@ -77,11 +77,11 @@ def test_bert_fast_is_within_one_percent_and_says_what_it_extrapolated():
     assert full.to_dict()["fidelity"] == {"fidelity": "full"}
     region = info["regions"][0]
     assert region["outcome"] == "fixed point" and region["iterations"] == 12
-    # at most four blocks simulated: the fixed point needs two periods within 1%, and
-    # consecutive blocks of full fidelity differ by up to 1.6% with the refresh's phase,
-    # so it may take a third
-    assert region["iterations_extrapolated"] >= 12 - 4
-    assert info["layers_extrapolated"] > 0.7 * len(fast.layers)
+    # at most five blocks simulated: the fixed point needs two consecutive periods within
+    # 1%, and consecutive blocks of full fidelity differ by up to 2.3% with the refresh's
+    # phase and the banks' state (234,991 and 240,489 cycles), so the first pairs may miss
+    assert region["iterations_extrapolated"] >= 12 - 5
+    assert info["layers_extrapolated"] >= 7 * 23  # of the blocks' 12 x 23 layers
     assert info["tiles_simulated"] + info["tiles_extrapolated"] == sum(
         c["tiles"] for c in full.cores)
     # every statistic advanced with the time: traffic, DRAM counts, energy, utilization

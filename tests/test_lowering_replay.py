@@ -67,15 +67,14 @@ def test_copied_attention_is_the_real_lowering(monkeypatch, kv_heads):
     assert any("/r4/" in n for n in names) and len(set(names)) == len(names)
 
 
-# GPT-2: layer 1's qkv, o and down projections copy layer 0's; its up projection reads its
-# bias (3072 elements at 4 bytes) past the pages the bias was given (at 2 bytes), so it is
-# lowered for real; layer 1's two norms and the final one, and its GELU, are copies. Llama
-# with biases (as Qwen's): every biased projection (qkv, o, down) reads past its pages and
-# is lowered for real; layer 0's up copies its gate (the same MatMul), layer 1's gate, up,
-# SiLU, gating product and norms copy layer 0's, and the final norm copies a norm.
+# GPT-2: layer 1's four projections (qkv, o, up, down: Gemm with a bias, which the
+# accumulator reads at 4 bytes an element and which is stored so: ctx.bias_addr), its two
+# norms and the final one, and its GELU are copies of layer 0's. Llama with biases (as
+# Qwen's): layer 1's qkv, o and down; layer 0's up copies its gate (the same MatMul), layer
+# 1's gate, up, SiLU, gating product and norms copy layer 0's, the final norm a norm.
 @pytest.mark.parametrize("model, changes, copies", [
-    ("gpt2", {}, {"Gemm": 3, "FastGelu": 1, "SkipLayerNormalization": 3}),
-    ("llama3_8b", {"bias": True}, {"Gemm": 0, "MatMul": 3, "Silu": 1, "Mul": 1,
+    ("gpt2", {}, {"Gemm": 4, "FastGelu": 1, "SkipLayerNormalization": 3}),
+    ("llama3_8b", {"bias": True}, {"Gemm": 3, "MatMul": 3, "Silu": 1, "Mul": 1,
                                    "SkipSimplifiedLayerNormalization": 3}),
 ])
 def test_copied_projections_with_biases_are_the_real_lowering(monkeypatch, model, changes,
@@ -103,3 +102,30 @@ def test_an_address_in_two_tensors_that_move_apart_is_not_copied():
     rec = replay._Where.of(np.array([[True, True], [True, False]]))
     assert rec.moves(np.array([4096, 4096])).tolist() == [4096, 4096]
     assert rec.moves(np.array([4096, 8192])) is None  # one address, two ways to move
+
+
+def test_bias_loads_stay_inside_the_bias():
+    """A projection's bias goes into the accumulator at 4 bytes an element and is stored so:
+    every bias load of GPT-2's step reads inside the bias it belongs to (stored at 2 bytes
+    an element, the loads of the wider projections ran up to 6 KiB into the next tensor)."""
+    cfg = load_config("server", [])
+    spec = load_llm("gpt2").with_overrides({"layers": 2}, "test")
+    b = ProgramBuilder()
+    srv = LlmServer(0, spec, [(0, Request(model="gpt2", prompt=8, generate=2))], cfg, b)
+    srv.schedule(-1)
+    prog = b.build()
+    shapes = srv.mem.weight_shapes()
+    names = [n for n in shapes if n.endswith(".bias")]
+    assert all(srv.mem.weight_bytes[n] == 4 * np.prod(shapes[n]) for n in names)
+    biases = [(srv.mem.weights[n], srv.mem.weights[n] + srv.mem.weight_bytes[n]) for n in names]
+    checked = 0
+    for t in prog.tile:
+        rows = prog.inst[t[isa.T_INST_START]:t[isa.T_INST_START] + t[isa.T_INST_LEN]]
+        for r in rows[(rows[:, isa.I_OP] == isa.OP_MVIN) & (rows[:, isa.I_TO_ACC] == 1)
+                      & (rows[:, isa.I_SLOT] == 2)]:
+            lo = t[isa.T_BASE0 + 2] + r[isa.I_OFFSET]
+            hi = lo + (r[isa.I_N_OUTER] - 1) * r[isa.I_OUTER_STRIDE] + r[isa.I_RUN_BYTES]
+            inside = [a <= lo and hi <= e for a, e in biases]
+            assert sum(inside) == 1, (lo, hi)
+            checked += 1
+    assert checked >= 2 * 4  # every projection of both layers loads its bias

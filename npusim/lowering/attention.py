@@ -346,16 +346,17 @@ def lower_ms_attention(ctx: LoweringContext, node: Node,
     L = _shape(ctx, present)[3] if present else P + S
 
     float_precision = ctx.node_precision
-    # (room for Q, K and V in float: the attention reads them so; the bias in its own width)
+    # (room for Q, K and V in float: the attention reads them so; the bias at the
+    # accumulator's width: ctx.bias_addr)
     qkv = ctx.scratch(f"{node.name}::qkv", (B, S, Htot), ctx.precision)
     if bias:
-        ctx.addr(bias)
+        ctx.bias_addr(bias)
     ctx.node_precision = projection_precision or float_precision
     prec = ctx.precision
     prob = GemmProblem(N=B * S, C=Hin, M=Htot, batch_offsets=[(0, 0, 0)], x_addr=ctx.addr(x),
                        x_row_stride=Hin * prec, x_trans=False, w_addr=ctx.addr(w),
                        w_trans=False, y_addr=ctx.addr(qkv),
-                       bias_addr=ctx.addr(bias) if bias else None)
+                       bias_addr=ctx.bias_addr(bias) if bias else None)
     sub = Node(name=f"{node.name}/qkv", op_type=node.op_type,
                inputs=[x, w] + ([bias] if bias else []), outputs=[qkv])
     info = LayerInfo(name=sub.name, op_type=node.op_type,
@@ -666,7 +667,7 @@ def lower_gemm_fast_gelu(ctx: LoweringContext, node: Node) -> None:
     y = node.outputs[0]
     prob = GemmProblem(N=N, C=C, M=M, batch_offsets=[(0, 0, 0)], x_addr=ctx.addr(x),
                        x_row_stride=C * prec, x_trans=False, w_addr=ctx.addr(w), w_trans=False,
-                       y_addr=ctx.addr(y), bias_addr=ctx.addr(bias) if bias else None)
+                       y_addr=ctx.addr(y), bias_addr=ctx.bias_addr(bias) if bias else None)
     info = LayerInfo(name=node.name, op_type=node.op_type,
                      input_shapes=[_shape(ctx, t) for t in node.inputs if t],
                      output_shape=_shape(ctx, y), macs=N * C * M, mapping="", mapping_source="",

@@ -9,7 +9,7 @@ from npusim.errors import NpusimError
 from npusim.frontend.graph import Graph, Node
 from npusim.lowering.fusion import VectorGroup
 from npusim.lowering.mapping import LoopCounts, Mapping, MappingTable
-from npusim.lowering.tiling import Budget
+from npusim.lowering.tiling import ACC_BYTES, Budget
 from npusim.program import ProgramBuilder
 
 
@@ -21,6 +21,7 @@ class LoweringContext:
     builder: ProgramBuilder
     mapping: MappingTable | None = None
     address: dict[str, int] = field(default_factory=dict)
+    nbytes: dict[str, int] = field(default_factory=dict)  # bytes given to each (where known)
     producer_layer: dict[str, int] = field(default_factory=dict)
     # a GEMM or conv that absorbs a BatchNormalization or a bias Add loads that bias
     # (node name -> tensor holding it), as it would after the deployment-time folding
@@ -51,7 +52,14 @@ class LoweringContext:
             if nbytes is None:
                 nbytes = self.graph.tensor(tensor).numel * self.precision
             self.address[tensor] = self.builder.allocate(nbytes)
+            self.nbytes[tensor] = nbytes
         return self.address[tensor]
+
+    def bias_addr(self, tensor: str) -> int:
+        """DRAM base address of a bias the accumulator adds: it is stored as the accumulator
+        reads it, ACC_BYTES an element (Gemmini's bias, the D matrix, is ``acc_t``), so
+        the GEMM's bias loads stay inside it."""
+        return self.addr(tensor, self.graph.tensor(tensor).numel * ACC_BYTES)
 
     def scratch(self, name: str, shape, itemsize: int | None = None) -> str:
         """An internal tensor of a lowering (a GEMM's output before a layout move, a

@@ -186,7 +186,7 @@ def _emit(ctx: LoweringContext, node: Node, s: ConvShape, tile: ConvTile, in_dim
     y_addr = ctx.addr(y)
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     bias = bias or ctx.folded_bias.get(node.name)
-    bias_addr = ctx.addr(bias) if bias else 0
+    bias_addr = ctx.bias_addr(bias) if bias else 0
     # element strides of the channels-last tensors, spatial dims then channels
     x_strides = [prod(in_dims[d + 1:]) * Ctot for d in range(len(in_dims))] + [1]
     y_strides = [prod(s.out[d + 1:]) * Mtot for d in range(len(s.out))] + [1]

@@ -106,7 +106,7 @@ def lower_deform_conv(ctx: LoweringContext, node: Node) -> None:
     prob = GemmProblem(N=N * P, C=Ck, M=Mg, batch_offsets=offsets, x_addr=ctx.addr(cols),
                        x_row_stride=C * K * prec, x_trans=False, w_addr=ctx.addr(w),
                        w_trans=True, y_addr=ctx.addr(y),
-                       bias_addr=ctx.addr(bias) if bias else None)
+                       bias_addr=ctx.bias_addr(bias) if bias else None)
     main = Node(name=node.name, op_type=node.op_type,
                 inputs=[cols, w] + ([bias] if bias else []), outputs=[y])
     info = LayerInfo(name=node.name, op_type=node.op_type,

@@ -218,7 +218,7 @@ def lower_matmul(ctx: LoweringContext, node: Node) -> None:
                        x_addr=ctx.addr(node.inputs[0]), x_row_stride=C * prec, x_trans=False,
                        w_addr=_weight_addr(ctx, node.inputs[1], wf, C, M),
                        w_trans=wf is not None, y_addr=ctx.addr(y),
-                       bias_addr=ctx.addr(bias) if bias else None, weight=wf)
+                       bias_addr=ctx.bias_addr(bias) if bias else None, weight=wf)
     info = _info(ctx, node, len(offsets) * N * C * M)
     emit_gemm(ctx, node, prob, info)
 
@@ -280,7 +280,7 @@ def _packed_weight_gemm(ctx: LoweringContext, node: Node, K: int, N: int, wf: We
     prob = GemmProblem(N=rows, C=K, M=N, batch_offsets=[(0, 0, 0)], x_addr=ctx.addr(a),
                        x_row_stride=K * ctx.precision, x_trans=False,
                        w_addr=_weight_addr(ctx, node.inputs[1], wf, K, N), w_trans=True,
-                       y_addr=ctx.addr(y), bias_addr=ctx.addr(bias) if bias else None,
+                       y_addr=ctx.addr(y), bias_addr=ctx.bias_addr(bias) if bias else None,
                        weight=wf)
     emit_gemm(ctx, node, prob, _info(ctx, node, rows * K * N))
 
@@ -308,7 +308,7 @@ def lower_gemm(ctx: LoweringContext, node: Node) -> None:
                        x_row_stride=(N if trans_a else C) * prec, x_trans=trans_a,
                        w_addr=_weight_addr(ctx, node.inputs[1], wf, C, M),
                        w_trans=trans_b or wf is not None, y_addr=ctx.addr(y),
-                       bias_addr=ctx.addr(bias) if bias else None, bias_rows=bias_rows,
+                       bias_addr=ctx.bias_addr(bias) if bias else None, bias_rows=bias_rows,
                        weight=wf)
     info = _info(ctx, node, N * C * M)
     emit_gemm(ctx, node, prob, info)

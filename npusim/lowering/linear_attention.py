@@ -250,7 +250,7 @@ class _Chunks:
                          output_shape=tuple(out_shape), macs=len(offsets) * N * C * M,
                          mapping="", mapping_source="")
         if bias is not None and bias_addr is None:
-            bias_addr = ctx.addr(bias)
+            bias_addr = ctx.bias_addr(bias)
         emit_gemm(ctx, sub, GemmProblem(
             N=N, C=C, M=M, batch_offsets=offsets, x_addr=x_addr, x_row_stride=x_stride,
             x_trans=x_trans, w_addr=w_addr, w_trans=w_trans,

@@ -173,7 +173,7 @@ def lower_recurrent(ctx: LoweringContext, node: Node, *, cell: str | None = None
             N=S * B, C=I, M=GH, batch_offsets=[(0, d * GH * I * wprec, 0)], x_addr=ctx.addr(x),
             x_row_stride=I * wprec, x_trans=False, w_addr=ctx.addr(w),
             w_trans=not weights_c_by_m,
-            y_addr=ctx.address[xw], bias_addr=ctx.addr(b) + d * 2 * GH * ACC_BYTES if b else None),
+            y_addr=ctx.address[xw], bias_addr=ctx.bias_addr(b) + d * 2 * GH * ACC_BYTES if b else None),
             _info(sub, [x_shape, w_shape], (S, B, GH), S * B * I * GH))
         h_prev = h0 or zero_h
         h_addr, h_row = ctx.addr(h_prev) + d * B * H * prec, H
@@ -183,7 +183,7 @@ def lower_recurrent(ctx: LoweringContext, node: Node, *, cell: str | None = None
             t = S - 1 - k if reverse else k
             name = f"{node.name}{tag}/t{t}"
             r_addr = ctx.addr(r) + d * GH * H * wprec
-            rb = ctx.addr(b) + (d * 2 + 1) * GH * ACC_BYTES if b else None
+            rb = ctx.bias_addr(b) + (d * 2 + 1) * GH * ACC_BYTES if b else None
             # the step's rows of XW: an addend of the GEMM (LSTM, RNN: loaded at
             # accumulator width, as a GEMM's addend is) or an operand of the cell (GRU)
             xw_t = ctx.address[xw] + t * B * GH * (prec if op == "GRU" else ACC_BYTES)

@@ -90,9 +90,8 @@ def _regions(ctx: LoweringContext, names: list[str | None],
         if unplaced[k]:
             continue
         a = ctx.address[t]
-        # the pages given to it: a lowering may read past the elements (a bias goes into
-        # the accumulator at ACC_BYTES an element: lowering/gemm.py)
-        out[k] = a, -(-(a + ctx.graph.tensor(t).numel * ctx.precision) // PAGE) * PAGE
+        size = ctx.nbytes.get(t, ctx.graph.tensor(t).numel * ctx.precision)
+        out[k] = a, -(-(a + size) // PAGE) * PAGE  # the pages given to it
     return out
 
 

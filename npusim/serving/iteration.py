@@ -35,6 +35,7 @@ from npusim.frontend.graph import Graph, Node, TensorInfo
 from npusim.lowering import LOWERINGS
 from npusim.lowering.context import LoweringContext
 from npusim.lowering.replay import LoweringMemo
+from npusim.lowering.tiling import ACC_BYTES
 from npusim.program import LayerInfo, ProgramBuilder
 from npusim.serving.spec import LlmSpec
 
@@ -57,6 +58,7 @@ class ModelMemory:
 
     spec: LlmSpec
     weights: dict[str, int] = field(default_factory=dict)
+    weight_bytes: dict[str, int] = field(default_factory=dict)
     kv: dict[tuple[int, int, str], int] = field(default_factory=dict)  # (req, layer, k|v)
 
     def weight_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -86,8 +88,12 @@ class ModelMemory:
         return shapes
 
     def allocate_weights(self, builder: ProgramBuilder, precision: int) -> None:
+        """Every weight at ``precision`` bytes an element, biases at the accumulator's width
+        (as ``LoweringContext.bias_addr``: the projections add them there)."""
         for name, shape in self.weight_shapes().items():
-            self.weights[name] = builder.allocate(prod(shape) * precision)
+            self.weight_bytes[name] = prod(shape) * (ACC_BYTES if name.endswith(".bias")
+                                                     else precision)
+            self.weights[name] = builder.allocate(self.weight_bytes[name])
 
     def allocate_kv(self, builder: ProgramBuilder, request: int, tokens: int,
                     precision: int) -> None:
@@ -113,6 +119,7 @@ class _IterationGraph:
         for w, shape in mem.weight_shapes().items():
             self.tensor(w, shape, initializer=True)
             self.ctx.address[w] = mem.weights[w]
+            self.ctx.nbytes[w] = mem.weight_bytes[w]
 
     def tensor(self, name: str, shape, elem_type: int = FLOAT, initializer=False) -> str:
         self.graph.tensors[name] = TensorInfo(name, tuple(shape), elem_type, initializer)
