@@ -252,7 +252,7 @@ class ProgramBuilder:
         """The Program of everything emitted so far. An LLM server builds again after every
         step it appends, so the rows an earlier build froze are not converted again (only
         the open layer and group can still change): a build costs the new rows, not the
-        whole program (GPT-2 generating 256 tokens rebuilt 49 CPU s of its 205 s before)."""
+        whole program (GPT-2 generating 256 tokens spent 49 of 205 profiled CPU s rebuilding)."""
         f = self._frozen
         inst = f.extend_inst(self._inst)
         tile = f.tile.extend(self._tiles, isa.N_TILE_COLS)
