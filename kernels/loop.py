@@ -90,11 +90,13 @@ def _window_steady(chip, t):
 def run(chip, prog, mt, p, max_iterations):
     """Advance by at most ``max_iterations`` event steps.
 
-    Returns 0 (chunk done, a steady window for fast fidelity to look at, or finished:
-    ``G_FINISHED``), 1 on deadlock, or 2 when a layer
-    marked ``L_NOTIFY`` has ended: the caller may then add layers (e.g. the next step of an
-    LLM) and call again, which resumes after the tick it stopped at. Stopping between two
-    steps never changes results, so the caller may update a progress bar between calls.
+    Returns 0 (chunk done, or finished: ``G_FINISHED``), 1 on deadlock, 2 when a layer
+    marked ``L_NOTIFY`` has ended (the caller may then add layers, e.g. the next step of an
+    LLM), or 3 at the end of a steady window (fast fidelity: ``npusim.fast.streams``); a call
+    again resumes after the tick it stopped at. Stopping between two steps never changes
+    results, so the caller may update a progress bar between calls; fast fidelity looks at
+    the run only where it asked to stop (2 and 3), never at the end of a chunk, so that how
+    the run is cut into chunks (a trace's buffers, the chunk length) changes nothing either.
     """
     glob, rg, cores = chip.glob, chip.rings, chip.cores
     t = glob[G_NOW]
@@ -121,7 +123,7 @@ def run(chip, prog, mt, p, max_iterations):
             return 0
         if fast_fidelity(p) and t >= glob[G_WINDOW_AT] and _window_steady(chip, t):
             glob[G_NOW] = t
-            return 0
+            return 3
         iterations += 1
         glob[G_STEPS] += 1
         mem_due, mem_edge = on_edge(t, mem_edge, p.mem_period)

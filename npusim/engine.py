@@ -131,8 +131,8 @@ class EngineRun:
                     raise NpusimError(_deadlock_message(st, self.prog, tb))
                 if self.recorder is not None:
                     self.recorder.drain(st, self.p)
-                if self.fast is not None and not self.finished:
-                    self.fast.paused(self)
+                if self.fast is not None and not self.finished and code in (2, 3):
+                    self.fast.paused(self)  # where it asked to stop: chunk ends change nothing
                 if code == 2:
                     return True
                 if progress is not None:

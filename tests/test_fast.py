@@ -162,6 +162,30 @@ def test_llama_step_fast_within_one_percent(kv_heads):
     assert info["layers_extrapolated"] > 0, info["regions"]
 
 
+def test_how_the_run_is_cut_into_chunks_changes_nothing(monkeypatch):
+    """The engine returns to Python every ITERATIONS_PER_CALL event steps (a progress bar,
+    a trace's buffers); fast fidelity looks at the run only where it asked to stop, so a
+    run cut into chunks of 1,024 event steps gives what one of 2^18 gives, bit for bit: the
+    Llama step's side-by-side attention regions (measured by work done), its decoder
+    region and its stream cuts."""
+    import npusim.engine as engine
+
+    llm = {"layers": 8, "hidden": 1024, "intermediate": 3584, "heads": 8, "kv_heads": 2,
+           "vocab": 4096}
+    reqs = [Request("llama3_8b", context=255, prompt=1, generate=1, llm=llm)
+            for _ in range(8)]
+    runs = []
+    for chunk in (1 << 18, 1 << 10):
+        monkeypatch.setattr(engine, "ITERATIONS_PER_CALL", chunk)
+        runs.append(simulate_requests(reqs, "server", overrides=[
+            "scheduler.max_batch=8", "fidelity=fast"]))
+    a, b = runs
+    assert a.total_cycles == b.total_cycles
+    assert [x["end_cycle"] for x in a.layers] == [x["end_cycle"] for x in b.layers]
+    assert a.extra["fidelity"] == b.extra["fidelity"]
+    assert a.extra["fidelity"]["layers_extrapolated"] > 0
+
+
 def test_fidelity_is_a_validated_config_field_and_a_cli_option(tmp_path):
     with pytest.raises(NpusimError, match="fidelity.*'full', 'fast'"):
         load_config("mobile", ["fidelity=exact"])
