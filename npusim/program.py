@@ -255,9 +255,9 @@ class ProgramBuilder:
         whole program (GPT-2 generating 256 tokens spent 49 of 205 profiled CPU s rebuilding)."""
         f = self._frozen
         inst = f.extend_inst(self._inst)
-        tile = f.tile.extend(self._tiles, isa.N_TILE_COLS)
-        group = f.group.extend(self._groups, isa.N_GROUP_COLS)
-        layer = f.layer.extend(self._layers, isa.N_LAYER_COLS)
+        tile = f.tile.extend(self._tiles)
+        group = f.group.extend(self._groups)
+        layer = f.layer.extend(self._layers)
         src, dst = f.extend_edges(self._preds)
         # successors: each layer's in ascending order, the layers one after the other
         order = np.argsort(src, kind="stable")
@@ -282,25 +282,28 @@ class _Rows:
     """A list of table rows as an array, converting only the rows added since the last call
     (the last row stays open: the builder may still add to the open layer or group)."""
 
-    def __init__(self) -> None:
-        self.frozen = np.zeros((0, 0), np.int64)
+    def __init__(self, cols: int) -> None:
+        self.cols = cols
+        self.frozen = np.zeros((0, cols), np.int64)
 
-    def extend(self, rows: list[list[int]], cols: int) -> np.ndarray:
+    def extend(self, rows: list[list[int]]) -> np.ndarray:
         n = len(self.frozen)
         keep = max(n, len(rows) - 1)
         if keep > n:
-            self.frozen = np.concatenate(
-                [self.frozen.reshape(-1, cols),
-                 np.array(rows[n:keep], dtype=np.int64).reshape(-1, cols)])
-        tail = np.array(rows[keep:], dtype=np.int64).reshape(-1, cols)
-        return np.concatenate([self.frozen.reshape(-1, cols), tail])
+            self.frozen = np.concatenate([self.frozen, self._array(rows[n:keep])])
+        return np.concatenate([self.frozen, self._array(rows[keep:])])
+
+    def _array(self, rows: list[list[int]]) -> np.ndarray:
+        return np.array(rows, dtype=np.int64).reshape(-1, self.cols)
 
 
 class _Frozen:
     """The parts of a ProgramBuilder's tables that earlier builds turned into arrays."""
 
     def __init__(self) -> None:
-        self.tile, self.group, self.layer = _Rows(), _Rows(), _Rows()
+        self.tile = _Rows(isa.N_TILE_COLS)
+        self.group = _Rows(isa.N_GROUP_COLS)
+        self.layer = _Rows(isa.N_LAYER_COLS)
         self.inst = np.zeros((0, isa.N_INST_COLS), np.int64)  # rows beyond n_inst: room
         self.n_inst = 0
         self.templates = 0

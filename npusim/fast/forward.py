@@ -46,7 +46,7 @@ import numpy as np
 
 from npusim.fast.chip import COUNTERS, counter_index, counters, released
 from npusim.fast.regions import (Region, TileContents, TileRun, find_regions,
-                                 find_tile_runs)
+                                 find_tile_runs, tile_templates)
 from npusim.fast.repeats import LayerRepeats
 from npusim.fast.streams import StreamCuts
 from npusim.kernels import isa
@@ -86,9 +86,7 @@ def _static_work(prog, first_layer: int) -> np.ndarray:
     tiles = prog.tile[prog.tile[:, isa.T_LAYER] >= first_layer]
     if not len(tiles):
         return out
-    starts, where = np.unique(tiles[:, isa.T_INST_START], return_inverse=True)
-    lengths = np.zeros(len(starts), dtype=np.int64)
-    lengths[where] = tiles[:, isa.T_INST_LEN]
+    starts, lengths, where = tile_templates(tiles)
     per_template = np.zeros((2, len(starts)), np.int64)
     for k, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
         inst = prog.inst[s:s + n]
@@ -97,7 +95,7 @@ def _static_work(prog, first_layer: int) -> np.ndarray:
                               * inst[dma, isa.I_RUN_BYTES]).sum()
         per_template[1, k] = np.count_nonzero(~dma)
     for i in range(2):
-        np.add.at(out[i], tiles[:, isa.T_LAYER], per_template[i, where.ravel()])
+        np.add.at(out[i], tiles[:, isa.T_LAYER], per_template[i, where])
     return out
 
 

@@ -74,6 +74,15 @@ class Region:
                 + np.asarray(self.offsets)[None, :]).ravel()
 
 
+def tile_templates(tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The templates ``tiles`` (rows of a tile table) run: their first rows and lengths,
+    and for each tile the index of its template among them."""
+    starts, where = np.unique(tiles[:, isa.T_INST_START], return_inverse=True)
+    lengths = np.zeros(len(starts), dtype=np.int64)
+    lengths[where] = tiles[:, isa.T_INST_LEN]
+    return starts, lengths, where.ravel()
+
+
 class TileContents:
     """One integer per tile: equal integers mean the same instruction rows, addresses left
     out (the same work on other data). Kept across a run's program extensions: each
@@ -86,16 +95,13 @@ class TileContents:
 
     def update(self, prog: Program) -> np.ndarray:
         """``of_tile`` for every tile of ``prog`` (the program seen before, extended)."""
-        tiles = prog.tile[len(self.of_tile):]
-        starts, where = np.unique(tiles[:, isa.T_INST_START], return_inverse=True)
-        lengths = np.zeros(len(starts), dtype=np.int64)
-        lengths[where] = tiles[:, isa.T_INST_LEN]
+        starts, lengths, where = tile_templates(prog.tile[len(self.of_tile):])
         for s, n in zip(starts.tolist(), lengths.tolist()):
             if s not in self.of_template:
                 rows = np.delete(prog.inst[s:s + n], isa.I_OFFSET, axis=1).tobytes()
                 self.of_template[s] = self.ids.setdefault(rows, len(self.ids))
         content = np.array([self.of_template[s] for s in starts.tolist()], np.int64)
-        self.of_tile = np.concatenate([self.of_tile, content[where.ravel()]])
+        self.of_tile = np.concatenate([self.of_tile, content[where]])
         return self.of_tile
 
 
