@@ -31,11 +31,16 @@ def _save(tmp_path, nodes, inputs, outputs, name):
     return str(path)
 
 
-def moe(tmp_path, T, h=64, inner=128, E=8, k=2, fusion=1, act="swiglu", **attrs):
+def moe(tmp_path, T, h=64, inner=128, E=8, k=2, fusion=1, act="swiglu", biases=None,
+        **attrs):
+    """``biases``: the shapes of fc1's and fc2's biases (None: no biases)."""
     f = 2 if act == "swiglu" and fusion else 1
     ins = [_vi("x", [T, h]), _vi("probs", [T, E]), _vi("w1", [E, f * inner, h]),
            _vi("w2", [E, h, inner])]
     names = ["x", "probs", "w1", "", "w2"]
+    if biases:
+        ins += [_vi("b1", biases[0]), _vi("b2", biases[1])]
+        names = ["x", "probs", "w1", "b1", "w2", "b2"]
     if act == "swiglu" and not fusion:
         ins.append(_vi("w3", [E, inner, h]))
         names += ["", "w3"]
@@ -95,6 +100,25 @@ def test_swiglu_costs_the_same_fused_or_not(tmp_path, fusion):
     assert sum(lay["macs"] for lay in r.layers) == 16 * 2 * (64 * 256 + 128 * 64)
     act = next(lay for lay in r.layers if lay["name"] == "moe/act")
     assert act["vector_cycles"] == 4 * 8 * 128 * (3 * LAT["mul"] + LAT["sigmoid"] + LAT["add"])
+
+
+def test_each_active_expert_loads_its_bias_row_at_the_accumulators_width(tmp_path):
+    """One token to 2 of 8 experts: fc1 and fc2 each load their 2 experts' bias rows once
+    (f x inner and h elements, 4 bytes each: the accumulator's D matrix), nothing more."""
+    h, inner, E = 64, 128, 8
+    plain = npusim.simulate(moe(tmp_path / "plain", 1), "gemmini_validation",
+                            overrides=SCALAR_VU)
+    biased = npusim.simulate(moe(tmp_path / "bias", 1, biases=([E, 2 * inner], [E, h])),
+                             "gemmini_validation", overrides=SCALAR_VU)
+    a = {lay["name"]: lay for lay in plain.layers}
+    b = {lay["name"]: lay for lay in biased.layers}
+    assert b["moe/fc1"]["bytes_loaded"] - a["moe/fc1"]["bytes_loaded"] == 2 * 2 * inner * 4
+    assert b["moe/fc2"]["bytes_loaded"] - a["moe/fc2"]["bytes_loaded"] == 2 * h * 4
+
+
+def test_a_bias_of_the_wrong_shape_is_a_clear_error(tmp_path):
+    with pytest.raises(NpusimError, match=r"MoE 'moe'.*biases \(E, out\).*got.*biases \[\(8, 64\)"):
+        npusim.simulate(moe(tmp_path, 4, biases=([8, 64], [8, 64])), "gemmini_validation")
 
 
 def test_an_activation_moe_does_not_define_is_a_clear_error(tmp_path):

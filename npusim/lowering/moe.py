@@ -121,11 +121,15 @@ def lower_moe(ctx: LoweringContext, node: Node,
             or g.shape(w1)[2] != stored(h, weights[0])
             or tuple(g.shape(w2)) != (E, h, stored(inner, weights[1]))
             or (w3 and tuple(g.shape(w3)) != (E, inner, stored(h, weights[2])))
+            or any(b and tuple(g.shape(b)) != (E, n) for b, n in ((b1, f_inner), (b2, h),
+                                                                  (b3, inner)))
             or not 1 <= k <= E):
         raise NpusimError(f"MoE '{node.name}': needs input (tokens, h) or (B, S, h), "
                           f"router_probs (tokens, E), fc1 (E, f x inner, h), fc2 (E, h, inner), "
-                          f"[fc3 (E, inner, h)] and 1 <= k <= E; got input {x_shape}, "
-                          f"router_probs {p_shape}, fc1 {g.shape(w1)}, fc2 {g.shape(w2)}, k {k}")
+                          f"[fc3 (E, inner, h)], biases (E, out) and 1 <= k <= E; got input "
+                          f"{x_shape}, router_probs {p_shape}, fc1 {g.shape(w1)}, fc2 "
+                          f"{g.shape(w2)}, biases {[g.shape(b) for b in (b1, b2, b3) if b]}, "
+                          f"k {k}")
     prec = ctx.precision
     pairs = T * k
     active = min(E, pairs)
@@ -159,7 +163,7 @@ def lower_moe(ctx: LoweringContext, node: Node,
         those with q + 1, a layer each; returns the names their outputs are known by."""
         column = C * prec if fmt is None else int(fmt.column_bytes(C))
         w_at = ctx.addr(w, E * M * column)
-        b_at = ctx.addr(bias, E * M * ACC_BYTES) if bias else None
+        b_at = ctx.bias_addr(bias) if bias else None
         groups = [(f"{node.name}/{name}", range(more, active), q)]
         if more:
             groups.append((f"{node.name}/{name}/more", range(more), q + 1))
