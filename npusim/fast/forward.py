@@ -374,13 +374,18 @@ class FastForward:
                 w.outcome = f"no fixed point in {len(w.times) - 1} windows"
 
     def _decide(self, run, w: _Watch) -> None:
-        k = len(w.times) - 1  # periods measured so far: 1..k
+        # a run of tiles counts its windows from the end of its outer loop's first
+        # iteration on (``TileRun.span``): the windows before say nothing of the rest
+        i0 = (np.searchsorted(w.progress, w.run.tiles_before + w.run.span)
+              if isinstance(w, _TileWatch) else 0)
+        times, progress, counts = w.times[i0:], w.progress[i0:], w.counters[i0:]
+        k = len(times) - 1  # periods measured so far: 1..k
         if k < 2:
             return
-        steps = np.diff(w.progress)
-        periods = np.diff(w.times) / steps  # ticks per unit of progress
-        deltas = [{n: (w.counters[i + 1][n] - w.counters[i][n]) / steps[i]
-                   for n in w.counters[i]} for i in range(k)]
+        steps = np.diff(progress)
+        periods = np.diff(times) / steps  # ticks per unit of progress
+        deltas = [{n: (counts[i + 1][n] - counts[i][n]) / steps[i]
+                   for n in counts[i]} for i in range(k)]
         cut = self._cut_tiles if isinstance(w, _TileWatch) else self._cut
         if _same(periods[-2], periods[-1], deltas[-2], deltas[-1]):
             # both iterations are at the fixed point: their mean is the better estimate
@@ -389,7 +394,7 @@ class FastForward:
             return
         total = (w.total if isinstance(w, _TileWatch)
                  else w.block * WINDOWS if w.by_progress else w.region.iterations)
-        if k >= MAX_WATCHED and w.progress[-1] >= MEAN_SAMPLE * total:
+        if k >= MAX_WATCHED and progress[-1] >= MEAN_SAMPLE * total:
             sample = periods[1:]  # the first period carries the prolog
             sem = sample.std(ddof=1) / np.sqrt(len(sample)) / sample.mean()
             if sem <= PERIOD_TOLERANCE:
@@ -686,6 +691,7 @@ class FastForward:
                 "layer": prog.layers[w.run.layer].name,
                 "groups": w.run.end_group - w.run.first_group,
                 "tiles_per_group": w.run.tiles_per_group,
+                "outer_step_tile": w.run.span,
                 "measurements": len(w.times),
                 "tiles_extrapolated": w.tiles_skipped,
                 "cycles_per_tile": round(w.period / P, 1) if w.outcome == "cut" else None,
