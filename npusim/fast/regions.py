@@ -17,7 +17,7 @@ Iterations either follow each other (each waits on the one before) or run side b
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -182,9 +182,9 @@ def find_tile_runs(prog: Program, first: int, min_groups: int,
         k = int(np.argmax(ends - starts))
         a, b = int(starts[k]), int(ends[k])
         if b - a >= min_groups:
-            run = TileRun(int(lid), g0 + a, g0 + b, int(tn[a]), int(tn[:a].sum()))
             bases = prog.tile[t0[a:b], isa.T_BASE0:isa.T_BASE0 + 4]  # each group's first
-            out.append(replace(run, span=_outer_span(bases) * run.tiles_per_group))
+            out.append(TileRun(int(lid), g0 + a, g0 + b, int(tn[a]), int(tn[:a].sum()),
+                               span=_outer_span(bases) * int(tn[a])))
     return out
 
 
