@@ -8,6 +8,7 @@ import numpy as np
 
 from npusim.kernels import isa
 from npusim.kernels import state as ks
+from npusim.kernels.names import MEM_DRAM
 
 # Running totals of the chip: (table, field indices or None for the whole table). A cut
 # adds the skipped iterations' share of their increments; everything else in the state
@@ -54,3 +55,17 @@ def released(st, prog) -> np.ndarray:
     waiting = prog.release_order[int(st.cores.ctl[ks.CC_RELEASED]):]
     rel[waiting] = False
     return rel | (ls[ks.L_END] >= 0) | (roots & (ls[ks.L_START] >= 0))
+
+
+def least_period(p, timebase, tolerance: float) -> int:
+    """The shortest stretch (ticks) whose length a fixed point may compare within
+    ``tolerance``: on a refreshing DRAM a stretch takes up to a refresh (tRFC) more or less
+    depending on where the refreshes fall in it, so only stretches of at least tRFC /
+    ``tolerance`` agree by more than chance (0 without refresh; ``isa.NEVER`` at a zero
+    tolerance). ``forward`` compares iterations, windows and tiles over stretches at least
+    this long; ``repeats`` counts only instances this long."""
+    if p.mem_type != MEM_DRAM or p.d_refresh != 1:
+        return 0
+    if tolerance <= 0:
+        return isa.NEVER
+    return int(p.d_rfc * timebase.mem_period / tolerance)

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from npusim.fast.chip import COUNTERS, counter_index, counters, released
+from npusim.fast.chip import COUNTERS, counter_index, counters, least_period, released
 from npusim.fast.regions import (Region, TileContents, TileRun, find_regions,
                                  find_tile_runs, tile_templates)
 from npusim.fast.repeats import LayerRepeats
@@ -203,6 +203,7 @@ class FastForward:
         self.ledger: dict[str, np.ndarray] = {}
         self._claims: dict[int, int] = {}  # layers we asked the kernel to pause after
         self.skipped: list[tuple[int, int]] = []  # (simulated tick, ticks extrapolated there)
+        self.least = 0  # ticks a compared stretch lasts at least (set with the first program)
         self.streams = StreamCuts(self, timebase)  # steady streaming inside tiles
         self.repeats = LayerRepeats(self)  # identical layers spread over the run
         self.contents = TileContents()  # which tiles are alike, kept across extensions
@@ -239,6 +240,7 @@ class FastForward:
         if not self.ledger:
             self.ledger = {k: np.zeros_like(v) for k, v in counters(st).items()}
             self.streams.start(st, run.p)
+            self.least = least_period(run.p, self.tb, PERIOD_TOLERANCE)
         work = _static_work(prog, first_layer)
         src = prog.edge_sources()
         content = self.contents.update(prog)
@@ -382,16 +384,25 @@ class FastForward:
         k = len(times) - 1  # periods measured so far: 1..k
         if k < 2:
             return
+        cut = self._cut_tiles if isinstance(w, _TileWatch) else self._cut
+        # Eq. 5 between the last two stretches of g periods each, g the fewest that makes
+        # both at least ``least`` long (chip.least_period: shorter ones agree by chance)
+        g = 1
+        while 2 * g <= k and min(times[k] - times[k - g],
+                                 times[k - g] - times[k - 2 * g]) < self.least:
+            g += 1
+        if 2 * g <= k:
+            rate = [_rate(times, progress, counts, i, i + g) for i in (k - 2 * g, k - g)]
+            (p0, d0), (p1, d1) = rate
+            if _same(p0, p1, d0, d1):
+                # both stretches are at the fixed point: their mean is the better estimate
+                mean = {n: (d0[n] + d1[n]) / 2 for n in d1}
+                cut(run, w, float((p0 + p1) / 2), mean,
+                    "fixed point" if g == 1 else f"fixed point over {g} periods each")
+                return
         steps = np.diff(progress)
         periods = np.diff(times) / steps  # ticks per unit of progress
-        deltas = [{n: (counts[i + 1][n] - counts[i][n]) / steps[i]
-                   for n in counts[i]} for i in range(k)]
-        cut = self._cut_tiles if isinstance(w, _TileWatch) else self._cut
-        if _same(periods[-2], periods[-1], deltas[-2], deltas[-1]):
-            # both iterations are at the fixed point: their mean is the better estimate
-            mean = {n: (deltas[-2][n] + deltas[-1][n]) / 2 for n in deltas[-1]}
-            cut(run, w, float(periods[-2:].mean()), mean, "fixed point")
-            return
+        deltas = [_rate(times, progress, counts, i, i + 1)[1] for i in range(k)]
         total = (w.total if isinstance(w, _TileWatch)
                  else w.block * WINDOWS if w.by_progress else w.region.iterations)
         if k >= MAX_WATCHED and progress[-1] >= MEAN_SAMPLE * total:
@@ -712,6 +723,13 @@ class FastForward:
                 "outcome": w.how if w.outcome == "cut" else w.outcome,
             } for w in self.watches if w.outcome != "skipped with an enclosing region"],
         }
+
+
+def _rate(times, progress, counts, i: int, j: int) -> tuple[float, dict]:
+    """Ticks and every counter's increment per unit of progress from sample i to j."""
+    units = progress[j] - progress[i]
+    return ((times[j] - times[i]) / units,
+            {n: (counts[j][n] - counts[i][n]) / units for n in counts[i]})
 
 
 def _same(t0: float, t1: float, d0: dict, d1: dict) -> bool:

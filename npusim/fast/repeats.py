@@ -38,11 +38,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npusim.fast.chip import counters, released
+from npusim.fast.chip import counters, least_period, released
 from npusim.fast.regions import layer_signatures
 from npusim.kernels import isa
 from npusim.kernels import state as ks
-from npusim.kernels.names import MEM_DRAM
 
 INSTANCES = 2  # instances that must agree (Eq. 5 between the last two)
 
@@ -93,11 +92,8 @@ class LayerRepeats:
         """The pauses the repeated layers among ``first ..`` need (after ``signatures``)."""
         from npusim.fast.forward import PERIOD_TOLERANCE
 
-        prog, p = run.prog, run.p
-        if p.mem_type == MEM_DRAM and p.d_refresh == 1:  # (a zero tolerance: never)
-            refresh = p.d_rfc * self.ff.tb.mem_period
-            self.min_ticks = (int(refresh / PERIOD_TOLERANCE) if PERIOD_TOLERANCE > 0
-                              else isa.NEVER)
+        prog = run.prog
+        self.min_ticks = least_period(run.p, self.ff.tb, PERIOD_TOLERANCE)
         n = prog.layer.shape[0]
         self.in_region = np.concatenate([self.in_region[:first], np.zeros(n - first, bool)])
         self.in_region[region_layers] = True
