@@ -229,7 +229,7 @@ def test_iterations_shorter_than_a_refresh_allows_are_compared_in_longer_stretch
     ends = [lay["end_cycle"] for lay in full.layers
             if "/gru_1/" in lay["name"] and lay["name"].endswith("Identity__145")]
     periods = np.diff(ends)  # iteration 1 on (iteration 0 carries the prolog)
-    assert len(periods) == 15 and periods.max() < 35_000 / 1.5
+    assert len(periods) == 15 and periods.max() < 35_000  # each too short alone
     assert _rel(periods.mean(), region["cycles_per_iteration"]) < 0.001
 
 
