@@ -400,9 +400,9 @@ class FastForward:
                 cut(run, w, float((p0 + p1) / 2), mean,
                     "fixed point" if g == 1 else f"fixed point over {g} periods each")
                 return
-        steps = np.diff(progress)
-        periods = np.diff(times) / steps  # ticks per unit of progress
-        deltas = [_rate(times, progress, counts, i, i + 1)[1] for i in range(k)]
+        rates = [_rate(times, progress, counts, i, i + 1) for i in range(k)]
+        periods = np.array([r[0] for r in rates])  # ticks per unit of progress
+        deltas = [r[1] for r in rates]
         total = (w.total if isinstance(w, _TileWatch)
                  else w.block * WINDOWS if w.by_progress else w.region.iterations)
         if k >= MAX_WATCHED and progress[-1] >= MEAN_SAMPLE * total:

@@ -149,15 +149,14 @@ MODELS = {"bundled": (bundled_models, "Symbolic dims: batch 1, every other 128."
                   "(past_sequence_length as it is), batch_size at least 4.")}
 
 
-def run_bundled(configs: dict[str, tuple[str, list[str]]], models: str = "bundled"
-                ) -> list[dict]:
-    """Accuracy over every model of ``MODELS[models]`` on each of ``configs`` (name: preset,
-    overrides): fast against full."""
+def run_accuracy(spec: dict) -> list[dict]:
+    """Accuracy over every model of ``MODELS[spec["models"]]`` (bundled by default) on each
+    of ``spec["configs"]`` (name: preset, overrides): fast against full."""
     import npusim
 
     rows = []
-    for path, dims in MODELS[models][0]():
-        for config, (preset, overrides) in configs.items():
+    for path, dims in MODELS[spec.get("models", "bundled")][0]():
+        for config, (preset, overrides) in spec["configs"].items():
             runs = {}
             for f in ("full", "fast"):
                 t0 = time.process_time()
@@ -184,8 +183,8 @@ def run_bundled(configs: dict[str, tuple[str, list[str]]], models: str = "bundle
     return rows
 
 
-def write_bundled(rows: list[dict], out: Path, case: str) -> None:
-    """The rows of ``run_bundled`` for case ``case`` (of CASES) as JSON and a table."""
+def write_accuracy(rows: list[dict], out: Path, case: str) -> None:
+    """The rows of ``run_accuracy`` for case ``case`` (of CASES) as JSON and a table."""
     desc, _, spec = CASES[case]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"cases": rows}, indent=1))
@@ -314,9 +313,7 @@ def main() -> None:
     for name in a.cases.split(","):
         desc, target, spec = CASES[name]
         if "configs" in spec:
-            write_bundled(run_bundled(spec["configs"], spec.get("models", "bundled")),
-                          a.out.with_name(f"fast_{name}.json"),
-                          name)
+            write_accuracy(run_accuracy(spec), a.out.with_name(f"fast_{name}.json"), name)
             continue
         old = next((r for r in rows if r["case"] == name and "full" in r), None)
         full = old["full"] if a.reuse_full and old else run_one(spec, "full")
