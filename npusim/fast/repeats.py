@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npusim.fast.chip import counters, least_period, released
+from npusim.fast.chip import counters, released
 from npusim.fast.regions import layer_signatures
 from npusim.kernels import isa
 from npusim.kernels import state as ks
@@ -79,7 +79,6 @@ class LayerRepeats:
         self.settle: dict[int, int] = {}  # predecessor -> the cut layer its end settles
         self.cuts = 0
         self.ticks = 0
-        self.min_ticks = 0  # an instance's least length (set with the first program)
 
     def signatures(self, prog, first: int, content: np.ndarray) -> np.ndarray:
         """``layer_signatures`` of layers ``first ..``, numbered alike across the run."""
@@ -90,10 +89,7 @@ class LayerRepeats:
 
     def watch(self, run, first: int, region_layers: np.ndarray) -> None:
         """The pauses the repeated layers among ``first ..`` need (after ``signatures``)."""
-        from npusim.fast.forward import PERIOD_TOLERANCE
-
         prog = run.prog
-        self.min_ticks = least_period(run.p, self.ff.tb, PERIOD_TOLERANCE)
         n = prog.layer.shape[0]
         self.in_region = np.concatenate([self.in_region[:first], np.zeros(n - first, bool)])
         self.in_region[region_layers] = True
@@ -161,7 +157,7 @@ class LayerRepeats:
         if others.any() or int(st.cores.ctl[ks.CC_RELEASED]) != o.released:
             return
         real_end = end + int(ff.shift[x]) + int(ff.end_shift[x])
-        if real_end - o.real < self.min_ticks:
+        if real_end - o.real < self.ff.least:  # (chip.least_period)
             return
         now = self._counts(st)
         stats = ls[list(LAYER_STATS), x] + np.rint(ff.stat_extra[:, x]).astype(np.int64)
