@@ -339,6 +339,77 @@ def test_a_run_of_tiles_is_measured_past_its_outer_loops_first_iteration():
                                        if lay["name"] == run["layer"])) < 0.02
 
 
+def _matmul_file(path: Path, m: int, k: int, n: int) -> Path:
+    """A MatMul [m, k] x [k, n] whose weights are an external initializer: shapes only."""
+    from onnx import TensorProto, helper, save
+
+    w = TensorProto(name="W", data_type=TensorProto.FLOAT16, dims=[k, n],
+                    data_location=TensorProto.EXTERNAL)
+    w.external_data.add(key="location", value="weights.bin")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["Y"], name="proj")], "proj",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT16, [m, k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT16, [m, n])], [w])
+    save(helper.make_model(graph), path)
+    return path
+
+
+def test_a_runs_first_block_is_a_run_of_its_own():
+    from npusim.fast.regions import TileRun
+
+    run = TileRun(3, 10, 58, 2, 4, span=24, tiles_after=6)  # 48 groups, 12 in the first block
+    assert run.first_block() == TileRun(3, 10, 22, 2, 4, span=0, tiles_after=6 + 96 - 24)
+    assert TileRun(3, 10, 58, 2, 4).first_block() is None  # no outer step
+    assert TileRun(3, 10, 58, 2, 4, span=96).first_block() is None  # the step is the end
+
+
+def test_a_run_before_other_groups_of_its_layer_counts_its_progress_from_the_layers_start(
+        tmp_path):
+    """[256, 1024] x [1024, 6417] on ``mobile``: 8 blocks of 32 input rows, each over 100
+    groups of 64 columns and a narrow last one (4 reduction tiles a group), so the run is
+    the first block's 100 groups and 2,832 tiles of the layer come after it. A measurement's
+    progress is the layer's tiles done (0 at the start): counted against the run's end
+    alone it lagged by those 2,832 tiles, so a run
+    that is not its layer's end (GPT-2's LM head on ``mobile``) had every measurement read
+    as before its outer step: none was compared, and it was never cut."""
+    from npusim.fast.forward import _tiles_done
+    from npusim.fast.regions import find_tile_runs
+
+    prog = lower_graph(load_model(str(_matmul_file(tmp_path / "p.onnx", 256, 1024, 6417))),
+                       load_config("mobile"))
+    (run,) = find_tile_runs(prog, 0, 64)
+    assert (run.groups, run.tiles_per_group, run.tiles_before, run.tiles_after) == (100, 4, 0, 2832)
+    total = run.tiles + run.tiles_after
+    assert _tiles_done(run, total) == 0 and _tiles_done(run, run.tiles_after) == run.tiles
+
+
+def test_a_long_first_block_of_rows_is_measured_and_cut_on_its_own(tmp_path):
+    """[256, 1536] x [1536, 4096] on ``mobile``: 8 blocks of input rows, each over 64 column
+    groups of 5 reduction tiles. The first block (16 groups per core) is a run of its own:
+    cut at its own fixed point, its groups dropped up to the outer step; the rest is
+    measured past the step and cut there. Before, the whole first block was simulated
+    (the run is measured past it, as above). Within 1% of the full run, layer and total."""
+    model = _matmul_file(tmp_path / "proj.onnx", 256, 1536, 4096)
+    full, fast = _pair(str(model), "mobile")
+    info = fast.to_dict()["fidelity"]
+    first, rest = info["tile_runs"]
+    assert (first["groups"], first["tiles_per_group"], first["outer_step_tile"]) == (64, 5, 0)
+    assert (rest["groups"], rest["tiles_per_group"], rest["outer_step_tile"]) == (512, 5, 320)
+    assert first["outcome"].startswith("fixed point") and rest["outcome"] == "fixed point"
+    # each cut after two windows at the earliest (20 tiles a window in the first block,
+    # 160 in the rest), the rest's windows past the step
+    assert 0 < first["tiles_extrapolated"] <= 320 - 2 * 20
+    assert 0 < rest["tiles_extrapolated"] <= 2560 - 320 - 2 * 160
+    dropped = first["tiles_extrapolated"] + rest["tiles_extrapolated"]
+    assert info["tiles_extrapolated"] == info["tiles_dropped_in_layers"] == dropped
+    assert info["tiles_simulated"] + dropped == 2560
+    assert abs(info["extrapolated_cycles"] - sum(
+        r["tiles_extrapolated"] * r["cycles_per_tile"] for r in (first, rest))) <= 0.05 * dropped + 2
+    assert _rel(full.total_cycles, fast.total_cycles) < 0.01
+    assert _rel(full.layers[0]["cycles"], fast.layers[0]["cycles"]) < 0.01
+    assert _rel(full.bytes_moved, fast.bytes_moved) < 0.01
+
+
 def test_tile_runs_shared_with_another_stream_are_simulated_in_full():
     """Two 1024 MatMuls side by side, one per half of the cores: each layer's run of tiles
     sees the other layer running and is not cut; the run equals the full one."""

@@ -198,7 +198,7 @@ class FastForward:
         self.tile_watches: list[_TileWatch] = []
         # by layer, the runs of tiles watching or cut and not yet settled (an LLM step has
         # hundreds: a pause looks only at those whose layer has begun)
-        self.tiles_pending: dict[int, _TileWatch] = {}
+        self.tiles_pending: dict[int, list[_TileWatch]] = {}
         self._pending_layers: np.ndarray | None = None
         self.ledger: dict[str, np.ndarray] = {}
         self._claims: dict[int, int] = {}  # layers we asked the kernel to pause after
@@ -246,11 +246,15 @@ class FastForward:
         content = self.contents.update(prog)
         ls = st.cores.layer_st
         for tr in find_tile_runs(prog, first_layer, MIN_RUN_WAVES * self.n_cores, content):
-            w = _TileWatch(tr, max(self.n_cores, tr.tiles // WINDOWS))
-            w.mark = int(ls[ks.L_TILES_LEFT, tr.layer]) - tr.tiles_before - w.block
-            ls[ks.L_TILE_MARK, tr.layer] = w.mark
-            self.tile_watches.append(w)
-            self.tiles_pending[tr.layer] = w
+            # a long first block of the outer loop is a run of its own, watched first; the
+            # run past it is watched from where the first one stops
+            head = tr.first_block()
+            runs = [head, tr] if head and head.groups >= MIN_RUN_WAVES * self.n_cores else [tr]
+            ws = [_TileWatch(r, max(self.n_cores, r.tiles // WINDOWS)) for r in runs]
+            ws[0].mark = int(ls[ks.L_TILES_LEFT, tr.layer]) - tr.tiles_before - ws[0].block
+            ls[ks.L_TILE_MARK, tr.layer] = ws[0].mark
+            self.tile_watches += ws
+            self.tiles_pending[tr.layer] = ws
             self._pending_layers = None
         regions = find_regions(prog, first_layer, tile_content=content,
                                signatures=self.repeats.signatures(prog, first_layer, content))
@@ -296,9 +300,15 @@ class FastForward:
                 self._pending_layers = np.fromiter(self.tiles_pending, np.int64)
             layers = self._pending_layers
             for layer in layers[st.cores.layer_st[ks.L_START, layers] >= 0].tolist():
-                w = self.tiles_pending[layer]
-                self._sample_tiles(run, w)
-                if w.outcome != "watching" and (w.outcome != "cut" or w.settled):
+                ws = self.tiles_pending[layer]
+                for i, w in enumerate(ws):
+                    was = w.outcome
+                    self._sample_tiles(run, w)
+                    if was == "watching" and w.outcome != "watching" and i + 1 < len(ws):
+                        self._start_tiles(run, ws[i + 1])
+                ws[:] = [w for w in ws
+                         if w.outcome == "watching" or (w.outcome == "cut" and not w.settled)]
+                if not ws:
                     del self.tiles_pending[layer]
                     self._pending_layers = None
         if self._active_first is None:
@@ -332,7 +342,7 @@ class FastForward:
         return (any(w.outcome == "watching" and ls[ks.L_START, w.region.first] >= 0
                     for w in self.active)
                 or any(w.outcome == "watching" and ls[ks.L_START, layer] >= 0
-                       for layer, w in self.tiles_pending.items()))
+                       for layer, ws in self.tiles_pending.items() for w in ws))
 
     def _sample(self, run, w: _Watch, tick: int, progress: float) -> None:
         w.times.append(tick)
@@ -536,7 +546,7 @@ class FastForward:
         counts = {k: v + self.ledger[k] for k, v in counters(run.st).items()}
         counts["layer"] = ls[list(LAYER_STATS), layer].astype(np.float64)
         w.times.append(int(run.st.glob[ks.G_NOW]) + self.offset)
-        w.progress.append(float(w.run.tiles_before + w.run.tiles - left))
+        w.progress.append(float(_tiles_done(w.run, left)))
         w.counters.append(counts)
         self._decide(run, w)
         if w.outcome != "watching":
@@ -544,13 +554,22 @@ class FastForward:
                 ls[ks.L_TILE_MARK, layer] = 0
             return
         w.mark -= w.block
-        # a measurement needs tiles of the run still to hand out after it
-        tail = int(ls[ks.L_TILES_LEFT, layer]) - (w.run.tiles_before + w.run.tiles
-                                                 - int(w.progress[-1]))
-        if w.mark <= max(0, tail) + 2 * self.n_cores or len(w.times) > MAX_WATCHED:
-            self._stop_tiles(run, w, f"no fixed point in {len(w.times) - 1} windows")
+        self._next_mark(run, w)
+
+    def _next_mark(self, run, w: _TileWatch) -> None:
+        """The kernel pauses at ``w.mark`` tiles left, if the run still has tiles to hand out
+        after that measurement."""
+        if (w.mark <= w.run.tiles_after + 2 * self.n_cores
+                or len(w.times) > MAX_WATCHED):
+            self._stop_tiles(run, w, f"no fixed point in {max(0, len(w.times) - 1)} windows")
         else:
-            ls[ks.L_TILE_MARK, layer] = w.mark
+            run.st.cores.layer_st[ks.L_TILE_MARK, w.run.layer] = w.mark
+
+    def _start_tiles(self, run, w: _TileWatch) -> None:
+        """The layer's next run of tiles is measured from here on (the one before it has
+        stopped watching: cut, or no fixed point)."""
+        w.mark = int(run.st.cores.layer_st[ks.L_TILES_LEFT, w.run.layer]) - w.block
+        self._next_mark(run, w)
 
     def _stop_tiles(self, run, w: _TileWatch, outcome: str) -> None:
         w.outcome = outcome
@@ -644,7 +663,7 @@ class FastForward:
         for w in self.active:  # regions that ended with the run
             if w.outcome == "cut" and not w.settled:
                 self._settle(st, w)
-        for w in self.tiles_pending.values():
+        for w in (w for ws in self.tiles_pending.values() for w in ws):
             if w.outcome == "cut" and not w.settled:
                 self._settle_tiles(st, w)
         ls = st.cores.layer_st.copy()
@@ -723,6 +742,11 @@ class FastForward:
                 "outcome": w.how if w.outcome == "cut" else w.outcome,
             } for w in self.watches if w.outcome != "skipped with an enclosing region"],
         }
+
+
+def _tiles_done(run: TileRun, left: int) -> int:
+    """The layer's tiles finished (or dropped) when ``left`` are left."""
+    return run.tiles_before + run.tiles + run.tiles_after - left
 
 
 def _rate(times, progress, counts, i: int, j: int) -> tuple[float, dict]:

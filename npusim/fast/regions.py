@@ -139,13 +139,15 @@ def layer_signatures(prog: Program, first: int = 0,
 class TileRun:
     """Groups ``first_group`` to ``end_group`` (exclusive) of ``layer``: a run of identical
     groups (the same tiles, addresses aside), handed out to the cores one after the other.
-    ``tiles_before`` of the layer's tiles come in the groups before it.
+    ``tiles_before`` of the layer's tiles come in the groups before it, ``tiles_after`` in
+    the groups after it.
 
     ``span``: the run's first tiles that share the operand it steps through slowest (its
     outer loop's first iteration: a GEMM's first block of input rows while the weights'
     columns go by). Its later blocks lie elsewhere in the DRAM's banks and rows, and can
     meet the other operands' streams differently (BERT's FFN on LPDDR5: row hits 0.72 over
-    the first block of rows, 0.63 over every later one), so the run is measured past it."""
+    the first block of rows, 0.63 over every later one), so the run is measured past it,
+    and the first block, when long, as a run of its own (``first_block``)."""
 
     layer: int
     first_group: int
@@ -153,10 +155,25 @@ class TileRun:
     tiles_per_group: int
     tiles_before: int
     span: int = 0
+    tiles_after: int = 0
+
+    @property
+    def groups(self) -> int:
+        return self.end_group - self.first_group
 
     @property
     def tiles(self) -> int:
-        return (self.end_group - self.first_group) * self.tiles_per_group
+        return self.groups * self.tiles_per_group
+
+    def first_block(self) -> "TileRun | None":
+        """The groups of the outer loop's first iteration (``span``) as a run of their own:
+        alike among themselves, unlike the rest (None if the run has no such step)."""
+        groups = self.span // self.tiles_per_group
+        if not 0 < groups < self.groups:
+            return None
+        return TileRun(self.layer, self.first_group, self.first_group + groups,
+                       self.tiles_per_group, self.tiles_before,
+                       tiles_after=self.tiles_after + self.tiles - self.span)
 
 
 def find_tile_runs(prog: Program, first: int, min_groups: int,
@@ -184,7 +201,8 @@ def find_tile_runs(prog: Program, first: int, min_groups: int,
         if b - a >= min_groups:
             bases = prog.tile[t0[a:b], isa.T_BASE0:isa.T_BASE0 + 4]  # each group's first
             out.append(TileRun(int(lid), g0 + a, g0 + b, int(tn[a]), int(tn[:a].sum()),
-                               span=_outer_span(bases) * int(tn[a])))
+                               span=_outer_span(bases) * int(tn[a]),
+                               tiles_after=int(tn[b:].sum())))
     return out
 
 
