@@ -176,10 +176,6 @@ class VectorConfig:
     def __hash__(self):
         return hash((self.lanes, self.alus, tuple(sorted(self.latency.items()))))
 
-    @property
-    def elements_per_pass(self) -> int:
-        return self.lanes * self.alus
-
 
 @dataclass(frozen=True, kw_only=True)
 class CoreConfig:

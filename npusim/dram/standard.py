@@ -189,10 +189,6 @@ class DramStandard:
         """Peak bandwidth of the default organisation (all npusim channels)."""
         return self.sim_channels * self.bytes_per_cycle * self.freq_mhz * 1_000_000
 
-    @property
-    def tck_ps(self) -> float:
-        return 1e6 / self.freq_mhz
-
     def with_channels(self, channels: int) -> DramStandard:
         """The same standard with ``channels`` JEDEC channels (pseudo channels per channel kept)."""
         if not isinstance(channels, int) or channels < 1:

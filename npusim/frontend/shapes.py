@@ -115,10 +115,6 @@ def _type_proto(t: Tensor) -> TypeProto:
     return helper.make_tensor_type_proto(t.elem_type, list(t.shape) if t.shape is not None else None)
 
 
-def _np_dtype(elem_type: int):
-    return helper.tensor_dtype_to_np_dtype(elem_type)
-
-
 class _Pass:
     def __init__(self, model: onnx.ModelProto, where: str, counts: dict[str, int]):
         self.where = where
