@@ -369,16 +369,17 @@ def test_a_run_before_other_groups_of_its_layer_counts_its_progress_from_the_lay
     groups of 64 columns and a narrow last one (4 reduction tiles a group), so the run is
     the first block's 100 groups and 2,832 tiles of the layer come after it. A measurement's
     progress is the layer's tiles done (0 at the start): counted against the run's end
-    alone it lagged by those 2,832 tiles, so a run
-    that is not its layer's end (GPT-2's LM head on ``mobile``) had every measurement read
-    as before its outer step: none was compared, and it was never cut."""
+    alone it lagged by those 2,832 tiles, so a run that is not its layer's end (GPT-2's LM
+    head on ``mobile``) had every measurement read as before its outer step: none was
+    compared, and it was never cut."""
     from npusim.fast.forward import _tiles_done
     from npusim.fast.regions import find_tile_runs
 
     prog = lower_graph(load_model(str(_matmul_file(tmp_path / "p.onnx", 256, 1024, 6417))),
                        load_config("mobile"))
     (run,) = find_tile_runs(prog, 0, 64)
-    assert (run.groups, run.tiles_per_group, run.tiles_before, run.tiles_after) == (100, 4, 0, 2832)
+    assert (run.groups, run.tiles_per_group, run.tiles_before,
+            run.tiles_after) == (100, 4, 0, 2832)
     total = run.tiles + run.tiles_after
     assert _tiles_done(run, total) == 0 and _tiles_done(run, run.tiles_after) == run.tiles
 
@@ -403,8 +404,8 @@ def test_a_long_first_block_of_rows_is_measured_and_cut_on_its_own(tmp_path):
     dropped = first["tiles_extrapolated"] + rest["tiles_extrapolated"]
     assert info["tiles_extrapolated"] == info["tiles_dropped_in_layers"] == dropped
     assert info["tiles_simulated"] + dropped == 2560
-    assert abs(info["extrapolated_cycles"] - sum(
-        r["tiles_extrapolated"] * r["cycles_per_tile"] for r in (first, rest))) <= 0.05 * dropped + 2
+    synthesised = sum(r["tiles_extrapolated"] * r["cycles_per_tile"] for r in (first, rest))
+    assert abs(info["extrapolated_cycles"] - synthesised) <= 0.05 * dropped + 2
     assert _rel(full.total_cycles, fast.total_cycles) < 0.01
     assert _rel(full.layers[0]["cycles"], fast.layers[0]["cycles"]) < 0.01
     assert _rel(full.bytes_moved, fast.bytes_moved) < 0.01

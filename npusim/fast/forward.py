@@ -251,8 +251,7 @@ class FastForward:
             head = tr.first_block()
             runs = [head, tr] if head and head.groups >= MIN_RUN_WAVES * self.n_cores else [tr]
             ws = [_TileWatch(r, max(self.n_cores, r.tiles // WINDOWS)) for r in runs]
-            ws[0].mark = int(ls[ks.L_TILES_LEFT, tr.layer]) - tr.tiles_before - ws[0].block
-            ls[ks.L_TILE_MARK, tr.layer] = ws[0].mark
+            self._start_tiles(run, ws[0], skip=tr.tiles_before)
             self.tile_watches += ws
             self.tiles_pending[tr.layer] = ws
             self._pending_layers = None
@@ -565,10 +564,11 @@ class FastForward:
         else:
             run.st.cores.layer_st[ks.L_TILE_MARK, w.run.layer] = w.mark
 
-    def _start_tiles(self, run, w: _TileWatch) -> None:
-        """The layer's next run of tiles is measured from here on (the one before it has
-        stopped watching: cut, or no fixed point)."""
-        w.mark = int(run.st.cores.layer_st[ks.L_TILES_LEFT, w.run.layer]) - w.block
+    def _start_tiles(self, run, w: _TileWatch, skip: int = 0) -> None:
+        """Measure ``w`` from ``skip`` tiles of its layer on: its first run from the start of
+        the run, a later one from where the one before it stopped watching (cut, or no
+        fixed point)."""
+        w.mark = int(run.st.cores.layer_st[ks.L_TILES_LEFT, w.run.layer]) - skip - w.block
         self._next_mark(run, w)
 
     def _stop_tiles(self, run, w: _TileWatch, outcome: str) -> None:
