@@ -249,12 +249,13 @@ def write_accuracy(rows: list[dict], out: Path, case: str) -> None:
                      f"{r['layer_end_error_max_percent_of_total']:.3f}% | "
                      f"{r['layers_extrapolated']} of {r['layers']} / "
                      f"{r.get('tiles_dropped_in_layers', '-')} | "
-                     f"{r.get('stream_cuts', '-')} / {r.get('cycles_extrapolated_in_tiles', 0):,} | "
+                     f"{r.get('stream_cuts', '-')} / "
+                     f"{r.get('cycles_extrapolated_in_tiles', 0):,} | "
                      f"{r['full_cpu_seconds']:.1f} | {r['fast_cpu_seconds']:.1f} |")
     worst = max(abs(r["error_percent"]) for r in rows)
     beyond = [f"{r['model']} on {r['config']} ({r['error_percent']:+.2f}%)" for r in rows
-              if abs(r["error_percent"]) >= 1]
-    lines += ["", f"Worst total-cycle error: {worst:.3f}% (target: within 1%)"
+              if abs(r["error_percent"]) >= BOUND_PERCENT]
+    lines += ["", f"Worst total-cycle error: {worst:.3f}% (target: within {BOUND_PERCENT:g}%)"
               + (f"; beyond it: {', '.join(beyond)}." if beyond else ".")]
     shifted = [r for r in rows if "full_shifted_cycles" in r]
     if shifted:
