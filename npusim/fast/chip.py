@@ -28,6 +28,17 @@ COUNTERS = (
 )
 
 
+# Core counters the program fixes, whatever the timing: the array's and the vector unit's
+# MACs (the I_MACS of their instructions, added at issue: the unit of each) and the tiles
+# finished (None: one per tile). What a cut skips adds exactly the skipped tiles' counts of
+# these (``program_counts``), spread over the cores as the measured rates have it; a
+# measured rate counts work by issue against progress by tiles or iterations finished, off
+# by the work in flight at either end, and times the tiles skipped that put MACs, a
+# workload's own number, up to 0.5% off.
+PROGRAM_COUNTERS = {ks.C_SA_MACS: isa.UNIT_SYSTOLIC, ks.C_VU_OPS: isa.UNIT_VECTOR,
+                    ks.C_TILES: None}
+
+
 def counter_index(table: str, field: int) -> int:
     """Where ``field`` of ``table`` sits in that table's row of :func:`counters`."""
     return next(f for _, name, f in COUNTERS if name == table).index(field)
@@ -45,6 +56,38 @@ def counters(st) -> dict[str, np.ndarray]:
     out["core"][counter_index("core", ks.C_BUSY)] += np.where(
         busy, st.glob[ks.G_NOW] - since, 0)
     return out
+
+
+def program_counts(prog, tiles: np.ndarray) -> dict[int, int]:
+    """``PROGRAM_COUNTERS`` summed over ``tiles`` (tile indices), from their instructions."""
+    from npusim.fast.regions import tile_templates
+
+    out = {field: (len(tiles) if unit is None else 0)
+           for field, unit in PROGRAM_COUNTERS.items()}
+    if not len(tiles):
+        return out
+    starts, lengths, where = tile_templates(prog.tile[tiles])
+    uses = np.bincount(where, minlength=len(starts))
+    for s, n, k in zip(starts.tolist(), lengths.tolist(), uses.tolist()):
+        inst = prog.inst[s:s + n]
+        for field, unit in PROGRAM_COUNTERS.items():
+            if unit is not None:
+                out[field] += k * int(inst[inst[:, isa.I_UNIT] == unit, isa.I_MACS].sum())
+    return out
+
+
+def add_program_counts(add: dict[str, np.ndarray], exact: dict[int, int]) -> None:
+    """Make the cores' increments ``add`` (``counters``' shape) of ``PROGRAM_COUNTERS``
+    whole numbers summing to ``exact`` (``program_counts``), split over the cores as they
+    were (evenly where nothing was measured; the remainder to the largest fractions)."""
+    for field, total in exact.items():
+        row = add["core"][counter_index("core", field)]
+        measured = row.sum()
+        share = row * (total / measured) if measured > 0 else np.full(len(row), total / len(row))
+        whole = np.floor(share)
+        rest = int(total - whole.sum())
+        whole[np.argsort(whole - share, kind="stable")[:rest]] += 1
+        row[:] = whole
 
 
 def released(st, prog) -> np.ndarray:

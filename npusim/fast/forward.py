@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from npusim.fast.chip import COUNTERS, counter_index, counters, least_period, released
+from npusim.fast.chip import (COUNTERS, add_program_counts, counter_index, counters,
+                              least_period, program_counts, released)
 from npusim.fast.regions import (Region, TileContents, TileRun, find_regions,
                                  find_tile_runs, tile_templates)
 from npusim.fast.repeats import LayerRepeats
@@ -508,8 +509,11 @@ class FastForward:
                               ls[ks.L_END] - ls[ks.L_START]).astype(np.float64)
         total = weight[ref_row].sum()
         share = weight[ref_layers].sum() / total if total > 0 else len(cut) / r.period
-        for name, d in per_iteration.items():
-            self.ledger[name] += share * d
+        add = {name: share * d for name, d in per_iteration.items()}
+        add_program_counts(add, program_counts(
+            prog, np.flatnonzero(np.isin(prog.tile[:, isa.T_LAYER], cut))))
+        for name, d in add.items():
+            self.ledger[name] += d
         self._unclaim(st, w.anchors)
         w.outcome, w.how, w.period = "cut", how, period
         w.cut_layers = cut
@@ -605,12 +609,15 @@ class FastForward:
             if arrival < int(st.glob[ks.G_NOW]) + self.offset + delta:
                 w.outcome = "a request arrives before the layer ends (simulated in full)"
                 return
+        skipped = np.concatenate([np.arange(t0, t0 + n) for t0, n in prog.group[
+            g:w.run.end_group, [isa.G_TILE_START, isa.G_TILE_LEN]].tolist()])
         dropped = run.skip_groups(layer, w.run.end_group)
         assert dropped == tiles, (dropped, tiles)
-        counts = dict(per_tile_counts)
-        self.stat_extra[:, layer] += counts.pop("layer") * tiles
-        for name, d in counts.items():
-            self.ledger[name] += d * tiles
+        add = {name: d * tiles for name, d in per_tile_counts.items()}
+        self.stat_extra[:, layer] += add.pop("layer")
+        add_program_counts(add, program_counts(prog, skipped))
+        for name, d in add.items():
+            self.ledger[name] += d
         w.outcome, w.how, w.period = "cut", how, per_tile
         w.tiles_skipped, w.delta = tiles, delta
         w.after = ~started
