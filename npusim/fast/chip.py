@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from npusim.fast.regions import tile_templates
 from npusim.kernels import isa
 from npusim.kernels import state as ks
 from npusim.kernels.names import MEM_DRAM
@@ -60,8 +61,6 @@ def counters(st) -> dict[str, np.ndarray]:
 
 def program_counts(prog, tiles: np.ndarray) -> dict[int, int]:
     """``PROGRAM_COUNTERS`` summed over ``tiles`` (tile indices), from their instructions."""
-    from npusim.fast.regions import tile_templates
-
     out = {field: (len(tiles) if unit is None else 0)
            for field, unit in PROGRAM_COUNTERS.items()}
     if not len(tiles):

@@ -423,6 +423,13 @@ class FastForward:
                 cut(run, w, float(sample.mean()), mean,
                     f"mean of {len(sample)} oscillating windows")
 
+    def _account(self, add: dict[str, np.ndarray], prog, skipped: np.ndarray) -> None:
+        """A cut's counter increments ``add`` (measured rates times what it skipped) join
+        the ledger, with what the program fixes exact for the ``skipped`` tiles."""
+        add_program_counts(add, program_counts(prog, skipped))
+        for name, d in add.items():
+            self.ledger[name] += d
+
     def _skip_no_work_after(self, st, prog, cut, inside) -> np.ndarray:
         """Layers of no work (no tiles) outside the region, not begun, whose every input is
         a layer of ``cut``, one of these in turn, or a layer that has ended: each would end
@@ -540,11 +547,8 @@ class FastForward:
                               ls[ks.L_END] - ls[ks.L_START]).astype(np.float64)
         total = weight[ref_row].sum()
         share = weight[ref_layers].sum() / total if total > 0 else len(cut) / r.period
-        add = {name: share * d for name, d in per_iteration.items()}
-        add_program_counts(add, program_counts(
-            prog, np.flatnonzero(np.isin(prog.tile[:, isa.T_LAYER], cut))))
-        for name, d in add.items():
-            self.ledger[name] += d
+        self._account({name: share * d for name, d in per_iteration.items()}, prog,
+                      np.flatnonzero(np.isin(prog.tile[:, isa.T_LAYER], cut)))
         cut = np.concatenate([cut, self._skip_no_work_after(st, prog, cut, inside)])
         self._unclaim(st, w.anchors)
         w.outcome, w.how, w.period = "cut", how, period
@@ -647,9 +651,7 @@ class FastForward:
         assert dropped == tiles, (dropped, tiles)
         add = {name: d * tiles for name, d in per_tile_counts.items()}
         self.stat_extra[:, layer] += add.pop("layer")
-        add_program_counts(add, program_counts(prog, skipped))
-        for name, d in add.items():
-            self.ledger[name] += d
+        self._account(add, prog, skipped)
         w.outcome, w.how, w.period = "cut", how, per_tile
         w.tiles_skipped, w.delta = tiles, delta
         w.after = ~started
