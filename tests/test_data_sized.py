@@ -63,7 +63,8 @@ def test_missing_counts_come_before_the_shape_arithmetic_on_them(tmp_path):
     with pytest.raises(NpusimError) as err:
         sim(path, None)
     message = str(err.value)
-    assert "--dim nz=N (1 <= N <= 512); also unbound: --dim nz2=N" in message
+    assert message.endswith("--dim nz=N (1 <= N <= 512), or every such size at once with "
+                            "--dim '*=N'; also unbound: --dim nz2=N")
     assert "cannot lower" not in message
 
 
@@ -74,7 +75,7 @@ def test_a_count_above_what_the_inputs_allow_is_refused(tmp_path):
 
 def test_counts_are_dims_the_model_takes(tmp_path):
     path = nonzero_model(tmp_path)
-    assert data_sized_dims(path) == ["nz"]
+    assert data_sized_dims(path) == ["nz", "*"]  # and '*': all of them at once
     with pytest.raises(NpusimError, match="sizes of its data-sized nodes: nz"):
         load_graph(path, {"n": 3})
 
@@ -91,6 +92,53 @@ def test_a_sweep_takes_counts_as_dims(tmp_path):
     sweep = write(tmp_path / "s.toml", f"[workload]\nmodel = '{path}'\n[axes]\ndim.zz = [1]\n")
     res = sweep_cli(str(sweep), "--out", str(tmp_path / "s.h5"), "--dry-run")
     assert res.exit_code == 2 and "data-sized nodes: nz" in res.output, res.output
+
+
+def test_one_count_for_every_data_sized_node(tmp_path):
+    """--dim '*=N': every data-sized node without a count of its own keeps N, or all its
+    inputs allow when that is fewer; a count of its own still wins."""
+    nodes = [helper.make_node("NonZero", ["x"], ["a"], name="big"),
+             helper.make_node("NonZero", ["y"], ["b"], name="small"),
+             helper.make_node("NonZero", ["x"], ["c"], name="own")]
+    path = model(tmp_path, nodes, [("x", X), ("y", (2, 3))],
+                 [("a", (3, "n")), ("b", (2, "m")), ("c", (3, "k"))])
+    g = load_graph(path, {"*": 40, "c": 7})
+    assert [g.shape(t) for t in "abc"] == [(3, 40), (2, 6), (3, 7)]
+    with pytest.raises(NpusimError, match="has no dimension named '\\*'"):
+        load_graph(tiny := model(tmp_path, [helper.make_node("Relu", ["x"], ["r"])],
+                                 [("x", X)], [("r", X)], name="plain"), {"*": 4})
+    assert data_sized_dims(tiny) == []
+
+
+def test_a_long_list_of_missing_counts_is_cut_short(tmp_path):
+    """A detector has a NonZero per level and class (SSDlite: 182): the error names the
+    first, five more, how many else, and the one flag that binds them all."""
+    nodes = [helper.make_node("NonZero", ["x"], [f"nz{i}"], name=f"find{i}") for i in range(9)]
+    path = model(tmp_path, nodes, [("x", X)], [(f"nz{i}", (3, f"n{i}"), I64) for i in range(9)])
+    with pytest.raises(NpusimError) as err:
+        sim(path, None)
+    message = str(err.value)
+    assert "--dim nz0=N (1 <= N <= 512), or every such size at once with --dim '*=N'" in message
+    assert message.endswith("also unbound: --dim nz1=N --dim nz2=N --dim nz3=N --dim nz4=N "
+                            "--dim nz5=N and 3 more")
+
+
+def test_a_count_inside_an_if_branch(tmp_path):
+    """Faster R-CNN's box selection is a NonMaxSuppression in an If whose condition folds
+    (its inputs' sizes are known): the count is named after the branch's tensor, asked for,
+    and taken."""
+    then = helper.make_graph([helper.make_node("NonZero", ["x"], ["nz"], name="find")], "then",
+                             [], [helper.make_tensor_value_info("nz", I64, None)])
+    other = helper.make_graph([const("e", [0, 0, 0])], "else", [],
+                              [helper.make_tensor_value_info("e", I64, None)])
+    nodes = [helper.make_node("Size", ["x"], ["n"]), const("zero", 0),
+             helper.make_node("Greater", ["n", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)]
+    path = model(tmp_path, nodes, [("x", X)], [("y", (3, "k"), I64)])
+    assert data_sized_dims(path) == ["nz", "*"]
+    with pytest.raises(NpusimError, match=r"--dim nz=N \(1 <= N <= 512\)"):
+        sim(path, None)
+    assert load_graph(path, {"nz": 9}).shape("y") == (3, 9)
 
 
 def test_nms_keeps_at_most_its_classes_times_max_output_per_class(tmp_path):

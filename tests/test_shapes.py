@@ -52,6 +52,19 @@ def save(tmp_path, nodes, inputs, outputs, inits=(), name="g", opset=17):
     return path
 
 
+def test_a_reshape_to_another_element_count_is_refused_at_the_node(tmp_path):
+    """ONNX's shape rule takes a target without -1 as given; ONNX Runtime refuses the file,
+    and so does npusim, at the Reshape (a broken export's error came twelve nodes later)."""
+    nodes = [const("target", [1, 32, 2, 32]),
+             helper.make_node("Reshape", ["q", "target"], ["y"], name="split"),
+             helper.make_node("Relu", ["y"], ["z"])]
+    path = save(tmp_path, nodes, [vi("q", [1, 32, 256])], [vi("z", 4)])
+    with pytest.raises(NpusimError, match=r"node 'split' \(Reshape\): shape inference failed: "
+                                          r"8192 elements \[1, 32, 256\] cannot take the shape "
+                                          r"\[1, 32, 2, 32\] \(2048 elements\)"):
+        load_graph(path)
+
+
 def test_shape_subgraph_of_a_reshape_is_evaluated(tmp_path):
     """[batch, seq, 64] -> [batch, seq, 4, 16] with the target built from Shape: the
     exporters' multi-head split."""

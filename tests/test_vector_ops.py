@@ -747,6 +747,19 @@ def test_a_constant_scale_after_a_matmul_is_applied_on_the_way_out(tmp_path):
         assert ("scale", []) in got, got
 
 
+def test_a_product_of_the_result_with_itself_is_a_layer_of_its_own(tmp_path):
+    # RWKV's squared ReLU (torch.square(relu(k W))) reads the result twice: not a bias or a
+    # scale on the way out (the planner took the second operand for a constant, found none
+    # and stopped on a tensor named ''), but a vector pass; so are x + x and x / x
+    for op, vop in (("Mul", "mul"), ("Add", "add"), ("Div", "div")):
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+                 helper.make_node(op, ["h", "h"], ["y"], name="self")]
+        r = sim(model(tmp_path, nodes, [("x", (16, 32))], [("y", (16, 64))], [("w", [32, 64])]))
+        assert [(l["name"], l["fused"]) for l in r.layers] == [("mm", []), ("self", [])]
+        assert r.layers[0]["macs"] == 16 * 32 * 64
+        assert busy(r) == cost(r, [(vop, 16 * 64, 1)])
+
+
 def test_every_core_gets_work_and_the_cost_does_not_depend_on_the_tiling(tmp_path):
     s = (256, 1024)  # 256 Ki elements: many tiles of whole requests on mobile's 4 cores
     path = model(tmp_path, [helper.make_node("Add", ["x", "b"], ["y"])],

@@ -27,6 +27,10 @@ from npusim.errors import NpusimError
 
 DATA_SIZED = ("NonZero", "Compress", "Unique", "NonMaxSuppression")
 _STANDARD = ("", "ai.onnx")
+# ``--dim '*=N'``: every data-sized node without a count of its own keeps N, or all it can
+# if its inputs allow fewer (a detector has one NonZero per feature level and class: 182
+# in torchvision's SSDlite)
+EVERY = "*"
 
 
 def is_data_sized(node) -> bool:
@@ -35,8 +39,19 @@ def is_data_sized(node) -> bool:
 
 
 def count_names(nodes) -> dict[str, str]:
-    """The dim name of every data-sized node among ``nodes`` -> its op type."""
-    return {n.output[0]: n.op_type for n in nodes if is_data_sized(n) and n.output[0]}
+    """The dim name of every data-sized node among ``nodes`` (ONNX NodeProtos), also inside
+    an If's branches (the front end walks the branch its folded condition takes, its
+    nodes' names unchanged: Faster R-CNN's box selection is a NonMaxSuppression inside
+    one) -> its op type."""
+    out: dict[str, str] = {}
+    for n in nodes:
+        if is_data_sized(n) and n.output[0]:
+            out[n.output[0]] = n.op_type
+        if n.op_type == "If" and n.domain in _STANDARD:
+            for a in n.attribute:
+                if a.name in ("then_branch", "else_branch"):
+                    out.update(count_names(a.g.node))
+    return out
 
 
 def _axis(attrs: dict, rank: int) -> int | None:
@@ -80,6 +95,15 @@ def output_types(op: str, attrs: dict, shapes: list, elem_type: int, count: int
             (TensorProto.INT64, (count,))]
 
 
+def count_of(node, name: str, counts: dict[str, int], bound: int) -> int | None:
+    """The count given for ``name`` (checked against the most its inputs allow), else the
+    ``EVERY`` count, at most ``bound``; None if neither was given."""
+    if name in counts:
+        check_count(node, name, counts[name], bound)
+        return counts[name]
+    return min(counts[EVERY], bound) if EVERY in counts else None
+
+
 def check_count(node, name: str, count: int, bound: int) -> None:
     if count > bound:
         raise NpusimError(f"--dim {name}={count}: {node.op_type} '{node.name or name}' keeps at "
@@ -94,4 +118,4 @@ def missing_message(op: str, name: str, bound: int | None) -> str:
             "NonMaxSuppression": "how many boxes survive"}[op]
     limit = f" (1 <= N <= {bound})" if bound else ""
     return (f"its size is {what}, which depends on data npusim never reads: give it with "
-            f"--dim {name}=N{limit}")
+            f"--dim {name}=N{limit}, or every such size at once with --dim '{EVERY}=N'")

@@ -15,6 +15,8 @@ from npusim.errors import NpusimError
 
 # Bytes per element for ONNX TensorProto element types (the enum values are stable across
 # ONNX versions). Sub-byte types (INT4/UINT4/FLOAT4) are rounded up to one byte.
+SHOWN = 5  # unbound data-sized sizes listed after the first (SSDlite has 182)
+
 _ITEMSIZE = {
     1: 4,    # FLOAT
     2: 1,    # UINT8
@@ -148,7 +150,9 @@ class Graph:
                    if (p := self.producer(t)) is not None and is_data_sized(p)
                    and p.outputs[0] == t]
         if missing:
-            more = " ".join(f"--dim {t}=N" for t in missing[1:])
+            more = " ".join(f"--dim {t}=N" for t in missing[1:SHOWN + 1])
+            if len(missing) > SHOWN + 1:
+                more += f" and {len(missing) - SHOWN - 1} more"
             raise NpusimError(self.unshaped[missing[0]]
                               + (f"; also unbound: {more}" if more else ""))
 

@@ -23,7 +23,7 @@ from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper, 
 from npusim.errors import NpusimError
 from npusim.frontend import legacy
 from npusim.frontend.legacy import MIN_OPSET
-from npusim.frontend.data_sized import count_names, is_data_sized, missing_message
+from npusim.frontend.data_sized import EVERY, count_names, is_data_sized, missing_message
 from npusim.frontend.graph import Graph, Node, TensorInfo
 from npusim.frontend.ort_shapes import MS
 from npusim.frontend.quantized import as_float_ops, fold_qdq
@@ -65,8 +65,10 @@ def resolve_model_path(name_or_path: str | Path) -> Path:
 
 def data_sized_dims(path: str | Path) -> list[str]:
     """The dims a model's data-sized nodes (NonZero, NonMaxSuppression, ...: see
-    :mod:`.data_sized`) take: ``--dim`` may bind them, and must where such a node runs."""
-    return list(count_names(_read_model(Path(path)).graph.node))
+    :mod:`.data_sized`) take, and ``EVERY`` if there are any: ``--dim`` may bind them, and
+    must where such a node runs."""
+    names = list(count_names(_read_model(Path(path)).graph.node))
+    return names + [EVERY] if names else names
 
 
 def value_inputs(path: str | Path) -> list[str]:
@@ -209,7 +211,7 @@ def load_graph(path: str | Path, dims: dict[str, int] | None = None, check=None)
 
     bound = dict(dims or {})
     sized = count_names(model.graph.node)
-    counts = {k: v for k, v in bound.items() if k in sized}
+    counts = {k: v for k, v in bound.items() if k in sized or (k == EVERY and sized)}
     _bind_dims(model.graph, {k: v for k, v in bound.items() if k not in counts}, where,
                list(sized))
     for name, value in counts.items():

@@ -39,7 +39,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, TypeProto, defs, helper, numpy_helper
 
 from npusim.errors import NpusimError
-from npusim.frontend.data_sized import check_count, count_bound, is_data_sized, output_types
+from npusim.frontend.data_sized import count_bound, count_of, is_data_sized, output_types
 from npusim.frontend.graph import Stored
 from npusim.frontend.quantized import stored_after
 
@@ -167,7 +167,10 @@ class _Pass:
             if node.op_type == "If" and node.domain in ("", "ai.onnx"):
                 cond = self.tensors.get(node.input[0])
                 if cond is not None and cond.value is not None:
-                    self.run(_inline_if(node, bool(np.asarray(cond.value).reshape(-1)[0])))
+                    nodes = _inline_if(node, bool(np.asarray(cond.value).reshape(-1)[0]))
+                    # the branch's outputs are read now (by the If's outputs' Identities)
+                    self.needed.update(t for n in nodes for t in n.input if t)
+                    self.run(nodes)
                     self.folded += 1
                     continue
             if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and self.unroll(node):
@@ -276,6 +279,7 @@ class _Pass:
         if self.fold_shape_of(node, ins):
             return
         out_types = self.infer(node, ins)
+        self.check_reshape(node, ins, out_types)
         if is_data_sized(node) and not all(_known(out_types.get(i))
                                            for i, o in enumerate(node.output) if o):
             out_types = self.sized_by_count(node, ins, out_types)
@@ -308,6 +312,22 @@ class _Pass:
             elif o in self.needed and o not in self.unshaped:
                 self.unshaped[o] = node
 
+    def check_reshape(self, node, ins, out_types) -> None:
+        """A Reshape keeps its element count: ONNX's shape rule takes the target shape as
+        given when it has no -1 (ONNX Runtime refuses such a file), and a wrong one would
+        surface nodes later as some other node's mismatch."""
+        if node.op_type != "Reshape" or node.domain not in STANDARD_DOMAINS:
+            return
+        x, out = ins[0] if ins else None, out_types.get(0)
+        if x is None or x.shape is None or not _known(out) or out[1] is None:
+            return
+        if prod(x.shape) != prod(out[1]):
+            raise NpusimError(
+                f"{self.where}: node '{node.name or node.op_type}' (Reshape): shape inference "
+                f"failed: {prod(x.shape)} elements {list(x.shape)} cannot take the shape "
+                f"{list(out[1])} ({prod(out[1])} elements); input shapes "
+                f"{_describe_inputs(node, {n: t for n, t in zip(node.input, ins) if n and t})}")
+
     def sized_by_count(self, node, ins, out_types):
         """A data-sized node's outputs shaped by the count the user gave (``--dim``)."""
         if not ins or any(n and (t is None or t.shape is None) for n, t in zip(node.input, ins)):
@@ -318,11 +338,11 @@ class _Pass:
         name = node.output[0]
         bound = count_bound(node.op_type, attrs, shapes, values)
         self.bounds[name] = bound
-        if name not in self.counts:
+        count = count_of(node, name, self.counts, bound)
+        if count is None:
             return out_types
-        check_count(node, name, self.counts[name], bound)
-        given = output_types(node.op_type, attrs, shapes, ins[0].elem_type, self.counts[name])
-        return dict(enumerate(given))
+        return dict(enumerate(output_types(node.op_type, attrs, shapes, ins[0].elem_type,
+                                           count)))
 
     def fold_shape_of(self, node, ins) -> bool:
         """Shape, Size and EyeLike of a tensor whose shape is known are constants."""

@@ -84,8 +84,9 @@ def plan_fusions(graph: Graph) -> tuple[dict[str, str], dict[str, list[str]]]:
         if not src:
             continue
         producer = graph.producer(src)
-        if producer is None or src in outputs or len(graph.consumers(src)) != 1:
-            continue
+        if (producer is None or src in outputs or len(graph.consumers(src)) != 1
+                or node.inputs.count(src) != 1):
+            continue  # (x * x, x + x: an element-wise layer of its own, not a bias or scale)
         root = fused.get(producer.name, producer.name)
         root_node = graph.node(root)
         root_op = root_node.op_type
