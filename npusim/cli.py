@@ -73,6 +73,13 @@ def _cli_errors(func: Callable) -> Callable:
         except KeyboardInterrupt:
             _print_err("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except MemoryError as err:  # the input asks for more than this machine holds
+            if _debug():
+                traceback.print_exc()
+            _print_err(f"error: out of memory ({str(err).strip() or 'MemoryError'}): this "
+                       f"workload needs more memory than the machine has; smaller dims, "
+                       f"fewer layers or fewer requests would fit")
+            raise typer.Exit(EXIT_USER_ERROR) from None
         except BrokenPipeError:
             # stdout closed early (`npusim models | head -1`): stop quietly.
             try:
@@ -564,6 +571,9 @@ def simulate(
         if (model is None) == (requests_file is None):
             raise NpusimError("give either a MODEL or --requests FILE (exactly one)")
         if requests_file is not None:
+            if dims:
+                raise NpusimError("--dim binds MODEL's dims; with --requests each request "
+                                  "gives its own (dims = { NAME = N } in its table)")
             from npusim.config import load_config
             from npusim.simulation import simulate_requests
             from npusim.workload import read_requests

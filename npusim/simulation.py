@@ -9,18 +9,20 @@ import numpy as np
 from npusim.config import NpuConfig, load_config
 from npusim.engine import run_program
 from npusim.errors import NpusimError
-from npusim.frontend import load_model, resolve_model_path, with_example_dims
+from npusim.frontend import (load_model, resolve_model_path, symbolic_dims,
+                             with_example_dims)
 from npusim.frontend.optimize import prepared_model
 from npusim.kernels import isa
 from npusim.kernels import state as ks
 from npusim.lowering import lower_graph, refuse_never_lowered
 from npusim.lowering.mapping import parse_mapping_file
 from npusim.results import Result, collect
+from npusim.workload import check_request
 
 
 def simulate(model, config=None, *, overrides=(), mapping=None, dims=None, skip=True,
              progress=None, unsupported="error", optimize="none", trace=None) -> Result:
-    cfg = config if isinstance(config, NpuConfig) else load_config(config, list(overrides))
+    cfg = config if isinstance(config, NpuConfig) else load_config(config, overrides)
     path = resolve_model_path(model)
     dims, assumed = with_example_dims(path, dims)
     with prepared_model(path, optimize, dims) as (ready, ready_dims):
@@ -63,11 +65,13 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
     from npusim.serving.server import LlmServer
     from npusim.serving.spec import load_llm
 
-    cfg = config if isinstance(config, NpuConfig) else load_config(config, list(overrides))
+    cfg = config if isinstance(config, NpuConfig) else load_config(config, overrides)
     table = parse_mapping_file(mapping) if mapping else None
     requests = list(requests)
     if not requests:
         raise NpusimError("no requests to simulate")
+    for i, req in enumerate(requests):
+        check_request(req, f"request {i + 1}")
     # streams: each plain request alone; LLM requests grouped by architecture and partition
     streams: list[list[int]] = []
     llm_groups: dict[tuple, int] = {}
@@ -96,6 +100,12 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
             continue
         path = resolve_model_path(req.model)
         req_dims, _ = with_example_dims(path, req.dims or None)
+        unbound = [d for d in symbolic_dims(path)[1] if d not in (req_dims or {})]
+        if unbound:
+            raise NpusimError(f"request {members[0] + 1} ({req.label}): {Path(path).name} has "
+                              f"unbound symbolic dimension(s) {', '.join(map(repr, unbound))}; "
+                              f"give them in the request: dims = {{ "
+                              f"{', '.join(f'{d} = N' for d in unbound)} }}")
         with prepared_model(path, optimize, req_dims) as (ready, ready_dims):
             graph = load_model(ready, ready_dims, _early_refusal(path, unsupported))
         builder.request, builder.release = sid, req.arrival_cycle
@@ -147,8 +157,9 @@ def _request_results(result, requests, streams, servers, prog, raw, placement) -
             i = members[0]
             req = requests[i]
             mine = [l for l, s in zip(result.layers, stream_of_layer) if s == sid]
-            start = min(l["start_cycle"] for l in mine)
-            finish = max(l["end_cycle"] for l in mine)
+            # (a model whose every node folds runs no layer: done on arrival)
+            start = min((l["start_cycle"] for l in mine), default=req.arrival_cycle)
+            finish = max((l["end_cycle"] for l in mine), default=req.arrival_cycle)
             latency = finish - req.arrival_cycle
             rows[i] = {"name": req.name, "model": Path(req.model).stem, "dims": req.dims,
                        "arrival_cycle": req.arrival_cycle, "start_cycle": start,

@@ -32,9 +32,10 @@ model's symbolic dimension of that name (``batch_size`` binds ``batch``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from npusim.errors import NpusimError, NpusimWarning
@@ -77,6 +78,46 @@ class Request:
     @property
     def label(self) -> str:
         return self.name or Path(self.model).stem
+
+
+def check_request(req, where: str) -> None:
+    """What every request must hold, read from a file or built in Python (checked again by
+    ``simulate_requests``): an arrival that is a whole cycle in range, token counts that
+    are integers (an LLM request's context, prompt and generated tokens within its model's
+    positions), positive dims."""
+    from npusim.serving.spec import load_llm
+
+    if not isinstance(req, Request):
+        raise NpusimError(f"{where}: {req!r} is not a npusim.Request")
+    if not isinstance(req.model, str) or not req.model:
+        raise NpusimError(f"{where}: model = {req.model!r} must name an ONNX file, bundled "
+                          f"model or LLM")
+    if type(req.arrival_cycle) is not int or req.arrival_cycle < 0:
+        raise NpusimError(f"{where}: arrival_cycle = {req.arrival_cycle!r} must be an integer "
+                          f">= 0 (core cycles)")
+    _arrival_in_range(req.arrival_cycle, f"{where}: arrival_cycle")
+    for key in ("generate", "prompt", "context"):
+        value = getattr(req, key)
+        if type(value) is not int or value < 0:
+            raise NpusimError(f"{where}: {key} = {value!r} must be an integer >= 0")
+    if not isinstance(req.dims, dict) or any(type(v) is not int or v < 1
+                                             for v in req.dims.values()):
+        raise NpusimError(f"{where}: dims = {req.dims!r} must map names to positive integers")
+    if not req.is_llm:
+        for key in ("prompt", "context", "llm"):
+            if getattr(req, key):
+                raise NpusimError(f"{where}: {key} is only for LLM requests (generate >= 1)")
+        return
+    if req.prompt < 1:
+        raise NpusimError(f"{where}: prompt = {req.prompt} must be at least 1 token")
+    if not isinstance(req.llm, dict):
+        raise NpusimError(f"{where}: llm = {req.llm!r} must be a table of architecture "
+                          f"overrides, e.g. llm = {{ kv_heads = 8 }}")
+    spec = load_llm(req.model).with_overrides(req.llm, where)
+    if req.context + req.prompt + req.generate - 1 > spec.max_positions:
+        raise NpusimError(f"{where}: context {req.context} + prompt {req.prompt} + generate "
+                          f"{req.generate} exceeds the {spec.max_positions} positions of "
+                          f"{spec.name}")
 
 
 def _find_model(name: str, listing: Path) -> str:
@@ -137,8 +178,9 @@ def read_models_list(path: str | Path, core_freq_mhz: int) -> list[Request]:
                 raise NpusimError(f"{where}: {key} = {value!r} must be a positive integer")
             dims[dim] = value
         ms = entry.get("request_time", 0)
-        if not isinstance(ms, (int, float)) or ms < 0:
-            raise NpusimError(f"{where}: request_time = {ms!r} must be a number of ms >= 0")
+        if not _finite_number(ms) or ms < 0:
+            raise NpusimError(f"{where}: request_time = {ms!r} must be a finite number of "
+                              f"ms >= 0")
         cycle = _arrival_in_range(round(ms * 1e-3 * core_freq_mhz * 1e6),
                                   f"{where}: request_time = {ms!r} ms")
         part = entry.get("partition_id")
@@ -194,14 +236,20 @@ def _cycles(entry: dict, key: str, where: str, core_freq_mhz: int) -> int:
         return cyc
     if us is None:
         return 0
-    if not isinstance(us, (int, float)) or isinstance(us, bool) or us < 0:
-        raise NpusimError(f"{where}: {key}_us = {us!r} must be a number >= 0")
+    if not _finite_number(us) or us < 0:
+        raise NpusimError(f"{where}: {key}_us = {us!r} must be a finite number >= 0")
     return round(us * core_freq_mhz)
+
+
+def _finite_number(x) -> bool:
+    """An int or float that is not a bool, NaN or infinite."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _arrival_in_range(cycle: int, what: str) -> int:
     if cycle > MAX_ARRIVAL_CYCLES:
-        raise NpusimError(f"{what} is {cycle} core cycles: must be at most "
+        shown = cycle if cycle < 10**16 else f"{float(cycle):.3g}"  # not 300 digits
+        raise NpusimError(f"{what} is {shown} core cycles: must be at most "
                           f"{MAX_ARRIVAL_CYCLES} (2**40)")
     return cycle
 
@@ -214,7 +262,7 @@ def _positive(entry: dict, key: str, where: str, default: int, lo: int = 1) -> i
 
 
 def _parse_request(entry, where: str, folder: Path, core_freq_mhz: int) -> list[Request]:
-    from npusim.serving.spec import is_llm, load_llm
+    from npusim.serving.spec import is_llm
 
     if not isinstance(entry, dict):
         raise NpusimError(f"{where}: must be a table of keys ({', '.join(REQUEST_KEYS)})")
@@ -254,13 +302,8 @@ def _parse_request(entry, where: str, folder: Path, core_freq_mhz: int) -> list[
         if not is_llm(model):
             raise NpusimError(f"{where}: model = {model!r} is not a language model: give a "
                               f"bundled LLM or a language-model JSON (npusim models lists them)")
-        spec = load_llm(model).with_overrides(llm, where)
         prompt = _positive(entry, "prompt", where, 1)
         context = _positive(entry, "context", where, 0, lo=0)
-        if context + prompt + generate - 1 > spec.max_positions:
-            raise NpusimError(f"{where}: context {context} + prompt {prompt} + generate "
-                              f"{generate} exceeds the {spec.max_positions} positions of "
-                              f"{spec.name}")
     else:
         if "generate" in entry:  # given as 0
             raise NpusimError(f"{where}: generate = 0: an LLM request generates at least 1 "
@@ -280,7 +323,9 @@ def _parse_request(entry, where: str, folder: Path, core_freq_mhz: int) -> list[
             model = str(resolve_model_path(model))
         except NpusimError as err:
             raise NpusimError(f"{where}: {err}") from None
-    return [Request(model=model, dims=dims, arrival_cycle=arrival + k * interval,
-                    name=f"{name}#{k}" if name and count > 1 else name, partition=part,
-                    prompt=prompt, generate=generate, context=context, llm=dict(llm))
+    first = Request(model=model, dims=dims, arrival_cycle=arrival, name=name, partition=part,
+                    prompt=prompt, generate=generate, context=context, llm=llm)
+    check_request(first, where)
+    return [replace(first, arrival_cycle=arrival + k * interval, llm=dict(llm),
+                    name=f"{name}#{k}" if name and count > 1 else name)
             for k in range(count)]

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 import npusim
 from npusim import cli
 from npusim.cli import app
+from npusim.errors import NpusimError
 from npusim.paths import models_dir
 
 from helpers import without_compile_notice
@@ -191,6 +192,19 @@ def test_bad_input_is_one_clear_error(case, tmp_path, unsupported_model, matmul_
     assert set(tmp_path.iterdir()) == before  # no temp file either
 
 
+def _no_nodes(path):
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [4])
+    onnx.save(helper.make_model(helper.make_graph([], "g", [x], [x]),
+                                opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def _one_request(tmp_path):
+    f = tmp_path / "r.toml"
+    f.write_text('[[request]]\nmodel = "tiny_cnn"\n')
+    return str(f)
+
+
 def _one_relu(path, shape, reads="X"):
     x = helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)
     y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, shape)
@@ -203,7 +217,8 @@ def _one_relu(path, shape, reads="X"):
 
 @pytest.mark.parametrize("case", ["a directory", "a huge dim", "a huge static input",
                                   "a negative input dim", "an undefined input",
-                                  "the mapping a directory"])
+                                  "the mapping a directory", "a graph with no nodes",
+                                  "--dim with --requests"])
 def test_more_bad_inputs_are_one_clear_error(tmp_path, case):
     """Found from the outside (a bad-input sweep): each was a hang, an internal error or a
     message that did not name the thing."""
@@ -221,6 +236,12 @@ def test_more_bad_inputs_are_one_clear_error(tmp_path, case):
                                ["node 'relu'", "reads 'nope'"]),
         "the mapping a directory": (["tiny_cnn", "--mapping", str(folder)],
                                     ["mapping file", "is a directory"]),
+        # (a second bad-input sweep: the first ran and reported 0 cycles, the second was
+        # silently ignored)
+        "a graph with no nodes": ([_no_nodes(tmp_path / "empty.onnx")],
+                                  ["empty.onnx' has no nodes: nothing to simulate"]),
+        "--dim with --requests": (["--requests", _one_request(tmp_path), "--dim", "seq=4"],
+                                  ["--dim binds MODEL's dims; with --requests each request"]),
     }[case]
     res = run("simulate", *args, "--json", str(tmp_path / "out.json"))
     assert res.exit_code == 2, res.output
@@ -293,6 +314,31 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path):
     cli.write_json_atomic(out, {"n": np.int64(3), "a": np.arange(2)})
     assert json.loads(out.read_text()) == {"n": 3, "a": [0, 1]}
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_running_out_of_memory_is_a_clear_error(monkeypatch):
+    """An input that asks for more memory than the machine has (an LLM of a huge hidden
+    size, below the size guard) is the user's to shrink, not a bug in npusim."""
+    import npusim.simulation
+
+    def greedy(*args, **kwargs):
+        raise MemoryError("Unable to allocate 54.0 GiB")
+
+    monkeypatch.setattr(npusim.simulation, "simulate", greedy)
+    res = run("simulate", "tiny_cnn")
+    assert res.exit_code == 2
+    assert res.stderr.startswith("error: out of memory (Unable to allocate 54.0 GiB): this "
+                                 "workload needs more memory than the machine has")
+    assert "Traceback" not in res.output
+
+
+def test_api_overrides_take_one_string_a_mapping_or_a_list():
+    """A lone string was read one character at a time, a mapping by its keys."""
+    want = npusim.simulate("tiny_cnn", overrides=["num_cores=2"]).total_cycles
+    assert npusim.simulate("tiny_cnn", overrides="num_cores=2").total_cycles == want
+    assert npusim.simulate("tiny_cnn", overrides={"num_cores": 2}).total_cycles == want
+    with pytest.raises(NpusimError, match="override 5 is not a string"):
+        npusim.simulate("tiny_cnn", overrides=[5])
 
 
 def test_internal_error_is_exit_3_without_traceback(monkeypatch):

@@ -1,8 +1,12 @@
 """LLM serving: iterations over growing KV caches, iteration-level batching, GQA vs MHA."""
 
 import json
+import re
 
+import numpy as np
+import onnx
 import pytest
+from onnx import helper, numpy_helper
 
 from npusim.errors import NpusimError
 from npusim.serving.spec import load_llm
@@ -140,6 +144,13 @@ def test_gqa_moves_less_kv_data_than_mha_and_is_faster_when_memory_bound():
     ('model = "mlp"\narrival_cycles = 1099511627777\n', r"must be at most 1099511627776"),
     ('model = "mlp"\ncount = 3\ninterval_cycles = 549755813889\n',
      r"arrival of its last request .* is 1099511627778 core cycles"),
+    ('model = "mlp"\narrival_us = 1e300\n', r"is 1e\+303 core cycles: must be at most"),
+    ('model = "mlp"\narrival_us = inf\n', "arrival_us = inf must be a finite number >= 0"),
+    ('model = "mlp"\narrival_us = nan\n', "arrival_us = nan must be a finite number >= 0"),
+    ('model = "gpt2"\nprompt = 4\ngenerate = 2\nllm = 5\n',
+     "llm = 5 must be a table of architecture overrides"),
+    ('model = "gpt2"\nprompt = 4\ngenerate = 2\nllm = { hidden = 99999999 }\n',
+     "its largest weight holds 5,025,699,949,743 elements, more than npusim simulates"),
 ])
 def test_request_files_name_their_problems(tmp_path, text, message):
     f = tmp_path / "r.toml"
@@ -175,6 +186,62 @@ def test_onnxim_language_model_json(tmp_path):
                              "intermediate_size": 512}))
     with pytest.raises(NpusimError, match="8 attention heads cannot share 3 KV heads"):
         load_llm(str(f))
+
+
+@pytest.mark.parametrize("req, message", [
+    # built in Python, a request is checked as a request file's is (these ran forever, or
+    # failed deep inside with another complaint)
+    (Request("tiny_cnn", arrival_cycle=-5), "arrival_cycle = -5 must be an integer >= 0"),
+    (Request("tiny_cnn", arrival_cycle=1.5), "arrival_cycle = 1.5 must be an integer >= 0"),
+    (Request("gpt2", prompt=2000, generate=2),
+     "context 0 + prompt 2000 + generate 2 exceeds the 1024 positions of gpt2"),
+    (Request("gpt2", prompt=4, generate=-2), "generate = -2 must be an integer >= 0"),
+    (Request("gpt2", prompt=4, generate=2, context=-10), "context = -10 must be an integer"),
+    (Request("gpt2", prompt=0, generate=2), "prompt = 0 must be at least 1 token"),
+    (Request("tiny_cnn", prompt=4), "prompt is only for LLM requests"),
+    ("tiny_cnn", "'tiny_cnn' is not a npusim.Request"),
+])
+def test_requests_built_in_python_are_checked(req, message):
+    with pytest.raises(NpusimError, match=f"request 1: {re.escape(message)}"):
+        _serve([req], *IDEAL)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"bias": "no"}, "bias = 'no' must be true or false"),
+    ({"hidden_size": 250}, "hidden_size 250 is not a multiple of num_attention_heads 8: "
+                           "give head_dim"),
+    ({"vocab_size": 2**40}, "its largest weight holds 281,474,976,710,656 elements"),
+])
+def test_a_language_model_json_names_its_problem(tmp_path, change, message):
+    f = tmp_path / "lm.json"
+    f.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 256,
+                             "num_attention_heads": 8, "num_kv_heads": 2,
+                             "intermediate_size": 512, "vocab_size": 500, **change}))
+    with pytest.raises(NpusimError, match=re.escape(message)):
+        load_llm(str(f))
+
+
+def test_a_request_names_the_dims_it_must_give(tmp_path):
+    f = tmp_path / "r.toml"
+    f.write_text('[[request]]\nmodel = "mlp"\n[[request]]\nmodel = "bert_ffn"\n')
+    with pytest.raises(NpusimError, match=re.escape(
+            "request 2 (bert_ffn): bert_ffn.onnx has unbound symbolic dimension(s) 'seq'; "
+            "give them in the request: dims = { seq = N }")):
+        _serve(read_requests(f, 1000), *IDEAL)
+
+
+def test_a_request_whose_model_folds_to_nothing_is_done_on_arrival(tmp_path):
+    """Every node a constant: no layer runs; the request finishes as it arrives (its
+    results took the earliest start of no layers before)."""
+    nodes = [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(
+                 np.ones((2, 2), np.float32))),
+             helper.make_node("Relu", ["c"], ["y"])]
+    g = helper.make_graph(nodes, "consts", [], [helper.make_tensor_value_info("y", 1, [2, 2])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "c.onnx")
+    res = _serve([Request(str(tmp_path / "c.onnx"), arrival_cycle=300)], *IDEAL)
+    (row,) = res.requests
+    assert (row["start_cycle"], row["finish_cycle"], row["latency_cycles"]) == (300, 300, 0)
 
 
 def test_request_energy_is_its_attention_plus_its_share_of_the_batch_layers():

@@ -63,6 +63,8 @@ def apply_overrides(cfg: NpuConfig, overrides: Overrides) -> NpuConfig:
 def parse_override(text: str) -> tuple[str, Any]:
     """Split ``dotted.key=value``; the value is read as a TOML value (``16``, ``true``,
     ``"x"``), and anything that is not valid TOML is taken as a bare string (``ideal``)."""
+    if not isinstance(text, str):
+        raise NpusimError(f"override {text!r} is not a string: expected 'dotted.key=value'")
     key, sep, value = text.partition("=")
     key, value = key.strip(), value.strip()
     if not sep or not key:
@@ -81,6 +83,8 @@ def merge_overrides(raw: Mapping[str, Any], overrides: Overrides) -> dict:
         overrides = [overrides]  # a lone string is one override, not a list of characters
     pairs = overrides.items() if isinstance(overrides, Mapping) else map(parse_override, overrides)
     for key, value in pairs:
+        if not isinstance(key, str):
+            raise NpusimError(f"override key {key!r} is not a string: expected 'dotted.key'")
         try:
             check_value_key(key)
         except NpusimError as err:

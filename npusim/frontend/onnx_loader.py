@@ -196,6 +196,8 @@ def load_graph(path: str | Path, dims: dict[str, int] | None = None, check=None)
     if check is not None:
         check(model)
     where = f"ONNX model '{path}'"
+    if not model.graph.node:
+        raise NpusimError(f"{where} has no nodes: nothing to simulate")
 
     weights = _strip_weights(model)
     moved = {vi.name for vi in model.graph.input if vi.name in weights}

@@ -279,7 +279,7 @@ class _Pass:
         if self.fold_shape_of(node, ins):
             return
         out_types = self.infer(node, ins)
-        self.check_reshape(node, ins, out_types)
+        self.check_structure(node, ins, out_types)
         if is_data_sized(node) and not all(_known(out_types.get(i))
                                            for i, o in enumerate(node.output) if o):
             out_types = self.sized_by_count(node, ins, out_types)
@@ -312,21 +312,23 @@ class _Pass:
             elif o in self.needed and o not in self.unshaped:
                 self.unshaped[o] = node
 
-    def check_reshape(self, node, ins, out_types) -> None:
-        """A Reshape keeps its element count: ONNX's shape rule takes the target shape as
-        given when it has no -1 (ONNX Runtime refuses such a file), and a wrong one would
-        surface nodes later as some other node's mismatch."""
-        if node.op_type != "Reshape" or node.domain not in STANDARD_DOMAINS:
+    def check_structure(self, node, ins, out_types) -> None:
+        """What ONNX's shape rules let pass and ONNX Runtime refuses, said at the node
+        (otherwise it surfaces later as another node's mismatch, a tile that fits nowhere,
+        or a shape said to depend on values): a Reshape keeps its element count (the rule
+        takes a target without -1 as given); a Conv's groups divide its channels and its
+        kernel fits the padded input; a product does not reduce over nothing."""
+        if node.domain not in STANDARD_DOMAINS or node.op_type not in _STRUCTURE_RULES:
             return
-        x, out = ins[0] if ins else None, out_types.get(0)
-        if x is None or x.shape is None or not _known(out) or out[1] is None:
-            return
-        if prod(x.shape) != prod(out[1]):
-            raise NpusimError(
-                f"{self.where}: node '{node.name or node.op_type}' (Reshape): shape inference "
-                f"failed: {prod(x.shape)} elements {list(x.shape)} cannot take the shape "
-                f"{list(out[1])} ({prod(out[1])} elements); input shapes "
-                f"{_describe_inputs(node, {n: t for n, t in zip(node.input, ins) if n and t})}")
+        shapes = [t.shape if t is not None else None for t in ins]
+        out = out_types.get(0)
+        problem = _STRUCTURE_RULES[node.op_type](
+            node, shapes, out[1] if _known(out) else None)
+        if problem:
+            known = {n: t for n, t in zip(node.input, ins) if n and t is not None}
+            raise NpusimError(f"{self.where}: node '{node.name or node.op_type}' "
+                              f"({node.op_type}): {problem}; input shapes "
+                              f"{_describe_inputs(node, known)}")
 
     def sized_by_count(self, node, ins, out_types):
         """A data-sized node's outputs shaped by the count the user gave (``--dim``)."""
@@ -555,6 +557,57 @@ def _reference_run(node: onnx.NodeProto, values: list, opsets: dict[str, int]) -
         results = ev.run(None, feeds)
     it = iter(results)
     return [next(it) if o else None for o in outs]
+
+
+def _reshape_rule(node, shapes, out) -> str | None:
+    x = shapes[0] if shapes else None
+    if x is None or out is None or prod(x) == prod(out):
+        return None
+    return (f"{prod(x)} elements {list(x)} cannot take the shape {list(out)} "
+            f"({prod(out)} elements)")
+
+
+def _conv_rule(node, shapes, out) -> str | None:
+    x, w = (shapes + [None, None])[:2]
+    if x is None or w is None or len(x) < 3 or len(w) != len(x):
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    group = int(attrs.get("group", 1))
+    if group < 1 or x[1] % group or w[0] % group:
+        return (f"group = {group} must divide its {x[1]} input and {w[0]} output channels")
+    if w[1] * group != x[1]:
+        return (f"its weight's {w[1]} input channels x group {group} are not the input's "
+                f"{x[1]} channels")
+    if 0 in x[1:2] and out is not None and prod(out):
+        return "it reduces over 0 input channels (its output would be all zeros)"
+    if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        return None  # SAME / VALID pad to fit
+    spatial = len(x) - 2
+    pads = list(attrs.get("pads", [0] * 2 * spatial))
+    dil = list(attrs.get("dilations", [1] * spatial))
+    for i in range(spatial):
+        size = x[2 + i] + pads[i] + pads[i + spatial]
+        span = dil[i] * (w[2 + i] - 1) + 1
+        if span > size:
+            return (f"its kernel spans {span} along spatial axis {i}, more than the "
+                    f"{size} of its padded input")
+    return None
+
+
+def _product_rule(node, shapes, out) -> str | None:
+    """A MatMul or Gemm over a reduction of 0 (its output, not empty, all zeros or C)."""
+    a, b = (shapes + [None, None])[:2]
+    if a is None or b is None or not a or not b or out is None or not prod(out):
+        return None
+    attrs = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    k = a[-2] if attrs.get("transA") and len(a) >= 2 else a[-1]
+    if k == 0:
+        return "it reduces over 0 elements (its output would be all zeros, or its bias)"
+    return None
+
+
+_STRUCTURE_RULES = {"Reshape": _reshape_rule, "Conv": _conv_rule, "MatMul": _product_rule,
+                    "Gemm": _product_rule}
 
 
 def _inline_if(node: onnx.NodeProto, cond: bool) -> list[onnx.NodeProto]:

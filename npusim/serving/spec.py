@@ -103,7 +103,13 @@ def load_llm(name_or_path: str) -> LlmSpec:
     for key, choices in CHOICES.items():
         if data.get(key, choices[0]) not in choices:
             raise NpusimError(f"{path}: {key} = {data[key]!r} must be one of {choices}")
+    for key in ("bias", "rotary"):
+        if key in data and type(data[key]) is not bool:
+            raise NpusimError(f"{path}: {key} = {data[key]!r} must be true or false")
     heads = data["num_attention_heads"]
+    if "head_dim" not in data and data["hidden_size"] % heads:
+        raise NpusimError(f"{path}: hidden_size {data['hidden_size']} is not a multiple of "
+                          f"num_attention_heads {heads}: give head_dim")
     spec = LlmSpec(
         name=str(data.get("model_name", path.stem)), layers=data["num_hidden_layers"],
         hidden=data["hidden_size"], heads=heads, kv_heads=data["num_kv_heads"],
@@ -117,8 +123,16 @@ def load_llm(name_or_path: str) -> LlmSpec:
 
 
 def _check(spec: LlmSpec, where: str) -> None:
+    from npusim.lowering import MAX_TENSOR_BYTES
+
     if spec.heads % spec.kv_heads:
         raise NpusimError(f"{where}: {spec.heads} attention heads cannot share "
                           f"{spec.kv_heads} KV heads (must divide them)")
     if spec.rotary and spec.head_dim % 2:
         raise NpusimError(f"{where}: rotary embedding needs an even head_dim, got {spec.head_dim}")
+    # the largest weight, at one byte an element, within what the ONNX path takes
+    largest = max(spec.vocab * spec.hidden, spec.hidden * spec.intermediate,
+                  spec.hidden * spec.heads * spec.head_dim)
+    if largest > MAX_TENSOR_BYTES:
+        raise NpusimError(f"{where}: its largest weight holds {largest:,} elements, more than "
+                          f"npusim simulates ({MAX_TENSOR_BYTES // 2**40} TiB at one byte each)")
