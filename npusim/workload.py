@@ -129,6 +129,10 @@ def _find_model(name: str, listing: Path) -> str:
     error listing them."""
     from npusim.frontend import resolve_model_path
 
+    if Path(name).name != name or name in (".", ".."):
+        raise NpusimError(f"{listing}: model name {name!r} is a path; a models list names "
+                          f"models (NAME.onnx next to the list, ONNXim's models/NAME/, or a "
+                          f"bundled one)")
     folder = listing.parent
     homes = [Path(os.environ["ONNXIM_HOME"])] if os.environ.get("ONNXIM_HOME") else []
     homes += [Path.cwd(), folder.parent]

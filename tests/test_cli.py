@@ -218,7 +218,7 @@ def _one_relu(path, shape, reads="X"):
 @pytest.mark.parametrize("case", ["a directory", "a huge dim", "a huge static input",
                                   "a negative input dim", "an undefined input",
                                   "the mapping a directory", "a graph with no nodes",
-                                  "--dim with --requests"])
+                                  "--dim with --requests", "an input without a shape"])
 def test_more_bad_inputs_are_one_clear_error(tmp_path, case):
     """Found from the outside (a bad-input sweep): each was a hang, an internal error or a
     message that did not name the thing."""
@@ -229,7 +229,8 @@ def test_more_bad_inputs_are_one_clear_error(tmp_path, case):
         "a huge dim": ([_one_relu(tmp_path / "sym.onnx", ["batch", 64]), "--dim",
                         "batch=99999999999999999999999"], ["batch", "at most 2147483647"]),
         "a huge static input": ([_one_relu(tmp_path / "huge.onnx", [10**12, 64])],
-                                ["tensor 'X'", "TiB", "more than npusim simulates"]),
+                                ["tensor 'X'", "is 64,000,000,000,000 B at 1 B per element, "
+                                 "more than npusim simulates (1,099,511,627,776 B, 1 TiB)"]),
         "a negative input dim": ([_one_relu(tmp_path / "neg.onnx", [-3, 64])],
                                  ["input 'X' axis 0 has size -3"]),
         "an undefined input": ([_one_relu(tmp_path / "undef.onnx", [4, 64], reads="nope")],
@@ -240,6 +241,8 @@ def test_more_bad_inputs_are_one_clear_error(tmp_path, case):
         # silently ignored)
         "a graph with no nodes": ([_no_nodes(tmp_path / "empty.onnx")],
                                   ["empty.onnx' has no nodes: nothing to simulate"]),
+        "an input without a shape": ([_one_relu(tmp_path / "ns.onnx", None)],
+                                     ["graph input 'X' has no shape (not even a rank)"]),
         "--dim with --requests": (["--requests", _one_request(tmp_path), "--dim", "seq=4"],
                                   ["--dim binds MODEL's dims; with --requests each request"]),
     }[case]

@@ -565,3 +565,13 @@ def test_a_sweep_binds_inputs_holding_one_integer_and_unnamed_dims(tmp_path):
     errors = {p.error for p in load_sweep(bad).points()}
     assert any("no dimension named 'rate'" in e and "scalar integer inputs: sr" in e
                for e in errors if e), errors
+
+
+def test_a_bundled_model_takes_its_example_dims_in_a_sweep_too(tmp_path):
+    """npusim simulate resnet18 runs at its example batch; a sweep over it without dims
+    refused every point as unbound (a bad-input sweep found the two disagree)."""
+    sweep = write(tmp_path / "s.toml", "[workload]\nmodel = 'resnet18'\n"
+                                       "[axes]\nnum_cores = [1, 2]\n")
+    res = sweep_cli(str(sweep), "--out", str(tmp_path / "s.h5"), "--dry-run")
+    assert res.exit_code == 0, res.output
+    assert "2 to run" in res.output

@@ -121,6 +121,10 @@ def test_a_models_list_batch_size_binds_a_dim_of_that_name(tmp_path):
     ({"name": "bert_ffn", "seq": 0}, "seq = 0"),
     ({"name": "tiny_cnn", "request_time": -1}, "request_time"),
     ({"name": "tiny_cnn", "request_time": 1.2e6}, "at most 1099511627776"),  # 2**40 < 1.2e15
+    ({"name": "tiny_cnn", "request_time": float("nan")}, "request_time = nan must be a finite"),
+    ({"name": "tiny_cnn", "request_time": True}, "request_time = True must be a finite"),
+    # a name, not a path (this one read /etc/passwd as the 'bundled passwd')
+    ({"name": "../../../etc/passwd"}, "model name '../../../etc/passwd' is a path"),
 ])
 def test_models_list_errors_name_the_entry(tmp_path, entry, message):
     f = tmp_path / "list.json"

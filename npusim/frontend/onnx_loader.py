@@ -205,6 +205,11 @@ def load_graph(path: str | Path, dims: dict[str, int] | None = None, check=None)
     _check_defined(model.graph, where)
     legacy.rewrite(model, where)
     _ort_internal_ops_to_contrib(model)
+    for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
+        for vi in values:  # (the checker says a shape is missing, not whose)
+            if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
+                raise NpusimError(f"{where} is not a valid ONNX model: graph {kind} "
+                                  f"'{vi.name}' has no shape (not even a rank)")
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:

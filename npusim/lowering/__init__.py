@@ -141,7 +141,8 @@ def _unsupported_error(model: str, listing: list[str]) -> NpusimError:
     return NpusimError(f"model '{model}' uses op types npusim cannot lower:\n"
                        + "\n".join(listing)
                        + f"\nsupported op types: {', '.join(sorted({*LOWERINGS, *QUANTIZED}))}"
-                       + "\n(--unsupported zero-cost treats them as free instead)")
+                       + "\n(unsupported = zero-cost treats them as free instead: "
+                         "--unsupported zero-cost, or workload.unsupported in a sweep)")
 
 
 def refuse_never_lowered(model, name: str) -> None:
@@ -217,9 +218,9 @@ def _check_sizes(graph: Graph, config: NpuConfig) -> None:
         if t.shape is not None and t.numel * config.precision > MAX_TENSOR_BYTES:
             raise NpusimError(
                 f"model '{_model_name(graph)}': tensor '{t.name}' of shape {list(t.shape)} is "
-                f"{t.numel * config.precision / 2**40:,.1f} TiB at {config.precision} B per "
-                f"element, more than npusim simulates ({MAX_TENSOR_BYTES // 2**40} TiB); check "
-                f"the model's dims (--dim)")
+                f"{t.numel * config.precision:,} B at {config.precision} B per element, more "
+                f"than npusim simulates ({MAX_TENSOR_BYTES:,} B, 1 TiB); check the model's "
+                f"dims (--dim)")
 
 
 def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,

@@ -470,11 +470,15 @@ def _check_workload(wl: Workload, cfg: NpuConfig, cache: dict) -> None:
         return
     key = ("dims", wl.model)
     if key not in cache:
-        from npusim.frontend import data_sized_dims, symbolic_dims, value_inputs
+        from npusim.frontend import (data_sized_dims, symbolic_dims, value_inputs,
+                                     with_example_dims)
 
         path = _model_path(wl.model)
-        cache[key] = symbolic_dims(path)[1], data_sized_dims(path), value_inputs(path)
-    wanted, counts, values = cache[key]
+        # a bundled model's example dims stand in for those not given, as in simulate()
+        example = with_example_dims(path, None)[1]
+        cache[key] = (symbolic_dims(path)[1], data_sized_dims(path), value_inputs(path),
+                      example)
+    wanted, counts, values, example = cache[key]
     unknown = sorted(set(wl.dims) - set(wanted) - set(counts) - set(values))
     if unknown:
         sized = f"; the sizes of its data-sized nodes: {', '.join(counts)}" if counts else ""
@@ -482,7 +486,7 @@ def _check_workload(wl: Workload, cfg: NpuConfig, cache: dict) -> None:
         raise NpusimError(f"model {wl.model} has no dimension named "
                           f"{', '.join(map(repr, unknown))}; its symbolic dims are: "
                           f"{', '.join(wanted) or 'none'}{sized}{valued}")
-    unbound = [d for d in wanted if d not in wl.dims]
+    unbound = [d for d in wanted if d not in wl.dims and d not in example]
     if unbound:
         raise NpusimError(f"model {wl.model} has unbound symbolic dimension(s) "
                           f"{', '.join(map(repr, unbound))}; bind them in workload.dims or "
