@@ -151,6 +151,7 @@ def _find_model(name: str, listing: Path) -> str:
 def read_models_list(path: str | Path, core_freq_mhz: int) -> list[Request]:
     """Requests of an ONNXim models-list file; ``request_time`` is in milliseconds."""
     from npusim.frontend import data_sized_dims, symbolic_dims, value_inputs
+    from npusim.frontend.data_sized import is_count_name
 
     path = existing_file(path, "models list")
     try:
@@ -173,7 +174,7 @@ def read_models_list(path: str | Path, core_freq_mhz: int) -> list[Request]:
                 continue
             # ONNXim's batch_size binds a dim of that name (its own files' batch), else batch
             dim = "batch" if key == "batch_size" and key not in model_dims else key
-            if dim not in model_dims:
+            if dim not in model_dims and not is_count_name(dim, model_dims):
                 if key == "batch_size" and value == 1:
                     continue  # a static model of batch 1
                 raise NpusimError(f"{where}: key {key!r} binds no symbolic dim of "

@@ -9,6 +9,7 @@ from onnx import TensorProto
 
 from npusim.config import NpuConfig, load_config
 from npusim.engine import run_program
+from npusim.kernels import isa
 from npusim.kernels import state as ks
 from npusim.kernels.jit import COMPILE_NOTICE
 from npusim.program import LayerInfo, Program, ProgramBuilder
@@ -20,9 +21,11 @@ def config(*overrides: str, preset: str = "gemmini_validation") -> NpuConfig:
 
 
 def one_tile_program(rows: list, bases=(0, 0, 0, 0), tiles: int = 1) -> Program:
-    """A program of one layer whose tiles all run the instruction list ``rows``."""
+    """A program of one layer whose tiles all run the instruction list ``rows``; the layer
+    states its GEMMs' MACs, as a lowering states its op's."""
+    macs = tiles * sum(int(r[isa.I_MACS]) for r in rows if r[isa.I_UNIT] == isa.UNIT_SYSTOLIC)
     b = ProgramBuilder()
-    b.begin_layer(LayerInfo("hand", "Test", [], (), 0, "", "hand"), [])
+    b.begin_layer(LayerInfo("hand", "Test", [], (), macs, "", "hand"), [])
     tpl = b.template("t", lambda: rows)
     for _ in range(tiles):
         b.begin_group()

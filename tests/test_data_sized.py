@@ -141,6 +141,34 @@ def test_a_count_inside_an_if_branch(tmp_path):
     assert load_graph(path, {"nz": 9}).shape("y") == (3, 9)
 
 
+def test_counts_inside_an_unrolled_loop(tmp_path):
+    """Keras's map_fn over NMS: a data-sized node in a Loop's body. The front end unrolls
+    the loop (names ``loop/iter<i>/...``); each iteration's count is a dim of its own, and
+    '*' binds them all (both were refused as dims the model has not)."""
+    I = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["nz"], name="find"),
+         helper.make_node("Cast", ["nz"], ["nzf"], to=F),
+         helper.make_node("ReduceSum", ["nzf"], ["s"], keepdims=0),
+         helper.make_node("Add", ["acc", "s"], ["acc_out"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"])], "body",
+        [I("i", I64, []), I("cond", BOOL, []), I("acc", F, [])],
+        [I("cond_out", BOOL, []), I("acc_out", F, [])])
+    nodes = [const("trips", 2), helper.make_node("Constant", [], ["go"], value=helper.make_tensor(
+                 "go", BOOL, [], [True])),
+             helper.make_node("Constant", [], ["a0"], value=helper.make_tensor("a0", F, [], [0.0])),
+             helper.make_node("Loop", ["trips", "go", "a0"], ["acc"], name="loop", body=body)]
+    path = model(tmp_path, nodes, [("x", X)], [("acc", ())])
+    assert data_sized_dims(path) == ["loop/iter<i>/nz", "*"]
+    with pytest.raises(NpusimError, match=r"--dim loop/iter0/nz=N \(1 <= N <= 512\)"):
+        sim(path, None)
+    g = load_graph(path, {"loop/iter0/nz": 5, "loop/iter1/nz": 7})
+    assert [g.shape(f"loop/iter{i}/nz") for i in (0, 1)] == [(3, 5), (3, 7)]
+    assert load_graph(path, {"*": 9}).shape("loop/iter0/nz") == (3, 9)
+    with pytest.raises(NpusimError, match="no dimension named 'loop/iter0/nzz'"):
+        load_graph(path, {"loop/iter0/nzz": 5})
+
+
 def test_nms_keeps_at_most_its_classes_times_max_output_per_class(tmp_path):
     # 1 batch x 2 classes x min(32 boxes, 8) = 16
     g = load_graph(nms_model(tmp_path), {"sel": 16})

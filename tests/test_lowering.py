@@ -171,6 +171,23 @@ def test_unsupported_ops_are_listed_with_their_nodes(tmp_path):
     assert "Det" in str(e.value) and "det1" in str(e.value)
 
 
+def test_an_op_that_is_no_onnx_op_is_said_to_be_one(tmp_path):
+    """tf2onnx leaves exact GELU's Erfc in the default domain (ONNX has none): the listing
+    said nothing of it, and called the shape arithmetic after it input-dependent."""
+    nodes = [helper.make_node("Erfc", ["x"], ["e"], name="gelu/Erfc"),
+             helper.make_node("Shape", ["e"], ["s"], name="after/Shape"),
+             helper.make_node("Reshape", ["x", "s"], ["r"], name="after/Reshape")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [4, 8])],
+                          [helper.make_tensor_value_info("r", 1, [4, 8])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "tf.onnx")  # unchecked: Erfc is no ONNX op
+    with pytest.raises(NpusimError) as e:
+        npusim.simulate(str(tmp_path / "tf.onnx"), "mobile")
+    msg = str(e.value)
+    assert "Erfc: gelu/Erfc (not an ONNX op, nor an ONNX Runtime contrib op" in msg
+    assert "Shape: after/Shape (shape arithmetic on a shape npusim could not work out" in msg
+
+
 def test_tile_that_cannot_fit_the_scratchpad_is_a_clear_error(tmp_path):
     node = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
     path = save(tmp_path, [node], [("x", [64, 64])], [("y", [64, 64])], [("w", [64, 64])])

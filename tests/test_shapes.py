@@ -66,6 +66,18 @@ def test_a_reshape_to_another_element_count_is_refused_at_the_node(tmp_path):
         load_graph(path)
 
 
+def test_a_graph_output_declared_without_a_shape_is_shaped_from_its_producer(tmp_path):
+    """tf2onnx writes a batched einsum's output at opset 13 with no shape field: ONNX's
+    checker refuses it, ONNX Runtime runs it, and so does npusim (an input needs one)."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    y = helper.make_tensor_value_info("y", F, None)
+    path = save(tmp_path, nodes, [vi("x", ["batch", 8])], [y])
+    assert load_graph(path, {"batch": 3}).shape("y") == (3, 8)
+    path = save(tmp_path, nodes, [helper.make_tensor_value_info("x", F, None)], [y], name="h")
+    with pytest.raises(NpusimError, match="graph input 'x' has no shape"):
+        load_graph(path)
+
+
 @pytest.mark.parametrize("x, w, attrs, problem", [
     ([1, 3, 16, 16], [8, 3, 3, 3], {"group": 5},
      "group = 5 must divide its 3 input and 8 output channels"),

@@ -215,7 +215,9 @@ def energy_report(cfg, prog, st, tb, total_cycles: int, layer_rows: list[dict]) 
     total = sum(totals.values())
     for row, e in zip(layer_rows, by_layer.sum(axis=1)):
         row["energy_j"] = float(e)
-    macs = int(counts[:, ACTIONS.index("mac")].sum())
+    # the workload's MACs (the layers' own counts: a depthwise conv's on the vector unit
+    # too), for pJ/MAC and TOPS/W; the array's alone are actions["mac"]
+    macs = int(sum(r["macs"] for r in layer_rows))
     dram_total = sum(totals[c] for c in DRAM_COMPONENTS)
     out = {
         "total_j": total,

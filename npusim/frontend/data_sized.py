@@ -18,6 +18,7 @@ NonMaxSuppression  (N, 3) selected boxes, at most batches x classes x min(boxes,
 
 from __future__ import annotations
 
+import re
 from math import prod
 
 import numpy as np
@@ -31,6 +32,7 @@ _STANDARD = ("", "ai.onnx")
 # if its inputs allow fewer (a detector has one NonZero per feature level and class: 182
 # in torchvision's SSDlite)
 EVERY = "*"
+ITER = "<i>"  # an unrolled Loop's iteration in a count's name (``count_names``)
 
 
 def is_data_sized(node) -> bool:
@@ -38,20 +40,32 @@ def is_data_sized(node) -> bool:
     return node.op_type in DATA_SIZED and node.domain in _STANDARD
 
 
-def count_names(nodes) -> dict[str, str]:
-    """The dim name of every data-sized node among ``nodes`` (ONNX NodeProtos), also inside
-    an If's branches (the front end walks the branch its folded condition takes, its
-    nodes' names unchanged: Faster R-CNN's box selection is a NonMaxSuppression inside
-    one) -> its op type."""
+def count_names(nodes, prefix: str = "") -> dict[str, str]:
+    """The dim name of every data-sized node among ``nodes`` (ONNX NodeProtos) -> its op
+    type, also inside an If's branches (the front end walks the branch its folded
+    condition takes, its nodes' names unchanged: Faster R-CNN's box selection is a
+    NonMaxSuppression inside one) and a Loop's body (unrolled, each iteration's names
+    prefixed ``<loop>/iter<i>/``: named here with ``<i>``, per image NMS in Keras's
+    ``map_fn``)."""
     out: dict[str, str] = {}
     for n in nodes:
         if is_data_sized(n) and n.output[0]:
-            out[n.output[0]] = n.op_type
-        if n.op_type == "If" and n.domain in _STANDARD:
+            out[prefix + n.output[0]] = n.op_type
+        if n.op_type in ("If", "Loop") and n.domain in _STANDARD:
+            inner = prefix if n.op_type == "If" else f"{prefix}{n.name or 'Loop'}/iter{ITER}/"
             for a in n.attribute:
-                if a.name in ("then_branch", "else_branch"):
-                    out.update(count_names(a.g.node))
+                if a.name in ("then_branch", "else_branch", "body"):
+                    out.update(count_names(a.g.node, inner))
     return out
+
+
+def is_count_name(name: str, names: dict[str, str]) -> bool:
+    """Whether ``name`` binds one of ``names`` (``count_names``): itself, an unrolled
+    iteration's (``<i>`` a number), or ``EVERY`` where there is any."""
+    if name in names or (name == EVERY and names):
+        return True
+    return any(re.fullmatch(re.escape(n).replace(re.escape(ITER), r"\d+"), name)
+               for n in names if ITER in n)
 
 
 def _axis(attrs: dict, rank: int) -> int | None:

@@ -10,6 +10,7 @@ then gives every intermediate tensor a concrete static shape.
 from __future__ import annotations
 
 import ast
+import copy
 import heapq
 import operator
 from pathlib import Path
@@ -23,7 +24,8 @@ from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper, 
 from npusim.errors import NpusimError
 from npusim.frontend import legacy
 from npusim.frontend.legacy import MIN_OPSET
-from npusim.frontend.data_sized import EVERY, count_names, is_data_sized, missing_message
+from npusim.frontend.data_sized import (EVERY, count_names, is_count_name, is_data_sized,
+                                        missing_message)
 from npusim.frontend.graph import Graph, Node, TensorInfo
 from npusim.frontend.ort_shapes import MS
 from npusim.frontend.quantized import as_float_ops, fold_qdq
@@ -205,26 +207,41 @@ def load_graph(path: str | Path, dims: dict[str, int] | None = None, check=None)
     _check_defined(model.graph, where)
     legacy.rewrite(model, where)
     _ort_internal_ops_to_contrib(model)
-    for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
-        for vi in values:  # (the checker says a shape is missing, not whose)
-            if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
-                raise NpusimError(f"{where} is not a valid ONNX model: graph {kind} "
-                                  f"'{vi.name}' has no shape (not even a rank)")
-    try:
-        onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as e:
-        raise NpusimError(f"{where} is not a valid ONNX model: {_first_line(e)}") from None
+    _checked(model, where)
     model = _upgrade_opset(model, where)
 
     bound = dict(dims or {})
     sized = count_names(model.graph.node)
-    counts = {k: v for k, v in bound.items() if k in sized or (k == EVERY and sized)}
+    counts = {k: v for k, v in bound.items() if is_count_name(k, sized)}
     _bind_dims(model.graph, {k: v for k, v in bound.items() if k not in counts}, where,
                list(sized))
     for name, value in counts.items():
         _check_dim_value(name, value)
     shaped = infer_static(model, moved, where, counts)
     return _build_graph(model, shaped, weights, path, bound)
+
+
+def _shapeless(vi) -> bool:
+    return vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")
+
+
+def _checked(model: ModelProto, where: str) -> None:
+    """ONNX's checker, with graph outputs declared without a shape left out of it (tf2onnx
+    writes one for a batched einsum at opset 13; the checker refuses it, ONNX Runtime and
+    npusim's own inference shape it from its producer). A graph input needs a shape."""
+    for vi in model.graph.input:  # (the checker says a shape is missing, not whose)
+        if _shapeless(vi):
+            raise NpusimError(f"{where} is not a valid ONNX model: graph input '{vi.name}' "
+                              f"has no shape (not even a rank)")
+    if any(_shapeless(vi) for vi in model.graph.output):
+        model = copy.copy(model)
+        kept = [vi for vi in model.graph.output if not _shapeless(vi)]
+        del model.graph.output[:]
+        model.graph.output.extend(kept)
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        raise NpusimError(f"{where} is not a valid ONNX model: {_first_line(e)}") from None
 
 
 def _read_model(path: Path) -> ModelProto:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import onnx
+
 from npusim.config import NpuConfig
 from npusim.errors import NpusimError
 from npusim.frontend.graph import Graph, Node
@@ -122,8 +124,13 @@ def _why_not(op: str, domain: str = "") -> str:
     if domain in NEVER_LOWERED_DOMAINS:
         return NEVER_LOWERED_DOMAINS[domain]
     if op in ALWAYS_FOLDED:
-        return "made from shapes or constants only, but these depend on input values"
+        return ("shape arithmetic on a shape npusim could not work out: after an op listed "
+                "here, or from input values")
     reason = CANNOT_LOWER.get(op) or (LIMITS[op][1] if op in LIMITS else "")
+    if not reason and domain in ("", "ai.onnx", "com.microsoft") and not onnx.defs.has(op, ""):
+        return ("not an ONNX op, nor an ONNX Runtime contrib op npusim lowers: maybe a "
+                "framework op the exporter left in, as tf2onnx leaves Erfc or "
+                "StatefulPartitionedCall")
     if not reason and domain not in ("", "ai.onnx", "com.microsoft"):
         return f"an op of domain '{domain}', which npusim has no cost model for"
     return reason

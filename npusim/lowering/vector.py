@@ -61,7 +61,8 @@ GatherBlockQuantized   sub, mul (DequantizeLinear's; none on an int8 config): as
 Softmax and LogSoftmax follow opset 13 (one axis, default -1); LayerNormalization
 normalizes over every axis from ``axis`` on. Reductions take their axes from the
 attribute, a constant input, or (when the axes input's value is unknown) from comparing
-the input and output shapes; reducing non-adjacent axes is an error.
+the input and output shapes; axes kept between reduced ones count as inner ones (a row
+per kept index of all its reduced values, as if transposed together).
 
 A reduction of a row of ``L`` values costs one element pass of its combining op (every
 value folded into the row's partial results) plus ``ceil(log2 L)`` passes of ``reduce``
@@ -1161,13 +1162,15 @@ def _row_geometry(ctx, node):
         # per channel over batch and pixels: adjacent in channels-last activations
         return 1, shape[0] * shape[2] * shape[3], shape[1]
     red = [a for a in axes if shape[a] > 1]
-    if red and any(shape[j] > 1 for j in range(red[0], red[-1] + 1) if j not in axes):
-        raise NpusimError(f"{op} '{node.name}': reducing axes {axes} of shape {shape}, which "
-                          f"are not adjacent; npusim supports a reduction over one run of "
-                          f"adjacent axes")
     if not red:
         return prod(shape), 1, 1
-    return prod(shape[:red[0]]), prod(shape[red[0]:red[-1] + 1]), prod(shape[red[-1] + 1:])
+    # axes kept between reduced ones (tf2onnx's GroupNormalization reduces [1, 2, 4] of
+    # [N, H, W, G, C/G]) count with the inner ones: a row per kept index of all its reduced
+    # values, as once transposed together (what ONNX Runtime's optimizer does); the passes
+    # are exact, the walk over the tensor is its own order's
+    kept_inside = [j for j in range(red[0], len(shape)) if j not in axes]
+    return (prod(shape[:red[0]]), prod(shape[a] for a in red),
+            prod(shape[j] for j in kept_inside))
 
 
 def _reduced_axes_from_shapes(x_shape, y_shape, keepdims):

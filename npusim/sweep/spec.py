@@ -459,6 +459,8 @@ def _request_models_of(requests: str, sha256: str) -> list[str]:
 
 def _check_workload(wl: Workload, cfg: NpuConfig, cache: dict) -> None:
     """Everything about the workload that can be known without simulating it."""
+    from npusim.frontend.data_sized import is_count_name
+
     if wl.mapping is not None and not Path(wl.mapping).is_file():
         raise NpusimError(f"mapping file {wl.mapping} not found")
     if wl.requests is not None:
@@ -479,7 +481,8 @@ def _check_workload(wl: Workload, cfg: NpuConfig, cache: dict) -> None:
         cache[key] = (symbolic_dims(path)[1], data_sized_dims(path), value_inputs(path),
                       example)
     wanted, counts, values, example = cache[key]
-    unknown = sorted(set(wl.dims) - set(wanted) - set(counts) - set(values))
+    unknown = sorted(d for d in set(wl.dims) - set(wanted) - set(values)
+                     if not is_count_name(d, counts))
     if unknown:
         sized = f"; the sizes of its data-sized nodes: {', '.join(counts)}" if counts else ""
         valued = f"; its scalar integer inputs: {', '.join(values)}" if values else ""

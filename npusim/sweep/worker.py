@@ -122,7 +122,7 @@ def headline_stats(result, workload) -> dict[str, float]:
         "total_cycles": result.total_cycles,
         "latency_s": latency,
         "throughput_inf_s": inferences / seconds if seconds else float("nan"),
-        "macs": sum(c["macs"] for c in cores),
+        "macs": sum(layer["macs"] for layer in result.layers),
         "systolic_utilization": sum(c["systolic_utilization"] for c in cores) / len(cores),
         "vector_utilization": sum(c["vector_utilization"] for c in cores) / len(cores),
         "dram_bandwidth_gbps": mem["bandwidth_gbps"],
