@@ -214,6 +214,19 @@ def test_a_file_that_is_not_a_journal_is_left_alone(tmp_path):
     assert journal_path(tmp_path / "s.h5").read_bytes() == junk  # not cut
 
 
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_journal_path_that_is_a_directory_is_one_clear_error(tmp_path, dry_run):
+    # before: internal error "IsADirectoryError: [Errno 21] Is a directory"
+    sweep = write(tmp_path / "s.toml", "[workload]\nmodel = 'tiny_cnn'\n")
+    journal_path(tmp_path / "s.h5").mkdir()
+    res = sweep_cli(str(sweep), "--out", str(tmp_path / "s.h5"), "--workers", "1",
+                    *(["--dry-run"] if dry_run else []))
+    assert res.exit_code == 2, res.output
+    assert res.output == (f"error: sweep journal {journal_path(tmp_path / 's.h5')} is a "
+                          f"directory; move it away or give another --out\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.h5.points.jsonl", "s.toml"]
+
+
 def test_a_sweep_stopped_before_any_point_leaves_no_journal(tmp_path, monkeypatch):
     # (a scheduler that cannot be reached, as --scheduler bogus://x; without dask's own
     # failure, which leaves its loop state behind in a test process)
