@@ -23,6 +23,7 @@ from npusim.cli import app
 from npusim.config import config_from_dict, config_to_dict
 from npusim.dram import check_command_log
 from npusim.dram import dram_standard
+from npusim.errors import NpusimError
 from npusim.trace import MAX_BINS, TraceOptions, open_trace
 from npusim.trace import record
 
@@ -238,6 +239,71 @@ def test_a_sweep_result_is_not_taken_for_a_trace(tmp_path):
     ds.to_netcdf(tmp_path / "sweep.h5", engine="h5netcdf")
     res = runner.invoke(app, ["trace", "summary", str(tmp_path / "sweep.h5")])
     assert res.exit_code == 2 and "is not an npusim trace" in res.output, res.output
+
+
+def _edited_copy(src: Path, dst: Path, edit) -> Path:
+    import shutil
+
+    shutil.copy(src, dst)
+    with h5py.File(dst, "a") as f:
+        edit(f)
+    return dst
+
+
+def _garble_attrs(f, names=None):
+    for key in names or list(f.attrs):
+        f.attrs[key] = "garbage"
+
+
+def _delete_core_vars_in_place(f):
+    # h5py's in-place deletes leave this file's metadata inconsistent: h5py then fails
+    # to open a variable with a KeyError ("incorrect metadata checksum")
+    for key in list(f):
+        if key.startswith("core") or "util" in key:
+            del f[key]
+
+
+@pytest.mark.parametrize("edit, problem", [
+    # before: internal error "ValueError: invalid literal for int() with base 10: 'garbage'"
+    (_garble_attrs, "attribute total_cycles = 'garbage' is not an integer"),
+    (lambda f: _garble_attrs(f, ["bin_cycles"]),
+     "attribute bin_cycles = 'garbage' is not an integer"),
+    (lambda f: f.attrs.__delitem__("core_freq_mhz"), "attribute core_freq_mhz is missing"),
+    # before: internal error "KeyError: 'Unable to open object by token ...'"
+    (_delete_core_vars_in_place, "Unable to open object by token"),
+])
+@pytest.mark.parametrize("command", ["summary", "plot"])
+def test_a_corrupt_trace_is_not_a_readable_trace(cli_run, tmp_path, edit, problem, command):
+    path = _edited_copy(cli_run[0], tmp_path / "bad.h5", edit)
+    out = tmp_path / "fig.png"
+    res = runner.invoke(app, ["trace", command, str(path)] +
+                        (["--out", str(out)] if command == "plot" else []))
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"error: '{path}' is not a readable npusim trace (")
+    assert problem in res.output and len(res.output.splitlines()) == 1, res.output
+    assert not out.exists()
+
+
+def test_a_trace_without_a_variable_it_always_has_is_not_readable(cli_run, tmp_path):
+    ds = open_trace(cli_run[0]).drop_vars("unit_busy_cycles")
+    ds.to_netcdf(tmp_path / "part.h5", engine="h5netcdf")
+    with pytest.raises(NpusimError, match=r"is not a readable npusim trace \("
+                                                 r"variable unit_busy_cycles is missing"):
+        open_trace(tmp_path / "part.h5")
+
+
+def test_a_summary_of_a_zero_cycle_run_says_0_percent_without_warnings(cli_run, tmp_path):
+    import warnings
+
+    from npusim.trace.report import summary_rows
+
+    path = _edited_copy(cli_run[0], tmp_path / "zero.h5",
+                        lambda f: f.attrs.__setitem__("total_cycles", np.int64(0)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # before: RuntimeWarning: invalid value in divide
+        rows = dict(summary_rows(open_trace(path)))
+    assert rows["busiest bank"].endswith("DRAM cycles busy (0.0%)"), rows
+    assert "nan" not in " ".join(rows.values())
 
 
 @pytest.mark.parametrize("args,message", [
