@@ -306,6 +306,37 @@ def test_a_summary_of_a_zero_cycle_run_says_0_percent_without_warnings(cli_run, 
     assert "nan" not in " ".join(rows.values())
 
 
+FULL_DISK = """
+import resource, signal, sys
+import npusim
+from npusim.errors import NpusimError
+from npusim.trace import TraceOptions, write_trace
+ds = npusim.simulate("tiny_cnn", trace=TraceOptions(None, bin_cycles=1)).trace
+# every write past 64 KiB fails (EFBIG), as a full disk fails one (ENOSPC)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))
+try:
+    write_trace(ds, sys.argv[1])
+except NpusimError as err:
+    print(err)
+    sys.exit(2)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
+def test_a_trace_the_disk_cannot_hold_is_one_error_and_no_file(tmp_path):
+    """Before: HDF5 wrote the file itself; the failed writes printed one "Exception
+    ignored" traceback per dataset h5py could not close, and h5netcdf's __del__ then
+    flushed into the half-closed file: SIGSEGV, and the temp file left behind."""
+    out = tmp_path / "t.h5"
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(out)], capture_output=True,
+                          text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    assert proc.stdout == f"cannot write --trace {out}: File too large\n"
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("args,message", [
     (["--trace-window", "5:3"], "END must be greater than START"),
     (["--trace-window", "a:b"], "expected START:END"),
@@ -334,28 +365,29 @@ def test_unwritable_path_options_without_trace_and_a_too_large_window(tmp_path):
 
 
 def test_a_failure_while_writing_leaves_no_file(tmp_path, monkeypatch):
-    """The write is atomic: an error (or Ctrl-C) half-way leaves neither the target nor the
-    temp file, and an existing target untouched."""
+    """The write is atomic: an error (or Ctrl-C) half-way (the temp file written, not yet
+    synced) leaves neither the target nor the temp file, and an existing target
+    untouched."""
+    real = os.fsync
     target = tmp_path / "run.h5"
-    real = xr.Dataset.to_netcdf
 
-    def half_then(exc):
-        def to_netcdf(self, path, *a, **kw):
-            Path(path).write_bytes(b"partial")
+    def written_then(exc):
+        def fsync(fd):
+            assert os.fstat(fd).st_size > 0  # the temp file holds the trace's bytes
             raise exc
-        return to_netcdf
+        return fsync
 
     for exc in (RuntimeError("disk on fire"), KeyboardInterrupt()):
-        monkeypatch.setattr(xr.Dataset, "to_netcdf", half_then(exc))
+        monkeypatch.setattr(os, "fsync", written_then(exc))
         with pytest.raises(type(exc)):
             npusim.simulate("mlp", "mobile", trace=str(target))
         assert list(tmp_path.iterdir()) == []
     target.write_bytes(b"old")
-    monkeypatch.setattr(xr.Dataset, "to_netcdf", half_then(RuntimeError("again")))
+    monkeypatch.setattr(os, "fsync", written_then(RuntimeError("again")))
     with pytest.raises(RuntimeError):
         npusim.simulate("mlp", "mobile", trace=str(target))
     assert target.read_bytes() == b"old" and list(tmp_path.iterdir()) == [target]
-    monkeypatch.setattr(xr.Dataset, "to_netcdf", real)
+    monkeypatch.setattr(os, "fsync", real)
     npusim.simulate("mlp", "mobile", trace=str(target))
     assert open_trace(target).attrs["model"] == "mlp"
 

@@ -2,9 +2,9 @@
 
 The file is netCDF4-flavoured HDF5 (xarray's h5netcdf engine): ``xarray.open_dataset`` and
 plain ``h5py`` both read it. Every variable is gzip-compressed and chunked along time.
-It is written to a temp file in the same folder (``npusim.atomic``) and renamed over ``path`` only
-when complete, so a failed or interrupted run never leaves a file that looks finished
-(a killed one may leave the temp file, clearly named as such).
+It is built in memory, written to a temp file in the same folder (``npusim.atomic``) and
+renamed over ``path`` only when complete, so a failed or interrupted run never leaves a
+file that looks finished (a killed one may leave the temp file, clearly named as such).
 """
 
 from __future__ import annotations
@@ -43,13 +43,10 @@ def _encoding(ds: xr.Dataset) -> dict:
 
 def write_trace(ds: xr.Dataset, path: str | Path) -> Path:
     """Write ``ds`` to ``path`` via a temp file and ``os.replace``; no partial file on
-    failure (an existing ``path`` is left as it was)."""
-    from npusim.atomic import atomic_file
+    failure (an existing ``path`` is left as it was), a full disk one NpusimError."""
+    from npusim.atomic import write_netcdf
 
-    path = Path(path)
-    with atomic_file(path, "--trace") as tmp:
-        ds.to_netcdf(tmp, engine="h5netcdf", encoding=_encoding(ds))
-    return path
+    return write_netcdf(ds, path, "--trace", encoding=_encoding(ds))
 
 
 # What every npusim trace holds (npusim.trace.dataset writes them; ``trace summary`` and
