@@ -5,6 +5,13 @@ through :func:`atomic_file`: it is written to a temp name beside the target and 
 it only when complete, so an error, a Ctrl-C or a kill never leaves a half-written target (an
 existing one stays as it was). A temp file left by ``kill -9`` is recognisably one:
 ``.<name>.<random>.tmp``.
+
+HDF5 files (a trace, a sweep's dataset) are built in memory and written out as bytes
+(:func:`write_netcdf`): HDF5 itself never writes to the disk. When it did, a full disk
+failed h5py's close half-way (one "Exception ignored" traceback per dataset it could not
+flush), left h5netcdf's file object unclosed, and its ``__del__`` then flushed into the
+half-closed HDF5 file and crashed the interpreter (SIGSEGV). Plain file writes fail with
+one OSError instead: one error line, and the temp file removed.
 """
 
 from __future__ import annotations
@@ -59,6 +66,12 @@ def _new_file_mode(path: Path) -> int:
         return 0o666 & ~mask
 
 
+def write_error(what: str, path: Path, err: OSError) -> NpusimError:
+    """The one line a failed write of output ``what`` gives (a full disk: "No space left
+    on device")."""
+    return NpusimError(f"cannot write {what} {path}: {err.strerror or err}")
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | Path, what: str):
     """Yield a temp path to write; on success it replaces ``path``, on any failure it is
@@ -70,7 +83,7 @@ def atomic_file(path: str | Path, what: str):
         os.close(fd)
         os.chmod(tmp, _new_file_mode(path))  # mkstemp makes 0600; match a normal new file
     except OSError as err:
-        raise NpusimError(f"cannot write {what} {path}: {err.strerror or err}") from None
+        raise write_error(what, path, err) from None
     try:
         yield Path(tmp)
         os.replace(tmp, path)
@@ -78,5 +91,24 @@ def atomic_file(path: str | Path, what: str):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(err, OSError):
-            raise NpusimError(f"cannot write {what} {path}: {err.strerror or err}") from None
+            raise write_error(what, path, err) from None
         raise
+
+
+def write_bytes(path: str | Path, data: bytes | memoryview, what: str) -> Path:
+    """Write ``data`` to ``path`` atomically (:func:`atomic_file`) and durably (fsync
+    before the rename); a full disk is one NpusimError naming ``what`` and no file."""
+    path = Path(path)
+    with atomic_file(path, what) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    return path
+
+
+def write_netcdf(ds, path: str | Path, what: str, encoding: dict | None = None) -> Path:
+    """Write the ``xarray.Dataset`` ``ds`` as netCDF4-flavoured HDF5 (h5netcdf), built in
+    memory and written out by :func:`write_bytes` (see the module docstring for why)."""
+    data = ds.to_netcdf(engine="h5netcdf", encoding=encoding)
+    return write_bytes(path, data, what)

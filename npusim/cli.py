@@ -321,20 +321,16 @@ def _check_outputs_apart(outputs: dict, inputs: dict) -> None:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON, atomically (:func:`npusim.atomic.atomic_file`)."""
+    """Write ``data`` as JSON, atomically (:func:`npusim.atomic.write_bytes`)."""
     import json
 
-    from npusim.atomic import atomic_file
+    from npusim.atomic import write_bytes
 
     try:
         text = json.dumps(data, indent=1, default=_json_default) + "\n"
     except (TypeError, ValueError) as err:
         raise RuntimeError(f"result is not JSON serialisable: {err}") from None
-    with atomic_file(path, "--json") as tmp:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+    write_bytes(path, text.encode("utf-8"), "--json")
 
 
 # --------------------------------------------------------------------------- summary

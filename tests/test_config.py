@@ -7,6 +7,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from npusim.config import (
     DEFAULT_VECTOR_LATENCY,
@@ -21,6 +22,7 @@ from npusim.config import (
     onnxim_to_dict,
     parse_override,
 )
+from npusim.cli import app
 from npusim.errors import NpusimError, NpusimWarning
 
 DATA = Path(__file__).parent / "data"
@@ -273,6 +275,15 @@ def test_missing_file_lists_presets(tmp_path):
     assert "available presets: chiplet, gemmini_validation, mobile, server" in msg
     msg = error_of(load_config, str(tmp_path / "nope.json"))
     assert "available presets: chiplet, gemmini_validation, mobile, server" in msg
+
+
+def test_a_config_path_that_is_a_directory_says_so(tmp_path):
+    (tmp_path / "dir.toml").mkdir()
+    msg = error_of(load_config, str(tmp_path / "dir.toml"))
+    assert f"config file {tmp_path / 'dir.toml'} is a directory, not a file; give an " \
+           f"existing .toml/.json file" in msg and "not found" not in msg
+    res = CliRunner().invoke(app, ["simulate", "tiny_cnn", "-c", str(tmp_path / "dir.toml")])
+    assert res.exit_code == 2 and "is a directory, not a file" in res.output, res.output
 
 
 def test_malformed_toml_names_file_and_line(tmp_path):

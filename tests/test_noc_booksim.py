@@ -191,3 +191,64 @@ def test_cli_noc_bad_input_is_one_clear_error(tmp_path, args, message):
     assert res.exit_code != 0
     assert message in res.output and "Traceback" not in res.output
     assert not out.exists()
+
+
+# a 4x4 mesh and a 4-ary 2-fly, everything else at Booksim's defaults
+MESH4 = "mesh"
+FLY = "fly"
+SMALL = {"mesh": "topology = mesh;\nk = 4;\nn = 2;\nrouting_function = dim_order;\n",
+         "fly": "topology = fly;\nk = 4;\nn = 2;\nrouting_function = dest_tag;\n"}
+
+
+@pytest.mark.parametrize("base, extra, message", [
+    # each was reported as "mobile.toml with overrides: config field noc.dims = ..." (the
+    # npusim field it set, against the default preset), not as the file's own key
+    (MESH4, "k = -4;", "k = -4 is out of range: must be an integer in 1..1024"),
+    (MESH4, "flit_size = 3;", "flit_size = 3 is not a power of two: must be a power of two "
+                              "in 1..1024"),
+    (MESH4, "num_vcs = 0;", "num_vcs = 0 is out of range: must be an integer in 1..32"),
+    (MESH4, "vc_buf_size = 0;", "vc_buf_size = 0 is out of range: must be an integer in "
+                                "1..1024"),
+    (MESH4, "st_final_delay = 0;", "st_prepare_delay + st_final_delay = 0 is out of range"),
+    (MESH4, "vc_allocator = islip(0);",
+     "vc_allocator = 'islip(0)': 0 iterations is out of range: must be an integer in 1..16"),
+    (MESH4, "n = 9;", "n = 9 is out of range: must be an integer in 1..3"),
+    (MESH4, "k = 64;", "k = 64, n = 2 make 4096 routers: npusim simulates at most 1024"),
+    (FLY, "k = 1;", "k = 1 is out of range: must be an integer in 2..256"),
+    (FLY, "n = 40;", "n = 40 is out of range: must be an integer in 1..8"),
+    # n = 0 silently ran a 2x2 mesh (noc.dims = [], fit to the endpoints)
+    (MESH4, "n = 0;", "n = 0 is out of range: must be an integer in 1..3"),
+    # these ran to exit 0 with 0 packets measured
+    (MESH4, "sample_period = 0;", "sample_period = 0 is out of range: must be an integer "
+                                  "in 1..1000000000"),
+    (MESH4, "sample_period = -5;", "sample_period = -5 is out of range"),
+    (MESH4, "max_samples = 0;", "max_samples = 0 is out of range"),
+    (MESH4, "packet_size = 0;", "packet_size = 0 is out of range: must be an integer in "
+                                "1..1024"),
+    # internal errors: ValueError from int()
+    (MESH4, "traffic = hotspot({a,b});", "traffic = 'hotspot({a,b})': hotspot nodes {a,b} "
+                                         "must be a list of integers, e.g. hotspot({0,5},{1,2})"),
+    (MESH4, "traffic = hotspot({});", "hotspot nodes {} must be a list of integers"),
+    (MESH4, "traffic = hotspot({0,5},{});", "hotspot weights {} must be a list of integers"),
+])
+def test_a_bad_value_in_a_booksim_file_names_the_file_and_its_key(tmp_path, base, extra,
+                                                                   message):
+    f = write(tmp_path, SMALL[base] + extra + "\n", "net.cfg")
+    with pytest.raises(NpusimError) as info:
+        read_booksim(f)
+    assert str(info.value).startswith(f"{f}: ") and message in str(info.value), info.value
+    res = runner.invoke(app, ["noc", "--booksim", str(f)])
+    assert res.exit_code == 2 and res.output == f"error: {info.value}\n", res.output
+
+
+def test_an_onnxim_config_names_its_booksim_file_and_key(tmp_path):
+    (tmp_path / "net.icnt").write_text(ONNXIM_FLY.replace("k = 12", "k = 1"))
+    data = {"num_cores": 1, "core_freq": 1000, "core_width": 8, "core_height": 8,
+            "spad_size": 64, "accum_spad_size": 16, "dram_type": "simple", "dram_freq": 1000,
+            "dram_channels": 1, "dram_req_size": 32, "icnt_type": "booksim2",
+            "icnt_config_path": "net.icnt", "precision": 1}
+    (tmp_path / "onnxim.json").write_text(json.dumps(data))
+    with pytest.raises(NpusimError) as info:
+        load_config(str(tmp_path / "onnxim.json"))
+    assert f"onnxim.json: {tmp_path / 'net.icnt'}: k = 1 is out of range: must be an " \
+           f"integer in 2..256" in str(info.value)

@@ -8,6 +8,7 @@ values, and its warnings against the hardware keys npusim cannot model yet.
 """
 
 import json
+import shutil
 import subprocess
 import sys
 import warnings
@@ -202,3 +203,142 @@ def test_onnxim_booksim2_config_runs_its_network_with_core_ports(tmp_path):
     into_nic = st.noc.net_tab.in_src[p.n_routers * p.ports:]
     assert p.n_nodes == 10 and (nic_out[:8] > 0).all()  # both ports of every core send
     assert (ns.link_flits[into_nic[:8]] > 0).all()  # and receive
+
+
+# --------------------------------------------------------------------------- bad input
+
+# a one-core config of ONNXim's flat layout, fixed-latency memory and simple interconnect
+FLAT = {"num_cores": 1, "core_freq": 1000, "core_width": 8, "core_height": 8,
+        "spad_size": 64, "accum_spad_size": 16, "vector_process_bit": 512,
+        "dram_type": "simple", "dram_freq": 1000, "dram_channels": 1, "dram_req_size": 32,
+        "dram_latency": 10, "icnt_type": "simple", "icnt_latency": 1, "icnt_freq": 1000,
+        "precision": 1, "scheduler": "simple"}
+HBM2_YAML = FOLDER / "ramulator2_configs" / "HBM2.yaml"
+
+
+def _error(data, base_dir=None) -> str:
+    with pytest.raises(NpusimError) as info:
+        onnxim_to_dict(data, base_dir=base_dir)
+    return str(info.value)
+
+
+def _cli(tmp_path, data) -> tuple[int, str]:
+    """``npusim simulate tiny_cnn`` on ``data`` written as onnxim.json: (exit code, output)."""
+    from typer.testing import CliRunner
+
+    from npusim.cli import app
+
+    path = tmp_path / "onnxim.json"
+    path.write_text(json.dumps(data))
+    res = CliRunner().invoke(app, ["simulate", "tiny_cnn", "-q", "-c", str(path)])
+    return res.exit_code, res.output
+
+
+@pytest.mark.parametrize("key, value, valid", [
+    ("icnt_type", ["simple"], "'simple', 'booksim2'"),
+    ("icnt_type", {"a": 1}, "'simple', 'booksim2'"),
+    ("scheduler", ["simple"], "'simple', 'fifo', 'time_multiplex'"),
+    ("core_type", ["systolic_ws"], "'systolic_ws', 'systolic_os'"),
+    ("dram_type", ["simple"], "'simple', 'ramulator', 'ramulator2', 'ideal'"),
+])
+def test_a_name_given_as_a_list_or_table_is_a_wrong_type(tmp_path, key, value, valid):
+    # before: internal error "unhashable type: 'list'" from the lookup of the name
+    expected = (f"ONNXim key {key} = {value!r} has the wrong type ({type(value).__name__}): "
+                f"must be one of {valid}")
+    assert expected in _error({**FLAT, key: value})
+    code, out = _cli(tmp_path, {**FLAT, key: value})
+    assert code == 2 and "onnxim.json: " + expected in out, out
+
+
+def test_a_sweep_based_on_such_a_config_names_it(tmp_path):
+    from typer.testing import CliRunner
+
+    from npusim.cli import app
+
+    (tmp_path / "onnxim.json").write_text(json.dumps({**FLAT, "icnt_type": ["simple"]}))
+    sweep = tmp_path / "s.toml"
+    sweep.write_text("[base]\nconfig = 'onnxim.json'\n[workload]\nmodel = 'tiny_cnn'\n"
+                     "[axes]\nnum_cores = [1]\n")
+    res = CliRunner().invoke(app, ["sweep", str(sweep), "--out", str(tmp_path / "s.h5")])
+    assert res.exit_code == 2, res.output
+    assert "onnxim.json: ONNXim key icnt_type = ['simple'] has the wrong type (list)" \
+        in res.output
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("1200", "has the wrong type (str)"),   # before: TypeError in the standard's search
+    (0, "is out of range"),                  # before: a warning, the 1000 MHz HBM2 used
+    (1.5, "has the wrong type (float)"),
+])
+def test_dram_freq_is_checked_before_it_picks_a_standard(tmp_path, value, problem):
+    shutil.copy(HBM2_YAML, tmp_path / "HBM2.yaml")
+    data = {**FLAT, "dram_type": "ramulator2", "dram_config_path": "HBM2.yaml",
+            "dram_freq": value}
+    expected = f"ONNXim key dram_freq = {value!r} {problem}: must be an integer in 1..100000"
+    assert expected in _error(data, tmp_path)
+    code, out = _cli(tmp_path, data)
+    assert code == 2 and expected in out, out
+
+
+@pytest.mark.parametrize("key, extra", [
+    ("dram_config_path", {"dram_type": "ramulator2"}),
+    ("icnt_config_path", {"icnt_type": "booksim2"}),
+])
+def test_a_file_key_that_is_not_a_name_is_a_wrong_type(tmp_path, key, extra):
+    # before: internal error "expected str, bytes or os.PathLike object, not int"
+    data = {**FLAT, **extra, key: 5}
+    expected = f"ONNXim key {key} = 5 has the wrong type (int): must be a file name (a string)"
+    assert expected in _error(data, tmp_path)
+    code, out = _cli(tmp_path, data)
+    assert code == 2 and expected in out, out
+
+
+@pytest.mark.parametrize("name, text, problem", [
+    ("bad.yaml", "MemorySystem: [unclosed\n",
+     "bad.yaml: malformed YAML at line 2, column 1: expected ',' or ']'"),
+    ("list.yaml", "- 1\n- 2\n", "list.yaml: holds a YAML list, not a Ramulator 2 config"),
+    ("nullorg.yaml", "MemorySystem:\n  DRAM:\n    impl: HBM2\n    org: null\n"
+                     "    timing: {preset: X}\n",
+     "nullorg.yaml: MemorySystem.DRAM.org.preset is missing"),
+    ("empty.yaml", "", "empty.yaml: is empty, not a Ramulator 2 config"),
+    ("ram.cfg", "org = DDR4_8Gb_x8\n", "ram.cfg: no 'standard = NAME' line"),
+])
+def test_an_existing_dram_file_that_names_no_dram_is_an_error(tmp_path, name, text, problem):
+    # before: a warning ("npusim has no such DRAM standard") and fixed-latency memory
+    (tmp_path / name).write_text(text)
+    data = {**FLAT, "dram_type": "ramulator2", "dram_config_path": name}
+    msg = _error(data, tmp_path)
+    assert f"ONNXim key dram_config_path = {name!r}: {tmp_path}/{problem}" in msg, msg
+    code, out = _cli(tmp_path, data)
+    assert code == 2 and problem in out and "warning" not in out, out
+
+
+def test_a_file_key_naming_a_directory_is_an_error(tmp_path):
+    (tmp_path / "sub").mkdir()
+    for key, extra in (("dram_config_path", {"dram_type": "ramulator2"}),
+                       ("icnt_config_path", {"icnt_type": "booksim2"})):
+        msg = _error({**FLAT, **extra, key: "sub"}, tmp_path)
+        assert f"ONNXim key {key} = 'sub': {tmp_path / 'sub'} is a directory, not a file" \
+            in msg
+
+
+def test_a_missing_dram_file_still_warns_and_says_where_it_looked(tmp_path):
+    data = {**FLAT, "dram_type": "ramulator2", "dram_config_path": "nothere.yaml"}
+    with pytest.warns(NpusimWarning) as caught:
+        out = onnxim_to_dict(data, base_dir=tmp_path)
+    (text,) = [str(w.message) for w in caught]
+    assert f"dram_config_path = 'nothere.yaml': no such file next to the config " \
+           f"({tmp_path / 'nothere.yaml'}) and ONNXim ships none of that name" in text
+    assert "using its fixed-latency memory" in text and out["memory"]["type"] == "simple"
+
+
+@pytest.mark.parametrize("key, value, problem", [
+    ("mac_latency", [1], "has the wrong type (list): must be an integer in 1..10000"),
+    ("scalar_mul_latency", "2", "has the wrong type (str): must be an integer in 1..10000"),
+    ("mac_latency", 0, "is out of range: must be an integer in 1..10000"),
+])
+def test_an_unmodelled_key_of_a_wrong_value_is_an_error_not_a_warning(key, value, problem):
+    # before: "mac_latency = [1] is not modelled yet", and the run went on
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NpusimWarning)
+        assert f"ONNXim key {key} = {value!r} {problem}" in _error({**FLAT, key: value})

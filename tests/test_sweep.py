@@ -214,6 +214,53 @@ def test_a_file_that_is_not_a_journal_is_left_alone(tmp_path):
     assert journal_path(tmp_path / "s.h5").read_bytes() == junk  # not cut
 
 
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_journal_path_that_is_a_directory_is_one_clear_error(tmp_path, dry_run):
+    # before: internal error "IsADirectoryError: [Errno 21] Is a directory"
+    sweep = write(tmp_path / "s.toml", "[workload]\nmodel = 'tiny_cnn'\n")
+    journal_path(tmp_path / "s.h5").mkdir()
+    res = sweep_cli(str(sweep), "--out", str(tmp_path / "s.h5"), "--workers", "1",
+                    *(["--dry-run"] if dry_run else []))
+    assert res.exit_code == 2, res.output
+    assert res.output == (f"error: sweep journal {journal_path(tmp_path / 's.h5')} is a "
+                          f"directory; move it away or give another --out\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.h5.points.jsonl", "s.toml"]
+
+
+FULL_DISK = """
+import resource, signal, sys
+import numpy as np, xarray as xr
+from npusim.errors import NpusimError
+from npusim.sweep.dataset import write_dataset
+ds = xr.Dataset({name: ("point", np.random.default_rng(0).random(4096))
+                 for name in ("total_cycles", "latency_s", "macs")})
+# every write past 16 KiB fails (EFBIG), as a full disk fails one (ENOSPC)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (16384, resource.RLIM_INFINITY))
+try:
+    write_dataset(ds, sys.argv[1])
+except NpusimError as err:
+    print(err)
+    sys.exit(2)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
+@pytest.mark.parametrize("name", ["x.h5", "x.zarr"])
+def test_a_dataset_the_disk_cannot_hold_is_one_error_and_no_file(tmp_path, name):
+    """Before: the .h5 write failed inside HDF5 and the process then crashed (SIGSEGV) in
+    h5netcdf's __del__; a .zarr write was an internal error."""
+    if name.endswith(".zarr"):
+        pytest.importorskip("zarr")
+    out = tmp_path / name
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(out)], capture_output=True,
+                          text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    assert proc.stdout == f"cannot write sweep dataset {out}: File too large\n"
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_sweep_stopped_before_any_point_leaves_no_journal(tmp_path, monkeypatch):
     # (a scheduler that cannot be reached, as --scheduler bogus://x; without dask's own
     # failure, which leaves its loop state behind in a test process)

@@ -23,6 +23,7 @@ from npusim.cli import app
 from npusim.config import config_from_dict, config_to_dict
 from npusim.dram import check_command_log
 from npusim.dram import dram_standard
+from npusim.errors import NpusimError
 from npusim.trace import MAX_BINS, TraceOptions, open_trace
 from npusim.trace import record
 
@@ -240,6 +241,102 @@ def test_a_sweep_result_is_not_taken_for_a_trace(tmp_path):
     assert res.exit_code == 2 and "is not an npusim trace" in res.output, res.output
 
 
+def _edited_copy(src: Path, dst: Path, edit) -> Path:
+    import shutil
+
+    shutil.copy(src, dst)
+    with h5py.File(dst, "a") as f:
+        edit(f)
+    return dst
+
+
+def _garble_attrs(f, names=None):
+    for key in names or list(f.attrs):
+        f.attrs[key] = "garbage"
+
+
+def _delete_core_vars_in_place(f):
+    # h5py's in-place deletes leave this file's metadata inconsistent: h5py then fails
+    # to open a variable with a KeyError ("incorrect metadata checksum")
+    for key in list(f):
+        if key.startswith("core") or "util" in key:
+            del f[key]
+
+
+@pytest.mark.parametrize("edit, problem", [
+    # before: internal error "ValueError: invalid literal for int() with base 10: 'garbage'"
+    (_garble_attrs, "attribute total_cycles = 'garbage' is not an integer"),
+    (lambda f: _garble_attrs(f, ["bin_cycles"]),
+     "attribute bin_cycles = 'garbage' is not an integer"),
+    (lambda f: f.attrs.__delitem__("core_freq_mhz"), "attribute core_freq_mhz is missing"),
+    # before: internal error "KeyError: 'Unable to open object by token ...'"
+    (_delete_core_vars_in_place, "Unable to open object by token"),
+])
+@pytest.mark.parametrize("command", ["summary", "plot"])
+def test_a_corrupt_trace_is_not_a_readable_trace(cli_run, tmp_path, edit, problem, command):
+    path = _edited_copy(cli_run[0], tmp_path / "bad.h5", edit)
+    out = tmp_path / "fig.png"
+    res = runner.invoke(app, ["trace", command, str(path)] +
+                        (["--out", str(out)] if command == "plot" else []))
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"error: '{path}' is not a readable npusim trace (")
+    assert problem in res.output and len(res.output.splitlines()) == 1, res.output
+    assert not out.exists()
+
+
+def test_a_trace_without_a_variable_it_always_has_is_not_readable(cli_run, tmp_path):
+    ds = open_trace(cli_run[0]).drop_vars("unit_busy_cycles")
+    ds.to_netcdf(tmp_path / "part.h5", engine="h5netcdf")
+    with pytest.raises(NpusimError, match=r"is not a readable npusim trace \("
+                                                 r"variable unit_busy_cycles is missing"):
+        open_trace(tmp_path / "part.h5")
+
+
+def test_a_summary_of_a_zero_cycle_run_says_0_percent_without_warnings(cli_run, tmp_path):
+    import warnings
+
+    from npusim.trace.report import summary_rows
+
+    path = _edited_copy(cli_run[0], tmp_path / "zero.h5",
+                        lambda f: f.attrs.__setitem__("total_cycles", np.int64(0)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # before: RuntimeWarning: invalid value in divide
+        rows = dict(summary_rows(open_trace(path)))
+    assert rows["busiest bank"].endswith("DRAM cycles busy (0.0%)"), rows
+    assert "nan" not in " ".join(rows.values())
+
+
+FULL_DISK = """
+import resource, signal, sys
+import npusim
+from npusim.errors import NpusimError
+from npusim.trace import TraceOptions, write_trace
+ds = npusim.simulate("tiny_cnn", trace=TraceOptions(None, bin_cycles=1)).trace
+# every write past 64 KiB fails (EFBIG), as a full disk fails one (ENOSPC)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))
+try:
+    write_trace(ds, sys.argv[1])
+except NpusimError as err:
+    print(err)
+    sys.exit(2)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
+def test_a_trace_the_disk_cannot_hold_is_one_error_and_no_file(tmp_path):
+    """Before: HDF5 wrote the file itself; the failed writes printed one "Exception
+    ignored" traceback per dataset h5py could not close, and h5netcdf's __del__ then
+    flushed into the half-closed file: SIGSEGV, and the temp file left behind."""
+    out = tmp_path / "t.h5"
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(out)], capture_output=True,
+                          text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    assert proc.stdout == f"cannot write --trace {out}: File too large\n"
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("args,message", [
     (["--trace-window", "5:3"], "END must be greater than START"),
     (["--trace-window", "a:b"], "expected START:END"),
@@ -268,28 +365,29 @@ def test_unwritable_path_options_without_trace_and_a_too_large_window(tmp_path):
 
 
 def test_a_failure_while_writing_leaves_no_file(tmp_path, monkeypatch):
-    """The write is atomic: an error (or Ctrl-C) half-way leaves neither the target nor the
-    temp file, and an existing target untouched."""
+    """The write is atomic: an error (or Ctrl-C) half-way (the temp file written, not yet
+    synced) leaves neither the target nor the temp file, and an existing target
+    untouched."""
+    real = os.fsync
     target = tmp_path / "run.h5"
-    real = xr.Dataset.to_netcdf
 
-    def half_then(exc):
-        def to_netcdf(self, path, *a, **kw):
-            Path(path).write_bytes(b"partial")
+    def written_then(exc):
+        def fsync(fd):
+            assert os.fstat(fd).st_size > 0  # the temp file holds the trace's bytes
             raise exc
-        return to_netcdf
+        return fsync
 
     for exc in (RuntimeError("disk on fire"), KeyboardInterrupt()):
-        monkeypatch.setattr(xr.Dataset, "to_netcdf", half_then(exc))
+        monkeypatch.setattr(os, "fsync", written_then(exc))
         with pytest.raises(type(exc)):
             npusim.simulate("mlp", "mobile", trace=str(target))
         assert list(tmp_path.iterdir()) == []
     target.write_bytes(b"old")
-    monkeypatch.setattr(xr.Dataset, "to_netcdf", half_then(RuntimeError("again")))
+    monkeypatch.setattr(os, "fsync", written_then(RuntimeError("again")))
     with pytest.raises(RuntimeError):
         npusim.simulate("mlp", "mobile", trace=str(target))
     assert target.read_bytes() == b"old" and list(tmp_path.iterdir()) == [target]
-    monkeypatch.setattr(xr.Dataset, "to_netcdf", real)
+    monkeypatch.setattr(os, "fsync", real)
     npusim.simulate("mlp", "mobile", trace=str(target))
     assert open_trace(target).attrs["model"] == "mlp"
 

@@ -119,7 +119,8 @@ def _read(name_or_path: str | Path) -> tuple[dict, str]:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise NpusimError(f"unknown preset {text!r}{hint}; {_presets_hint()}")
     elif not path.is_file():
-        raise NpusimError(f"config file {text} not found; give an existing .toml/.json file "
+        problem = "is a directory, not a file" if path.is_dir() else "not found"
+        raise NpusimError(f"config file {text} {problem}; give an existing .toml/.json file "
                           f"or a preset name; {_presets_hint()}")
     try:
         content = path.read_bytes()

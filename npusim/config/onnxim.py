@@ -50,7 +50,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from npusim.config.schema import PRECISIONS, Rule
+from npusim.config.schema import MHZ_RANGE, PRECISIONS, Rule
 from npusim.errors import NpusimError, NpusimWarning
 
 # Keys that only steer ONNXim's logging, or that ONNXim itself reads and never uses: accepted
@@ -64,11 +64,13 @@ SILENT_KEYS = {
     "dram_config_path", "icnt_config_path",  # read below where they matter
 }
 # Hardware keys npusim cannot model yet, with ONNXim's default: a value other than the
-# default is one warning naming the key (the run goes on with npusim's behaviour).
+# default is one warning naming the key (the run goes on with npusim's behaviour); a value
+# of the wrong type or out of range is an error, as for any other key.
 UNMODELLED = {
-    "mac_latency": (1, "a vector multiply-accumulate is a mul and an add"),
-    "scalar_mul_latency": (1, "per-row scalar steps use the vector latencies"),
-    "full_precision": (4, "accumulators are 32-bit"),
+    "mac_latency": (1, Rule("int", 1, 10000), "a vector multiply-accumulate is a mul and an add"),
+    "scalar_mul_latency": (1, Rule("int", 1, 10000),
+                           "per-row scalar steps use the vector latencies"),
+    "full_precision": (4, Rule("int", 1, 16), "accumulators are 32-bit"),
 }
 
 MAX_OUTSTANDING = 65536  # dma.max_outstanding's largest value: ONNXim has no bound
@@ -214,8 +216,8 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
         network = _booksim_network(merged, base_dir)
         if network is not None:
             noc.update(network)
-    for key, (default, npusim_does) in UNMODELLED.items():
-        if key in merged and merged[key] != default:
+    for key, (default, rule, npusim_does) in UNMODELLED.items():
+        if key in merged and _get(merged, key, rule) != default:
             _warn(f"ONNXim key {key} = {merged[key]!r} is not modelled yet (ONNXim's default "
                   f"is {default}): npusim runs as if it were {default}: {npusim_does}")
 
@@ -250,14 +252,12 @@ def _booksim_network(cfg: dict, base_dir) -> dict | None:
     warning, when there is no such file (npusim's crossbar stands in)."""
     from npusim.noc.booksim import onnxim_booksim_text, read_booksim
 
-    path = cfg.get("icnt_config_path")
-    if not path:
+    given = _file_key(cfg, "icnt_config_path", base_dir)
+    if given is None:
         _warn("ONNXim key icnt_type = 'booksim2' without icnt_config_path: npusim uses its "
               "crossbar with icnt_latency and icnt_freq")
         return None
-    p = Path(path)
-    if not p.is_absolute() and base_dir is not None:
-        p = Path(base_dir) / p
+    path, p = given
     if p.is_file():
         bf = read_booksim(p)
     else:
@@ -280,60 +280,90 @@ def _booksim_network(cfg: dict, base_dir) -> dict | None:
 
 
 def _memory(cfg: dict, req: int, nbl: int, base_dir, source: str) -> dict:
-    kind = cfg["dram_type"]
-    if kind not in DRAM_TYPES:
-        choices = ", ".join(repr(k) for k in DRAM_TYPES)
-        raise NpusimError(f"ONNXim key dram_type = {kind!r} is not supported: must be one of "
-                          f"{choices}")
-    simple = {"type": "ideal" if kind == "ideal" else "simple", "freq_mhz": cfg["dram_freq"],
+    kind = _lookup(cfg, "dram_type", {k: k for k in DRAM_TYPES})
+    freq = _get(cfg, "dram_freq", Rule("int", *MHZ_RANGE))
+    simple = {"type": "ideal" if kind == "ideal" else "simple", "freq_mhz": freq,
               "channels": cfg["dram_channels"], "latency": cfg["dram_latency"],
               "channel_bytes_per_cycle": req // nbl}
     if kind in ("simple", "ideal"):
         return simple
     _get(cfg, "dram_channels", Rule("int", 1, 1024))
-    spec = _dram_file(cfg.get("dram_config_path"), base_dir)
-    family = RAMULATOR_FAMILIES.get(spec[0]) if spec else None
-    if family is None:
-        what = f"{spec[0]} ({cfg.get('dram_config_path')})" if spec else \
-            f"no readable dram_config_path ({cfg.get('dram_config_path', 'not given')})"
-        _warn(f"ONNXim key dram_type = {kind!r} with {what}: npusim has no such DRAM "
-              f"standard; using its fixed-latency memory with dram_freq, dram_channels and "
-              f"dram_latency")
+    fallback = ("using its fixed-latency memory with dram_freq, dram_channels and "
+                "dram_latency")
+    given = _file_key(cfg, "dram_config_path", base_dir)
+    spec = _dram_file(*given) if given else None
+    if spec is None:
+        what = (f"with dram_config_path = {given[0]!r}: no such file next to the config "
+                f"({given[1]}) and ONNXim ships none of that name" if given
+                else "without dram_config_path")
+        _warn(f"ONNXim key dram_type = {kind!r} {what}: npusim does not know which DRAM "
+              f"standard to model; {fallback}")
         return simple
-    std, exact = _nearest_standard(family, spec, cfg["dram_freq"])
+    family = RAMULATOR_FAMILIES.get(spec[0])
+    if family is None:
+        _warn(f"ONNXim key dram_type = {kind!r} with {spec[0]} ({given[0]}): npusim has no "
+              f"such DRAM standard; {fallback}")
+        return simple
+    std, exact = _nearest_standard(family, spec, freq)
     if not exact:
         _warn(f"ONNXim key dram_type = {kind!r} with {spec[0]} {spec[1]} at dram_freq = "
-              f"{cfg['dram_freq']} MHz ({cfg.get('dram_config_path')}): npusim has no such "
-              f"standard; using the nearest, {std.name} ({std.freq_mhz} MHz)")
+              f"{freq} MHz ({given[0]}): npusim has no such standard; using the nearest, "
+              f"{std.name} ({std.freq_mhz} MHz)")
     channels = cfg["dram_channels"] * std.pseudo_channels
     return {"type": "dram", "standard": std.name, "channels": channels}
 
 
-def _dram_file(path: str | None, base_dir) -> tuple[str, str, str] | None:
-    """(Ramulator standard, org preset, timing preset) from a Ramulator 2 YAML or
-    Ramulator 1 .cfg file: the file next to the JSON (resolved as ONNXim resolves it,
-    relative to the folder), else ONNXim's own file of that name."""
-    if not path:
-        return None
-    p = Path(path)
-    if not p.is_absolute() and base_dir is not None:
-        p = Path(base_dir) / p
-    if p.is_file():
-        text = p.read_text(errors="replace")
-        if p.suffix in (".yaml", ".yml"):
-            import yaml  # PyYAML, installed with dask
+def _dram_file(name: str, path: Path) -> tuple[str, str, str] | None:
+    """(Ramulator standard, org preset, timing preset) from the Ramulator 2 YAML or
+    Ramulator 1 .cfg file ``path`` (where ONNXim looks for ``name``), else ONNXim's own file
+    of that name; None when there is neither. An existing file that does not say them is
+    an error naming what is wrong in it."""
+    if not path.is_file():
+        return ONNXIM_DRAM_FILES.get(Path(name).name)
+    from npusim.paths import read_text
 
-            try:
-                dram = yaml.safe_load(text)["MemorySystem"]["DRAM"]
-                return (str(dram["impl"]), str(dram["org"]["preset"]),
-                        str(dram["timing"]["preset"]))
-            except (yaml.YAMLError, KeyError, TypeError):
-                return None
-        fields = dict(re.findall(r"^\s*(\w+)\s*=\s*(\S+)", text, re.MULTILINE))
-        if "standard" in fields:
-            return fields["standard"], fields.get("org", ""), fields.get("speed", "")
-        return None
-    return ONNXIM_DRAM_FILES.get(Path(path).name)
+    text = read_text(path, "ONNXim dram_config_path file")
+
+    def bad(problem: str) -> NpusimError:
+        return NpusimError(f"ONNXim key dram_config_path = {name!r}: {path}: {problem}")
+
+    if path.suffix in (".yaml", ".yml"):
+        return _ramulator2_spec(text, bad)
+    fields = dict(re.findall(r"^\s*(\w+)\s*=\s*(\S+)", text, re.MULTILINE))
+    if "standard" not in fields:
+        raise bad("no 'standard = NAME' line (a Ramulator config names its DRAM standard, "
+                  "e.g. standard = HBM)")
+    return fields["standard"], fields.get("org", ""), fields.get("speed", "")
+
+
+def _ramulator2_spec(text: str, bad) -> tuple[str, str, str]:
+    """MemorySystem.DRAM's impl, org.preset and timing.preset of a Ramulator 2 YAML;
+    ``bad(problem)`` makes the error when the text does not hold them."""
+    import yaml  # PyYAML, installed with dask
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise bad(f"malformed YAML at {where}{getattr(err, 'problem', None) or err}") \
+            from None
+    if not isinstance(data, dict):
+        what = "is empty" if data is None else f"holds a YAML {type(data).__name__}"
+        raise bad(f"{what}, not a Ramulator 2 config (a mapping with MemorySystem: "
+                  f"DRAM: ...)")
+    out = []
+    for key in ("impl", "org.preset", "timing.preset"):
+        value = data
+        for part in ("MemorySystem", "DRAM", *key.split(".")):
+            value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+            raise bad(f"MemorySystem.DRAM.{key} is "
+                      f"{'missing' if value is None else repr(value)}: a Ramulator 2 file "
+                      f"names its DRAM as impl: HBM2, org: {{preset: HBM2_8Gb}}, "
+                      f"timing: {{preset: HBM2_2Gbps}}")
+        out.append(str(value))
+    return out[0], out[1], out[2]
 
 
 def _nearest_standard(family: str, spec: tuple[str, str, str], freq: int):
@@ -427,12 +457,33 @@ def _get(cfg: dict, key: str, rule: Rule) -> Any:
 
 
 def _lookup(cfg: dict, key: str, table: dict) -> str:
+    """``table``'s entry for the name ``key`` gives; any other value (a name not in it, a
+    list, a number) is one error listing the names."""
     value = cfg[key]
-    if value not in table:
+    if not isinstance(value, str) or value not in table:
+        problem = ("is not supported" if isinstance(value, str)
+                   else f"has the wrong type ({type(value).__name__})")
         choices = ", ".join(repr(k) for k in table)
-        raise NpusimError(f"ONNXim key {key} = {value!r} is not supported: must be one of "
-                          f"{choices}")
+        raise NpusimError(f"ONNXim key {key} = {value!r} {problem}: must be one of {choices}")
     return table[value]
+
+
+def _file_key(cfg: dict, key: str, base_dir) -> tuple[str, Path] | None:
+    """(the name ``key`` gives, where ONNXim looks for it: relative to the JSON's folder);
+    None when the key is absent or empty. A name that is not a string, or that is a
+    directory there, is an error."""
+    name = cfg.get(key)
+    if name is None or name == "":
+        return None
+    if not isinstance(name, str):
+        raise NpusimError(f"ONNXim key {key} = {name!r} has the wrong type "
+                          f"({type(name).__name__}): must be a file name (a string)")
+    p = Path(name)
+    if not p.is_absolute() and base_dir is not None:
+        p = Path(base_dir) / p
+    if p.is_dir():
+        raise NpusimError(f"ONNXim key {key} = {name!r}: {p} is a directory, not a file")
+    return name, p
 
 
 def _vector_shape(cfg: dict, precision: int, width: int) -> tuple[int, int]:

@@ -433,6 +433,7 @@ def _check_memory(mem: dict, core_freq_mhz: int) -> None:
 
 
 MAX_ROUTERS = 1024  # routing tables are routers x endpoints, computed once in Python
+MAX_NOC_DIMS = 3  # a mesh or torus has 1 to 3 dimensions
 
 
 def _check_noc(noc: dict, num_cores: int, channels: int) -> None:
@@ -446,9 +447,9 @@ def _check_noc(noc: dict, num_cores: int, channels: int) -> None:
     if kind == "ring" and len(dims) > 1:
         raise NpusimError(f"config field noc.dims = {dims}: a ring has one dimension, "
                           f"e.g. [8]")
-    if len(dims) > 3:
+    if len(dims) > MAX_NOC_DIMS:
         raise NpusimError(f"config field noc.dims = {dims} has {len(dims)} dimensions: "
-                          f"must have 1 to 3")
+                          f"must have 1 to {MAX_NOC_DIMS}")
     if dims and math.prod(dims) > MAX_ROUTERS:
         raise NpusimError(f"config field noc.dims = {dims} makes {math.prod(dims)} routers: "
                           f"at most {MAX_ROUTERS}")
@@ -644,3 +645,13 @@ def check_value_key(dotted: str) -> None:
     if fields_of is not None:
         raise NpusimError(f"config key {dotted} names a table; name one value inside it, "
                           f"e.g. {dotted}.<field>=<value>")
+
+
+def field_rule(dotted: str) -> Rule:
+    """The rule of the scalar field ``dotted`` (``noc.router.vcs``), for checking a value
+    that comes from elsewhere (a Booksim file) against it under that input's own name."""
+    cls: Any = NpuConfig
+    *sections, leaf = dotted.split(".")
+    for part in sections:
+        cls = next(f.type for f in dataclasses.fields(cls) if f.name == part)
+    return next(f.metadata["rule"] for f in dataclasses.fields(cls) if f.name == leaf)

@@ -44,6 +44,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from npusim.config.schema import MAX_NOC_DIMS, MAX_ROUTERS, Rule, field_rule
 from npusim.errors import NpusimError
 from npusim.kernels.network.names import ALLOCATORS, PRIORITIES
 from npusim.noc.traffic import PATTERNS, Measurement, Traffic
@@ -89,6 +90,17 @@ REQUIRED_VALUES = {
     "arb_type": "round_robin",
 }
 TOPOLOGIES = {"mesh": "mesh", "torus": "torus", "fly": "fly", "anynet": "custom"}
+# Booksim router keys -> the noc.router field each sets (its range checked under the
+# Booksim key's name)
+ROUTER_KEYS = {"num_vcs": "vcs", "vc_buf_size": "vc_buffer_flits",
+               "routing_delay": "routing_delay", "vc_alloc_delay": "vc_alloc_delay",
+               "sw_alloc_delay": "sw_alloc_delay", "credit_delay": "credit_delay"}
+# what the measurement keys accept: at least one sample of at least one cycle
+COUNT = 10 ** 9
+MEASUREMENT_RULES = {"sample_period": Rule("int", 1, COUNT),
+                     "max_samples": Rule("int", 1, COUNT),
+                     "warmup_periods": Rule("int", 0, COUNT),
+                     "packet_size": Rule("int", 1, 1024)}
 ROUTING = {"mesh": ("dor", "dim_order"), "torus": ("dim_order",), "fly": ("dest_tag",),
            "anynet": ("min",)}
 
@@ -162,12 +174,24 @@ def _number(key: str, text: str, where: str, kind=int):
         raise NpusimError(f"{where}: {key} = {text!r} is not {'an integer' if kind is int else 'a number'}") from None
 
 
+def _check(where: str, key: str, value, rule: Rule) -> None:
+    """A value read from a Booksim file against ``rule``: an error names the file and the
+    Booksim key (or keys: ``st_prepare_delay + st_final_delay``)."""
+    problem = rule.problem(value)
+    if problem:
+        raise NpusimError(f"{where}: {key} = {value!r} {problem}: must be {rule.describe()}")
+
+
 def _allocator(key: str, text: str, where: str) -> tuple[str, int]:
     m = re.fullmatch(r"([a-z_]+)(?:\((\d+)\))?", text)
     if not m or m.group(1) not in ALLOCATORS:
         raise NpusimError(f"{where}: {key} = {text!r} is not supported: npusim has "
                           f"{', '.join(ALLOCATORS)} (optionally with iterations, islip(2))")
-    return m.group(1), int(m.group(2) or 1)
+    iters, rule = int(m.group(2) or 1), field_rule("noc.router.vc_alloc_iters")
+    if rule.problem(iters):
+        raise NpusimError(f"{where}: {key} = {text!r}: {iters} iterations is out of range: "
+                          f"must be {rule.describe()}")
+    return m.group(1), iters
 
 
 def read_booksim(path: str | Path, overrides: dict | None = None,
@@ -209,19 +233,10 @@ def read_booksim(path: str | Path, overrides: dict | None = None,
     if v["routing_function"] not in ROUTING[topo]:
         raise NpusimError(f"{where}: routing_function = {v['routing_function']!r} is not "
                           f"supported for {topo}: must be {' or '.join(ROUTING[topo])}")
-    noc: dict = {"noc.type": TOPOLOGIES[topo]}
-    if topo in ("mesh", "torus"):
-        noc["noc.dims"] = [v["k"]] * v["n"]
-        # Booksim's k-ary n-cube channels take 1 cycle in a mesh, 2 in a torus (longer wires)
-        noc["noc.link_latency"] = 1 if topo == "mesh" else 2
-    elif topo == "fly":
-        noc["noc.radix"] = v["k"]
-        noc["noc.stages"] = v["n"]
-    else:
-        noc["noc.file"] = str(_network_file(v["network_file"], path))
+    noc: dict = {"noc.type": TOPOLOGIES[topo], **_shape(topo, v, path)}
     vc_alloc, vc_iters = _allocator("vc_allocator", v["vc_allocator"], where)
     sw_alloc, sw_iters = _allocator("sw_allocator", v["sw_allocator"], where)
-    if "alloc_iters" in given and int(given["alloc_iters"]) not in (vc_iters, sw_iters):
+    if "alloc_iters" in given and v["alloc_iters"] not in (vc_iters, sw_iters):
         notes.append(f"alloc_iters = {given['alloc_iters']} is ignored, as Booksim's IQ "
                      f"router ignores it: its allocators run {vc_iters} (VC) and {sw_iters} "
                      f"(switch) iterations; write islip({given['alloc_iters']}) for more")
@@ -231,18 +246,22 @@ def read_booksim(path: str | Path, overrides: dict | None = None,
     else:
         noc["noc.router.priority"] = v["priority"]
     noc.update({
-        "noc.router.vcs": v["num_vcs"], "noc.router.vc_buffer_flits": v["vc_buf_size"],
         "noc.router.vc_allocator": vc_alloc, "noc.router.sw_allocator": sw_alloc,
         "noc.router.vc_alloc_iters": vc_iters, "noc.router.sw_alloc_iters": sw_iters,
-        "noc.router.routing_delay": v["routing_delay"],
-        "noc.router.vc_alloc_delay": v["vc_alloc_delay"],
-        "noc.router.sw_alloc_delay": v["sw_alloc_delay"],
-        "noc.router.st_delay": v["st_prepare_delay"] + v["st_final_delay"],
-        "noc.router.credit_delay": v["credit_delay"],
         "noc.router.wait_for_tail_credit": bool(v["wait_for_tail_credit"]),
     })
+    for key, name in ROUTER_KEYS.items():
+        _check(where, key, v[key], field_rule(f"noc.router.{name}"))
+        noc[f"noc.router.{name}"] = v[key]
+    st_delay = v["st_prepare_delay"] + v["st_final_delay"]
+    _check(where, "st_prepare_delay + st_final_delay", st_delay,
+           field_rule("noc.router.st_delay"))
+    noc["noc.router.st_delay"] = st_delay
     if v["flit_size"]:
+        _check(where, "flit_size", v["flit_size"], field_rule("noc.flit_bytes"))
         noc["noc.flit_bytes"] = v["flit_size"]
+    for key, rule in MEASUREMENT_RULES.items():
+        _check(where, key, v[key], rule)
     traffic = _traffic(v, where)
     if v["sim_type"] != "latency":
         notes.append(f"sim_type = {v['sim_type']} is run as a latency simulation")
@@ -250,6 +269,28 @@ def read_booksim(path: str | Path, overrides: dict | None = None,
                        max_samples=v["max_samples"], latency_threshold=v["latency_thres"],
                        stopping_threshold=max(v["stopping_thres"], v["acc_stopping_thres"]))
     return BooksimFile(where, noc, traffic, meas, notes, v)
+
+
+def _shape(topo: str, v: dict, path: Path) -> dict:
+    """The noc.* keys of the topology's size (k, n) or anynet file, each value checked
+    against the npusim field it sets, under its Booksim name."""
+    where = str(path)
+    if topo == "anynet":
+        return {"noc.file": str(_network_file(v["network_file"], path))}
+    k, n = v["k"], v["n"]
+    if topo == "fly":
+        radix = field_rule("noc.radix")  # 0 there means "fit the endpoints": not Booksim's
+        _check(where, "k", k, Rule("int", 2, radix.hi))
+        _check(where, "n", n, field_rule("noc.stages"))
+        return {"noc.radix": k, "noc.stages": n}
+    dims = field_rule("noc.dims")
+    _check(where, "k", k, Rule("int", dims.lo, dims.hi))
+    _check(where, "n", n, Rule("int", 1, MAX_NOC_DIMS))
+    if k ** n > MAX_ROUTERS:
+        raise NpusimError(f"{where}: k = {k}, n = {n} make {k ** n} routers: npusim "
+                          f"simulates at most {MAX_ROUTERS}")
+    # Booksim's k-ary n-cube channels take 1 cycle in a mesh, 2 in a torus (longer wires)
+    return {"noc.dims": [k] * n, "noc.link_latency": 1 if topo == "mesh" else 2}
 
 
 def _network_file(name: str, config: Path) -> Path:
@@ -279,9 +320,18 @@ def _traffic(v: dict, where: str) -> Traffic:
         if not groups:
             raise NpusimError(f"{where}: traffic = hotspot needs its nodes, e.g. "
                               f"hotspot({{0,5}},{{1,2}})")
-        spots = tuple(int(x) for x in groups[0].split(","))
-        weights = tuple(int(x) for x in groups[1].split(",")) if len(groups) > 1 else ()
+        spots = _hotspot_list(groups[0], "nodes", text, where)
+        weights = _hotspot_list(groups[1], "weights", text, where) if len(groups) > 1 else ()
         weights = (weights + (weights[-1:] * len(spots)))[:len(spots)] if weights else ()
     size = v["packet_size"]
     rate = v["injection_rate"] if v["injection_rate_uses_flits"] else v["injection_rate"] * size
     return Traffic(name, float(rate), int(size), spots, weights, int(v["seed"]))
+
+
+def _hotspot_list(group: str, what: str, text: str, where: str) -> tuple[int, ...]:
+    """The integers of one ``{0,5}`` group of ``traffic = hotspot(...)``."""
+    try:
+        return tuple(int(x) for x in group.split(","))
+    except ValueError:
+        raise NpusimError(f"{where}: traffic = {text!r}: hotspot {what} {{{group}}} must be "
+                          f"a list of integers, e.g. hotspot({{0,5}},{{1,2}})") from None

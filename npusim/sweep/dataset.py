@@ -109,10 +109,9 @@ def write_dataset(ds: xr.Dataset, out: str | Path) -> None:
     """Write to a temp name beside ``out`` and rename, so ``out`` is never half written."""
     out = Path(out)
     if out.suffix.lower() != ZARR_SUFFIX:
-        from npusim.atomic import atomic_file
+        from npusim.atomic import write_netcdf
 
-        with atomic_file(out, "sweep dataset") as tmp:
-            ds.to_netcdf(tmp, engine="h5netcdf")
+        write_netcdf(ds, out, "sweep dataset")
         return
     # a zarr store is a directory: the same idea, with a temp directory
     parent = out.parent if str(out.parent) else Path(".")
@@ -121,8 +120,12 @@ def write_dataset(ds: xr.Dataset, out: str | Path) -> None:
         shutil.rmtree(tmp)
         ds.to_zarr(tmp, mode="w", consolidated=False)
         _replace_dir(tmp, out)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, OSError):  # a full disk
+            from npusim.atomic import write_error
+
+            raise write_error("sweep dataset", out, err) from None
         raise
 
 

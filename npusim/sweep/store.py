@@ -33,12 +33,22 @@ def _check_ours(path: Path, data: bytes) -> None:
                           f"away or give a different --out")
 
 
+def _unusable(path: Path, err: OSError) -> NpusimError:
+    """The error for a journal path npusim cannot open (a directory, no permission)."""
+    if isinstance(err, IsADirectoryError):
+        return NpusimError(f"sweep journal {path} is a directory; move it away or give "
+                           f"another --out")
+    return NpusimError(f"cannot open the sweep journal {path}: {err.strerror or err}")
+
+
 def read_journal(path: str | Path) -> list[dict[str, Any]]:
     """Every complete record in the journal, in the order they were written."""
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         return []
+    except OSError as err:
+        raise _unusable(Path(path), err) from None
     _check_ours(Path(path), data)
     records = []
     for line in data[:data.rfind(b"\n") + 1].splitlines():
@@ -59,8 +69,7 @@ class Journal:
         try:
             self._file = open(self.path, "a+b", buffering=0)
         except OSError as err:
-            raise NpusimError(f"cannot open the sweep journal {self.path}: "
-                              f"{err.strerror or err}") from None
+            raise _unusable(self.path, err) from None
         try:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -2,15 +2,16 @@
 
 The file is netCDF4-flavoured HDF5 (xarray's h5netcdf engine): ``xarray.open_dataset`` and
 plain ``h5py`` both read it. Every variable is gzip-compressed and chunked along time.
-It is written to a temp file in the same folder (``npusim.atomic``) and renamed over ``path`` only
-when complete, so a failed or interrupted run never leaves a file that looks finished
-(a killed one may leave the temp file, clearly named as such).
+It is built in memory, written to a temp file in the same folder (``npusim.atomic``) and
+renamed over ``path`` only when complete, so a failed or interrupted run never leaves a
+file that looks finished (a killed one may leave the temp file, clearly named as such).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import xarray as xr
 
 from npusim.errors import NpusimError
@@ -42,13 +43,23 @@ def _encoding(ds: xr.Dataset) -> dict:
 
 def write_trace(ds: xr.Dataset, path: str | Path) -> Path:
     """Write ``ds`` to ``path`` via a temp file and ``os.replace``; no partial file on
-    failure (an existing ``path`` is left as it was)."""
-    from npusim.atomic import atomic_file
+    failure (an existing ``path`` is left as it was), a full disk one NpusimError."""
+    from npusim.atomic import write_netcdf
 
-    path = Path(path)
-    with atomic_file(path, "--trace") as tmp:
-        ds.to_netcdf(tmp, engine="h5netcdf", encoding=_encoding(ds))
-    return path
+    return write_netcdf(ds, path, "--trace", encoding=_encoding(ds))
+
+
+# What every npusim trace holds (npusim.trace.dataset writes them; ``trace summary`` and
+# ``trace plot`` read them), and what a trace of cycle-level DRAM holds beside: a file
+# without one of them, or with an attribute that is not an integer, is corrupt or edited.
+INT_ATTRS = ("total_cycles", "core_freq_mhz", "bin_cycles", "window_start_cycle",
+             "window_end_cycle")
+TEXT_ATTRS = ("model", "config_name", "bin_mode")
+VARIABLES = ("core_active_cycles", "unit_busy_cycles")
+DRAM_INT_ATTRS = ("dram_freq_mhz",)
+DRAM_VARIABLES = ("reads", "writes", "row_hits", "row_misses", "row_conflicts",
+                  "bank_busy_cycles", "read_queue_occupancy", "write_queue_occupancy",
+                  "rank", "bankgroup", "bank_in_group")
 
 
 def open_trace(path: str | Path) -> xr.Dataset:
@@ -60,6 +71,40 @@ def open_trace(path: str | Path) -> xr.Dataset:
                 raise NpusimError(f"'{path}' is not an npusim trace (written by npusim "
                                   f"simulate --trace; a sweep's result opens with "
                                   f"npusim.sweep.open_sweep)")
-            return ds.load()
+            ds = ds.load()
     except (OSError, ValueError) as err:
         raise NpusimError(f"cannot read trace '{path}': {err}") from None
+    except (KeyError, RuntimeError) as err:  # h5py: damaged metadata inside an HDF5 file
+        raise _unreadable(path, f"{err.args[0] if err.args else err}") from None
+    problem = _trace_problem(ds)
+    if problem:
+        raise _unreadable(path, problem)
+    return ds
+
+
+def _unreadable(path: Path, problem: str) -> NpusimError:
+    return NpusimError(f"'{path}' is not a readable npusim trace ({problem}; a corrupt or "
+                       f"edited file: write it again with npusim simulate --trace)")
+
+
+def _trace_problem(ds: xr.Dataset) -> str | None:
+    """What an opened trace lacks of what npusim writes (see INT_ATTRS ...), or None."""
+    dram = ds.attrs.get("memory_type") == "dram"
+    for name in INT_ATTRS + (DRAM_INT_ATTRS if dram else ()):
+        value = ds.attrs.get(name)
+        if value is None:
+            return f"attribute {name} is missing"
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            return f"attribute {name} = {_shown(value)} is not an integer"
+    for name in TEXT_ATTRS:
+        if not isinstance(ds.attrs.get(name), str):
+            return f"attribute {name} is missing"
+    for name in VARIABLES + (DRAM_VARIABLES if dram else ()):
+        if name not in ds.variables:
+            return f"variable {name} is missing"
+    return None
+
+
+def _shown(value) -> str:
+    text = repr(value.item() if isinstance(value, np.generic) else value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -16,6 +16,11 @@ def _pct(x: float) -> str:
     return f"{100.0 * x:.1f}%"
 
 
+def _share(part: float, whole: float) -> str:
+    """``part`` as a percentage of ``whole``; 0% of nothing (a run of 0 cycles)."""
+    return _pct(part / whole if whole else 0.0)
+
+
 def bank_label(ds: xr.Dataset, channel: int, bank: int) -> str:
     b = ds.sel(bank=bank)
     return (f"ch{channel} rank{int(b['rank'])} bg{int(b['bankgroup'])} "
@@ -41,8 +46,7 @@ def summary_rows(ds: xr.Dataset) -> list[tuple[str, str]]:
             ("total cycles", f"{total:,} ({seconds * 1e6:,.1f} µs)"),
             ("bins", f"{ds.sizes['time']:,} x {width:,} core cycles ({a['bin_mode']})")]
     active = ds.core_active_cycles.sum("time")
-    rows.append(("cores active", ", ".join(f"{_pct(int(v) / total if total else 0)}"
-                                           for v in active.values)))
+    rows.append(("cores active", ", ".join(_share(int(v), total) for v in active.values)))
     busy = ds.unit_busy_cycles.sum(("time", "core")) / max(1, total * ds.sizes["core"])
     rows.append(("unit busy (all cores)", ", ".join(f"{u} {_pct(float(busy.sel(unit=u)))}"
                                                    for u in ds.unit.values)))
@@ -60,7 +64,8 @@ def summary_rows(ds: xr.Dataset) -> list[tuple[str, str]]:
         ch, bk = np.unravel_index(int(np.argmax(bank_busy)), bank_busy.shape)
         dram_cycles = total * int(a["dram_freq_mhz"]) / int(a["core_freq_mhz"])
         rows.append(("busiest bank", f"{bank_label(ds, ch, bk)}: {int(bank_busy[ch, bk]):,} "
-                                     f"DRAM cycles busy ({_pct(bank_busy[ch, bk] / dram_cycles)})"))
+                                     f"DRAM cycles busy "
+                                     f"({_share(float(bank_busy[ch, bk]), dram_cycles)})"))
         worst = most_conflicted_banks(ds, 3)
         rows.append(("most conflicted banks", ", ".join(
             f"{bank_label(ds, c, b)} ({n:,})" for c, b, n in worst) or "none"))
