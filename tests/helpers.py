@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from math import prod
+from pathlib import Path
 
 import onnx
 from onnx import TensorProto
@@ -54,3 +57,22 @@ def without_compile_notice(stderr: str) -> str:
     """stderr less the line a cold kernel cache adds (the first run compiles)."""
     return "".join(line for line in stderr.splitlines(keepends=True)
                    if line.rstrip("\n") != COMPILE_NOTICE)
+
+
+def write_on_a_full_disk(prelude: str, write: str, cap: int, out: Path, message: str) -> None:
+    """Run ``prelude``, then ``write`` (``out`` is ``sys.argv[1]``), in a Python subprocess
+    whose writes past ``cap`` bytes fail in the kernel (EFBIG, SIGXFSZ ignored) as a full
+    disk fails them (ENOSPC): no root or mount needed. The write must give one NpusimError,
+    ``message`` naming ``out``, exit 2, no traceback and no file in ``out``'s folder."""
+    script = "\n".join([
+        "import resource, signal, sys", "from npusim.errors import NpusimError", prelude,
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)",
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({cap}, resource.RLIM_INFINITY))",
+        "try:", f"    {write}", "except NpusimError as err:", "    print(err)",
+        "    sys.exit(2)"])
+    proc = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True,
+                          text=True, timeout=600, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    assert proc.stdout == f"{message} {out}: File too large\n"
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert list(out.parent.iterdir()) == []

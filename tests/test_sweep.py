@@ -28,6 +28,7 @@ from npusim.simulation import simulate_requests
 from npusim.sweep import load_sweep, open_sweep, run_sweep
 from npusim.sweep.store import Journal, journal_path, read_journal
 from npusim.workload import read_models_list
+from helpers import write_on_a_full_disk
 from tests.helpers import weight
 
 REPO = Path(__file__).resolve().parents[1]
@@ -227,24 +228,6 @@ def test_a_journal_path_that_is_a_directory_is_one_clear_error(tmp_path, dry_run
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.h5.points.jsonl", "s.toml"]
 
 
-FULL_DISK = """
-import resource, signal, sys
-import numpy as np, xarray as xr
-from npusim.errors import NpusimError
-from npusim.sweep.dataset import write_dataset
-ds = xr.Dataset({name: ("point", np.random.default_rng(0).random(4096))
-                 for name in ("total_cycles", "latency_s", "macs")})
-# every write past 16 KiB fails (EFBIG), as a full disk fails one (ENOSPC)
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-resource.setrlimit(resource.RLIMIT_FSIZE, (16384, resource.RLIM_INFINITY))
-try:
-    write_dataset(ds, sys.argv[1])
-except NpusimError as err:
-    print(err)
-    sys.exit(2)
-"""
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
 @pytest.mark.parametrize("name", ["x.h5", "x.zarr"])
 def test_a_dataset_the_disk_cannot_hold_is_one_error_and_no_file(tmp_path, name):
@@ -253,12 +236,13 @@ def test_a_dataset_the_disk_cannot_hold_is_one_error_and_no_file(tmp_path, name)
     if name.endswith(".zarr"):
         pytest.importorskip("zarr")
     out = tmp_path / name
-    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(out)], capture_output=True,
-                          text=True, timeout=300, cwd=REPO)
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
-    assert proc.stdout == f"cannot write sweep dataset {out}: File too large\n"
-    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
-    assert list(tmp_path.iterdir()) == []
+    write_on_a_full_disk(
+        "import numpy as np, xarray as xr\n"
+        "from npusim.sweep.dataset import write_dataset\n"
+        "ds = xr.Dataset({name: ('point', np.random.default_rng(0).random(4096))\n"
+        "                 for name in ('total_cycles', 'latency_s', 'macs')})",
+        "write_dataset(ds, sys.argv[1])", 16384, out,
+        "cannot write sweep dataset")
 
 
 def test_a_sweep_stopped_before_any_point_leaves_no_journal(tmp_path, monkeypatch):

@@ -26,6 +26,7 @@ from npusim.dram import dram_standard
 from npusim.errors import NpusimError
 from npusim.trace import MAX_BINS, TraceOptions, open_trace
 from npusim.trace import record
+from helpers import write_on_a_full_disk
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
@@ -306,35 +307,18 @@ def test_a_summary_of_a_zero_cycle_run_says_0_percent_without_warnings(cli_run, 
     assert "nan" not in " ".join(rows.values())
 
 
-FULL_DISK = """
-import resource, signal, sys
-import npusim
-from npusim.errors import NpusimError
-from npusim.trace import TraceOptions, write_trace
-ds = npusim.simulate("tiny_cnn", trace=TraceOptions(None, bin_cycles=1)).trace
-# every write past 64 KiB fails (EFBIG), as a full disk fails one (ENOSPC)
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))
-try:
-    write_trace(ds, sys.argv[1])
-except NpusimError as err:
-    print(err)
-    sys.exit(2)
-"""
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
 def test_a_trace_the_disk_cannot_hold_is_one_error_and_no_file(tmp_path):
     """Before: HDF5 wrote the file itself; the failed writes printed one "Exception
     ignored" traceback per dataset h5py could not close, and h5netcdf's __del__ then
     flushed into the half-closed file: SIGSEGV, and the temp file left behind."""
     out = tmp_path / "t.h5"
-    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(out)], capture_output=True,
-                          text=True, timeout=600, cwd=REPO)
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
-    assert proc.stdout == f"cannot write --trace {out}: File too large\n"
-    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
-    assert list(tmp_path.iterdir()) == []
+    write_on_a_full_disk(
+        "import npusim\n"
+        "from npusim.trace import TraceOptions, write_trace\n"
+        "ds = npusim.simulate('tiny_cnn', trace=TraceOptions(None, bin_cycles=1)).trace",
+        "write_trace(ds, sys.argv[1])", 65536, out,
+        "cannot write --trace")
 
 
 @pytest.mark.parametrize("args,message", [
