@@ -24,11 +24,10 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from npusim import __version__
-from npusim.errors import NpusimError, NpusimWarning
+from npusim.errors import EXIT_INTERRUPTED, NpusimError, NpusimWarning
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3
-EXIT_INTERRUPTED = 130
 EXIT_NO_POINT_OK = 1  # a sweep whose every point failed (its dataset is still written)
 PROGRESS_DELAY_S = 1.0  # the progress bar appears only for runs longer than this
 MAX_CORE_ROWS = 8  # more cores than this are summarised as min / mean / max

@@ -6,6 +6,8 @@ that names the offending thing and what would be valid. The CLI prints the messa
 exits non-zero; it never shows a traceback for these.
 """
 
+EXIT_INTERRUPTED = 130  # the command line's exit code on Ctrl-C (128 + SIGINT), as a shell's
+
 
 class NpusimError(Exception):
     """A user-facing error: bad input, bad config, unsupported model."""

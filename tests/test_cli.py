@@ -344,6 +344,26 @@ def test_api_overrides_take_one_string_a_mapping_or_a_list():
         npusim.simulate("tiny_cnn", overrides=[5])
 
 
+def test_ctrl_c_while_the_command_line_imports_is_an_interrupt(monkeypatch, capsys):
+    """The npusim script imports typer and rich first (a tenth of a second): a Ctrl-C
+    then printed a KeyboardInterrupt traceback; now the same as at any later moment."""
+    import builtins
+
+    import npusim.__main__ as entry
+
+    real_import = builtins.__import__
+
+    def interrupted(name, *args, **kwargs):
+        if name == "npusim.cli":
+            raise KeyboardInterrupt
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    with pytest.raises(SystemExit) as e:
+        entry.main()
+    assert e.value.code == 130 and capsys.readouterr().err == "interrupted\n"
+
+
 def test_internal_error_is_exit_3_without_traceback(monkeypatch):
     import npusim.simulation
 
