@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,10 @@ from npusim.workload import check_request
 
 def simulate(model, config=None, *, overrides=(), mapping=None, dims=None, skip=True,
              progress=None, unsupported="error", optimize="none", trace=None) -> Result:
+    if dims is not None and not isinstance(dims, Mapping):
+        raise NpusimError(f"dims = {dims!r} must map dim names to sizes, e.g. {{'seq': 128}}")
+    if not isinstance(skip, (bool, int)):
+        raise NpusimError(f"skip = {skip!r} must be True or False")
     cfg = config if isinstance(config, NpuConfig) else load_config(config, overrides)
     path = resolve_model_path(model)
     dims, assumed = with_example_dims(path, dims)
@@ -201,4 +206,9 @@ def _finish_trace(result: Result, prog, raw) -> None:
     if raw.trace is not None:
         from npusim.trace import finish_trace
 
+        start, end = raw.trace.options.window
+        if start >= result.total_cycles:  # (the bins still cover the whole run)
+            result.warnings.append(f"trace window {start}:{end} starts after the run ended "
+                                   f"({result.total_cycles} cycles): the trace holds no "
+                                   f"per-cycle bank state or DRAM commands")
         result.trace = finish_trace(result, prog, raw)

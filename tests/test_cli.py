@@ -342,6 +342,11 @@ def test_api_overrides_take_one_string_a_mapping_or_a_list():
     assert npusim.simulate("tiny_cnn", overrides={"num_cores": 2}).total_cycles == want
     with pytest.raises(NpusimError, match="override 5 is not a string"):
         npusim.simulate("tiny_cnn", overrides=[5])
+    # and the other arguments of a wrong kind are named (raw ValueErrors before)
+    with pytest.raises(NpusimError, match=r"dims = \['batch=2'\] must map dim names to sizes"):
+        npusim.simulate("tiny_cnn", dims=["batch=2"])
+    with pytest.raises(NpusimError, match="skip = 'no' must be True or False"):
+        npusim.simulate("tiny_cnn", skip="no")
 
 
 def test_ctrl_c_while_the_command_line_imports_is_an_interrupt(monkeypatch, capsys):

@@ -459,3 +459,13 @@ def test_a_trace_hook_is_chosen_by_the_class_of_the_params():
         traced = params_class(fast, True)(*p._replace(**window))
         assert [logged(untraced, c) for c in (50, 150, 250)] == [True, True, True]
         assert [logged(traced, c) for c in (50, 150, 250)] == [False, True, False]
+
+
+def test_a_window_after_the_run_says_so():
+    """A window past the run's end was silently empty (0 DRAM commands, no note)."""
+    r = npusim.simulate("tiny_cnn", trace=TraceOptions(None, window=(10**6, 10**6 + 10)))
+    assert r.total_cycles < 10**6
+    assert (f"trace window 1000000:1000010 starts after the run ended ({r.total_cycles} "
+            f"cycles): the trace holds no per-cycle bank state or DRAM commands") in r.warnings
+    assert not any("trace window" in w for w in npusim.simulate(
+        "tiny_cnn", trace=TraceOptions(None)).warnings)
