@@ -553,10 +553,10 @@ def simulate(
     dims = parse_dims(dim)
     if json_out is not None:
         check_output_dir(json_out)
-    trace_options = parse_trace_options(trace, trace_window, trace_bin)
     _check_outputs_apart({"--json": json_out, "--trace": trace},
                          {"the model file": model, "the config file": config,
                           "the mapping file": mapping, "the requests file": requests_file})
+    trace_options = parse_trace_options(trace, trace_window, trace_bin)
 
     from npusim.simulation import simulate as run_simulation
 
@@ -804,6 +804,8 @@ def noc(
         if value is not None:
             tr[key] = value
     if hotspots is not None:
+        if traffic is not None and traffic != "hotspot":
+            raise NpusimError(f"--hotspots applies to --traffic hotspot, not {traffic}")
         try:
             tr["hotspots"] = tuple(int(x) for x in hotspots.split(","))
         except ValueError:

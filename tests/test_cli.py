@@ -218,7 +218,8 @@ def _one_relu(path, shape, reads="X"):
 @pytest.mark.parametrize("case", ["a directory", "a huge dim", "a huge static input",
                                   "a negative input dim", "an undefined input",
                                   "the mapping a directory", "a graph with no nodes",
-                                  "--dim with --requests", "an input without a shape"])
+                                  "--dim with --requests", "an input without a shape",
+                                  "a trace named .txt"])
 def test_more_bad_inputs_are_one_clear_error(tmp_path, case):
     """Found from the outside (a bad-input sweep): each was a hang, an internal error or a
     message that did not name the thing."""
@@ -243,6 +244,8 @@ def test_more_bad_inputs_are_one_clear_error(tmp_path, case):
                                   ["empty.onnx' has no nodes: nothing to simulate"]),
         "an input without a shape": ([_one_relu(tmp_path / "ns.onnx", None)],
                                      ["graph input 'X' has no shape (not even a rank)"]),
+        "a trace named .txt": (["tiny_cnn", "--trace", str(tmp_path / "out.txt")],
+                               ["a trace is an HDF5 (netCDF4) file: name it .h5, .hdf5 or .nc"]),
         "--dim with --requests": (["--requests", _one_request(tmp_path), "--dim", "seq=4"],
                                   ["--dim binds MODEL's dims; with --requests each request"]),
     }[case]
@@ -317,6 +320,13 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path):
     cli.write_json_atomic(out, {"n": np.int64(3), "a": np.arange(2)})
     assert json.loads(out.read_text()) == {"n": 3, "a": [0, 1]}
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_hotspots_belong_to_hotspot_traffic():
+    """They were ignored beside another pattern."""
+    res = run("noc", "--traffic", "uniform", "--hotspots", "1,2", "--cycles", "100")
+    assert res.exit_code == 2
+    assert res.stderr == "error: --hotspots applies to --traffic hotspot, not uniform\n"
 
 
 def test_running_out_of_memory_is_a_clear_error(monkeypatch):

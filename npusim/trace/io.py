@@ -21,11 +21,19 @@ COMPRESSION_LEVEL = 1  # zlib: level 4 wrote 20% slower for a 20% smaller file (
 CHUNK_ELEMENTS = 1 << 18  # about 1 MiB of int32 per chunk
 
 
+TRACE_SUFFIXES = (".h5", ".hdf5", ".nc")  # what a netCDF4-flavoured HDF5 file is named
+
+
 def check_trace_path(path: str | Path) -> Path:
-    """Fail before simulating if the trace could never be written there."""
+    """Fail before simulating if the trace could never be written there, or would be HDF5
+    under another kind of file's name (``out.txt``)."""
     from npusim.atomic import check_writable
 
-    return check_writable(path, "--trace")
+    checked = check_writable(path, "--trace")
+    if checked.suffix.lower() not in TRACE_SUFFIXES:
+        raise NpusimError(f"--trace {path}: a trace is an HDF5 (netCDF4) file: name it "
+                          f"{', '.join(TRACE_SUFFIXES[:-1])} or {TRACE_SUFFIXES[-1]}")
+    return checked
 
 
 def _encoding(ds: xr.Dataset) -> dict:
