@@ -68,22 +68,19 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
     from npusim.program import ProgramBuilder
     from npusim.scheduling import place
     from npusim.serving.server import LlmServer
-    from npusim.serving.spec import load_llm
 
     cfg = config if isinstance(config, NpuConfig) else load_config(config, overrides)
     table = parse_mapping_file(mapping) if mapping else None
     requests = list(requests)
     if not requests:
         raise NpusimError("no requests to simulate")
-    for i, req in enumerate(requests):
-        check_request(req, f"request {i + 1}")
+    # (an LLM request's architecture, with its overrides, by request)
+    specs = {i: check_request(req, f"request {i + 1}") for i, req in enumerate(requests)}
     # streams: each plain request alone; LLM requests grouped by architecture and partition
     streams: list[list[int]] = []
     llm_groups: dict[tuple, int] = {}
-    specs = {}
     for i, req in enumerate(requests):
         if req.is_llm:
-            specs[i] = load_llm(req.model).with_overrides(req.llm, req.label)
             key = (specs[i], req.partition)
             if key not in llm_groups:
                 llm_groups[key] = len(streams)

@@ -80,11 +80,12 @@ class Request:
         return self.name or Path(self.model).stem
 
 
-def check_request(req, where: str) -> None:
+def check_request(req, where: str):
     """What every request must hold, read from a file or built in Python (checked again by
     ``simulate_requests``): an arrival that is a whole cycle in range, token counts that
     are integers (an LLM request's context, prompt and generated tokens within its model's
-    positions), positive dims."""
+    positions), positive dims. Returns an LLM request's architecture with its overrides
+    (``npusim.serving.spec.LlmSpec``), else None."""
     from npusim.serving.spec import load_llm
 
     if not isinstance(req, Request):
@@ -107,7 +108,7 @@ def check_request(req, where: str) -> None:
         for key in ("prompt", "context", "llm"):
             if getattr(req, key):
                 raise NpusimError(f"{where}: {key} is only for LLM requests (generate >= 1)")
-        return
+        return None
     if req.prompt < 1:
         raise NpusimError(f"{where}: prompt = {req.prompt} must be at least 1 token")
     if not isinstance(req.llm, dict):
@@ -118,6 +119,7 @@ def check_request(req, where: str) -> None:
         raise NpusimError(f"{where}: context {req.context} + prompt {req.prompt} + generate "
                           f"{req.generate} exceeds the {spec.max_positions} positions of "
                           f"{spec.name}")
+    return spec
 
 
 def _find_model(name: str, listing: Path) -> str:

@@ -323,7 +323,7 @@ class _Pass:
         shapes = [t.shape if t is not None else None for t in ins]
         out = out_types.get(0)
         problem = _STRUCTURE_RULES[node.op_type](
-            node, shapes, out[1] if _known(out) else None)
+            _attributes(node), shapes, out[1] if _known(out) else None)
         if problem:
             known = {n: t for n, t in zip(node.input, ins) if n and t is not None}
             raise NpusimError(f"{self.where}: node '{node.name or node.op_type}' "
@@ -334,7 +334,7 @@ class _Pass:
         """A data-sized node's outputs shaped by the count the user gave (``--dim``)."""
         if not ins or any(n and (t is None or t.shape is None) for n, t in zip(node.input, ins)):
             return out_types  # an input's shape unknown: reported as such
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        attrs = _attributes(node)
         shapes = [t.shape if t is not None else None for t in ins]
         values = [t.value if t is not None else None for t in ins]
         name = node.output[0]
@@ -559,7 +559,11 @@ def _reference_run(node: onnx.NodeProto, values: list, opsets: dict[str, int]) -
     return [next(it) if o else None for o in outs]
 
 
-def _reshape_rule(node, shapes, out) -> str | None:
+def _attributes(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _reshape_rule(attrs, shapes, out) -> str | None:
     x = shapes[0] if shapes else None
     if x is None or out is None or prod(x) == prod(out):
         return None
@@ -567,11 +571,10 @@ def _reshape_rule(node, shapes, out) -> str | None:
             f"({prod(out)} elements)")
 
 
-def _conv_rule(node, shapes, out) -> str | None:
+def _conv_rule(attrs, shapes, out) -> str | None:
     x, w = (shapes + [None, None])[:2]
     if x is None or w is None or len(x) < 3 or len(w) != len(x):
         return None
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     group = int(attrs.get("group", 1))
     if group < 1 or x[1] % group or w[0] % group:
         return (f"group = {group} must divide its {x[1]} input and {w[0]} output channels")
@@ -594,12 +597,11 @@ def _conv_rule(node, shapes, out) -> str | None:
     return None
 
 
-def _product_rule(node, shapes, out) -> str | None:
+def _product_rule(attrs, shapes, out) -> str | None:
     """A MatMul or Gemm over a reduction of 0 (its output, not empty, all zeros or C)."""
     a, b = (shapes + [None, None])[:2]
     if a is None or b is None or not a or not b or out is None or not prod(out):
         return None
-    attrs = {x.name: helper.get_attribute_value(x) for x in node.attribute}
     k = a[-2] if attrs.get("transA") and len(a) >= 2 else a[-1]
     if k == 0:
         return "it reduces over 0 elements (its output would be all zeros, or its bias)"
