@@ -803,9 +803,7 @@ def noc(
                        ("seed", seed)):
         if value is not None:
             tr[key] = value
-    if hotspots is not None:
-        if traffic is not None and traffic != "hotspot":
-            raise NpusimError(f"--hotspots applies to --traffic hotspot, not {traffic}")
+    if hotspots is not None:  # (run_noc checks that the pattern is hotspot)
         try:
             tr["hotspots"] = tuple(int(x) for x in hotspots.split(","))
         except ValueError:

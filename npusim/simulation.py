@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -94,22 +95,27 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
     builder = ProgramBuilder()
     warnings = []
     servers: list[LlmServer] = []
+    loaded: dict[tuple, object] = {}  # graphs by model and dims: a request's copies load once
     for sid, members in enumerate(streams):
         req = requests[members[0]]
         if req.is_llm:
             servers.append(LlmServer(sid, specs[members[0]],
                                      [(i, requests[i]) for i in members], cfg, builder))
             continue
-        path = resolve_model_path(req.model)
-        req_dims, _ = with_example_dims(path, req.dims or None)
-        unbound = [d for d in symbolic_dims(path)[1] if d not in (req_dims or {})]
-        if unbound:
-            raise NpusimError(f"request {members[0] + 1} ({req.label}): {Path(path).name} has "
-                              f"unbound symbolic dimension(s) {', '.join(map(repr, unbound))}; "
-                              f"give them in the request: dims = {{ "
-                              f"{', '.join(f'{d} = N' for d in unbound)} }}")
-        with prepared_model(path, optimize, req_dims) as (ready, ready_dims):
-            graph = load_model(ready, ready_dims, _early_refusal(path, unsupported))
+        key = (req.model, tuple(sorted((req.dims or {}).items())))
+        if key not in loaded:
+            path = resolve_model_path(req.model)
+            req_dims, _ = with_example_dims(path, req.dims or None)
+            unbound = [d for d in symbolic_dims(path)[1] if d not in (req_dims or {})]
+            if unbound:
+                raise NpusimError(
+                    f"request {members[0] + 1} ({req.label}): {Path(path).name} has unbound "
+                    f"symbolic dimension(s) {', '.join(map(repr, unbound))}; give them in the "
+                    f"request: dims = {{ {', '.join(f'{d} = N' for d in unbound)} }}")
+            with prepared_model(path, optimize, req_dims) as (ready, ready_dims):
+                loaded[key] = load_model(ready, ready_dims, _early_refusal(path, unsupported))
+        # (lowering adds its scratch tensors to the graph: each request its own table)
+        graph = replace(loaded[key], tensors=dict(loaded[key].tensors))
         builder.request, builder.release = sid, req.arrival_cycle
         warnings += lower_into(builder, graph, cfg, table, unsupported,
                                prefix=f"{req.name or members[0]}/")
@@ -154,11 +160,14 @@ def _request_results(result, requests, streams, servers, prog, raw, placement) -
     rows: dict[int, dict] = {}
     for srv in servers:
         rows.update(srv.request_results(layer_start, layer_j))
+    layers_of: dict[int, list[dict]] = {}  # by stream (one pass: 10,000 requests took minutes)
+    for layer, sid in zip(result.layers, stream_of_layer.tolist()):
+        layers_of.setdefault(sid, []).append(layer)
     for sid, members in enumerate(streams):
         if len(members) == 1 and not requests[members[0]].is_llm:
             i = members[0]
             req = requests[i]
-            mine = [l for l, s in zip(result.layers, stream_of_layer) if s == sid]
+            mine = layers_of.get(sid, [])
             # (a model whose every node folds runs no layer: done on arrival)
             start = min((l["start_cycle"] for l in mine), default=req.arrival_cycle)
             finish = max((l["end_cycle"] for l in mine), default=req.arrival_cycle)

@@ -322,11 +322,24 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
-def test_hotspots_belong_to_hotspot_traffic():
-    """They were ignored beside another pattern."""
+def test_hotspots_belong_to_hotspot_traffic(tmp_path):
+    """They were ignored beside another pattern, given or the default; a Booksim file's
+    hotspot pattern takes them."""
     res = run("noc", "--traffic", "uniform", "--hotspots", "1,2", "--cycles", "100")
     assert res.exit_code == 2
-    assert res.stderr == "error: --hotspots applies to --traffic hotspot, not uniform\n"
+    assert res.stderr == ("error: hotspot nodes apply to hotspot traffic, and the traffic is "
+                          "uniform (given): use --traffic hotspot\n")
+    res = run("noc", "--hotspots", "1,2", "--cycles", "100")
+    assert res.exit_code == 2
+    assert "the traffic is uniform (the default): use --traffic hotspot" in res.stderr
+    cfg = tmp_path / "hot.cfg"
+    cfg.write_text("topology = mesh;\nk = 4;\nn = 2;\nrouting_function = dor;\n"
+                   "traffic = hotspot({0});\n"
+                   "injection_rate = 0.05;\n")
+    res = run("noc", "--booksim", str(cfg), "--hotspots", "5", "--cycles", "200", "-o",
+              str(tmp_path / "hot.json"))
+    assert res.exit_code == 0, res.stderr
+    assert json.loads((tmp_path / "hot.json").read_text())["traffic"]["hotspots"] == [5]
 
 
 def test_running_out_of_memory_is_a_clear_error(monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from npusim.cli import app
 from helpers import without_compile_notice
 from npusim.config import load_config
 from npusim.dram.replay import read_trace, replay_requests
+from npusim.errors import NpusimWarning
 
 runner = CliRunner()
 
@@ -96,6 +98,33 @@ def test_dram_without_json_prints_summary_only(tmp_path, sequential_trace):
     assert res.exit_code == 0, res.output
     assert "DRAM cycles" in res.stdout and "row hits / misses / conflicts" in res.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["seq.trace"]
+
+
+def test_addresses_beyond_capacity_are_named_and_alias(tmp_path):
+    """mobile's DRAM is one DDR4 channel of 8 GiB (8 chips of 8 Gb): addresses past it were
+    taken silently. They are replayed as Ramulator does, where their address modulo the
+    capacity goes (the same statistics), with a warning saying so."""
+    size = 8 << 30
+    addrs = np.array([size - 64, size + 64, 2 * size, 4096], np.int64)
+    writes = np.array([0, 1, 0, 0], np.int64)
+    with pytest.warns(NpusimWarning) as caught:
+        res = run("dram", str(write_trace(tmp_path / "far.trace", addrs, writes)), "--config",
+                  "mobile", "--json", str(tmp_path / "far.json"))
+    assert res.exit_code == 0, res.output
+    assert [str(w.message) for w in caught] == [
+        "2 of 4 requests lie beyond the DRAM's 8 GiB (the first: 0x200000040); the address "
+        "mapping does not decode the bits above it, so each goes where its address modulo "
+        "8 GiB would"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = run("dram", str(write_trace(tmp_path / "near.trace", addrs % size, writes)),
+                  "--config", "mobile", "--json", str(tmp_path / "near.json"))
+    assert res.exit_code == 0, res.output
+    far, near = (json.loads((tmp_path / f).read_text()) for f in ("far.json", "near.json"))
+    for d in (far, near):
+        for k in TIMING_FIELDS:
+            d.pop(k)
+    assert far == near
 
 
 def test_closed_page_gives_no_row_hits(tmp_path, sequential_trace):

@@ -123,3 +123,16 @@ def test_fast_fidelity_looks_at_each_extension_once():
             srv.iteration_ended(cycle)
             srv.schedule(cycle)
     assert first > 0 and work[0, first:].sum() > 0
+
+
+def test_templates_of_the_same_rows_share_them():
+    """Keys name a layer's tiles; two keys whose rows are the same get the same rows (the
+    copies of a model in a request file each had an instruction table of their own)."""
+    b = ProgramBuilder()
+    rows = [Instr.dma(True, 0, 0, 2, 64, 1, 0, 64), Instr.vector("add", 64, deps=(0,))]
+    first = b.template(("conv", 3), lambda: rows)
+    again = b.template(("conv", 9), lambda: list(rows))
+    other = b.template(("conv", 10), lambda: rows[:1])
+    assert again == first == (0, 2)
+    assert other == (2, 1)
+    assert len(b.build().inst) == 3

@@ -8,13 +8,14 @@ config's ``dma.request_bytes``.
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from npusim.config import NpuConfig
-from npusim.errors import NpusimError
+from npusim.errors import NpusimError, NpusimWarning
 from npusim.paths import existing_file
 
 CHUNK = 1 << 20
@@ -49,6 +50,21 @@ def read_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     if not addrs:
         raise NpusimError(f"memory trace '{path}' has no requests")
     return np.array(addrs, dtype=np.int64), np.array(writes, dtype=np.int64)
+
+
+def _warn_beyond_capacity(cfg: NpuConfig, addrs: np.ndarray) -> None:
+    """A warning for addresses past the DRAM's capacity: the address mapping does not
+    decode their high bits, so they alias addresses below it (as in Ramulator)."""
+    from npusim.dram.standard import dram_standard
+
+    size = dram_standard(cfg).capacity_bytes(cfg.memory.channels, cfg.memory.ranks)
+    beyond = np.flatnonzero(addrs >= size)
+    if len(beyond):
+        gib = f"{size / 2**30:g} GiB"
+        warnings.warn(f"{len(beyond):,} of {len(addrs):,} requests lie beyond the DRAM's {gib} "
+                      f"(the first: {hex(int(addrs[beyond[0]]))}); the address mapping does not "
+                      f"decode the bits above it, so each goes where its address modulo "
+                      f"{gib} would", NpusimWarning, stacklevel=3)
 
 
 def replay_energy(mem, cfg, end: int) -> dict[str, Any] | None:
@@ -88,6 +104,7 @@ def replay_requests(cfg: NpuConfig, addrs: np.ndarray, writes: np.ndarray, skip:
                           f" config '{cfg.name}' has memory.type = '{cfg.memory.type}'")
     p = make_params(cfg, TimeBase.of(cfg), skip)
     mt = memory_tables(cfg)
+    _warn_beyond_capacity(cfg, addrs)
     prog = ProgramBuilder().build()
     st = make_state(cfg, prog, p, mt, place(cfg, [0] * prog.n_requests),
                     log_commands=log_commands)

@@ -175,6 +175,11 @@ class DramStandard:
         """Row (page) size seen by one npusim channel."""
         return self.columns * self.channel_dq_bits // 8
 
+    def capacity_bytes(self, channels: int, ranks: int) -> int:
+        """Bytes ``channels`` npusim channels of ``ranks`` ranks hold: what the address
+        mapping covers (address bits above it are not decoded)."""
+        return channels * ranks * self.banks * self.rows * self.row_bytes
+
     @property
     def bursts_per_row(self) -> int:
         return self.columns // self.burst_length

@@ -49,6 +49,11 @@ def run_noc(config: str | Path | None = None, overrides: Overrides = (), *,
         meas = replace(base_meas, **(measurement or {}))
     except TypeError as err:
         raise NpusimError(f"unknown traffic or measurement setting: {err}") from None
+    if "hotspots" in (traffic or {}) and tr.pattern != "hotspot":
+        source = ("given" if "pattern" in (traffic or {})
+                  else "the Booksim file's" if booksim is not None else "the default")
+        raise NpusimError(f"hotspot nodes apply to hotspot traffic, and the traffic is "
+                          f"{tr.pattern} ({source}): use --traffic hotspot")
     net = network_for(cfg, skip=skip)
     shape = None  # nodes one per router of a k-ary n-cube: its shape (neighbor, tornado)
     if cfg.noc.type in ("mesh", "torus", "ring"):
