@@ -1,18 +1,26 @@
 """``python -m npusim`` and the ``npusim`` script: the command line. A Ctrl-C while it is
 still importing (typer, rich: a tenth of a second) ends it as one at any later moment does,
-``interrupted`` and exit 130, not a KeyboardInterrupt traceback."""
+``interrupted`` and exit 130, not a KeyboardInterrupt traceback; a SIGTERM at any moment
+likewise, ``terminated`` and exit 143."""
 
+import signal
 import sys
 
-from npusim.errors import EXIT_INTERRUPTED
+from npusim.errors import Terminated, interruption
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         from npusim.cli import main as command_line
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        raise SystemExit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as err:
+        word, code = interruption(err)
+        print(word, file=sys.stderr)
+        raise SystemExit(code) from None
     command_line()
 
 

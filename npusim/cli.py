@@ -24,7 +24,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from npusim import __version__
-from npusim.errors import EXIT_INTERRUPTED, NpusimError, NpusimWarning
+from npusim.errors import NpusimError, NpusimWarning, interruption
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3
@@ -69,15 +69,18 @@ def _cli_errors(func: Callable) -> Callable:
                 traceback.print_exc()
             _print_err(f"error: {err}")
             raise typer.Exit(EXIT_USER_ERROR) from None
-        except KeyboardInterrupt:
-            _print_err("interrupted")
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except KeyboardInterrupt as err:
+            word, code = interruption(err)
+            _print_err(word)
+            raise typer.Exit(code) from None
         except MemoryError as err:  # the input asks for more than this machine holds
             if _debug():
                 traceback.print_exc()
             _print_err(f"error: out of memory ({str(err).strip() or 'MemoryError'}): this "
                        f"workload needs more memory than the machine has; smaller dims, "
-                       f"fewer layers or fewer requests would fit")
+                       f"fewer layers or requests, or smaller tables in the config or "
+                       f"options (num_cores, the NoC's buffers, dma.max_outstanding, "
+                       f"--trace-bin) would fit")
             raise typer.Exit(EXIT_USER_ERROR) from None
         except BrokenPipeError:
             # stdout closed early (`npusim models | head -1`): stop quietly.
@@ -1019,11 +1022,12 @@ def sweep(
     try:
         ds = run_sweep(spec, out, workers=workers, scheduler=scheduler, timeout=timeout,
                        retry_failed=retry_failed, reporter=reporter)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         reporter.close()
-        _print_err(f"interrupted: {reporter.done} point(s) finished in this run are recorded "
+        word, code = interruption(err)
+        _print_err(f"{word}: {reporter.done} point(s) finished in this run are recorded "
                    f"in {journal_path(out)}; run the same command again to resume")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(code) from None
     finally:
         reporter.close()
     status = ds["status"].values.ravel()

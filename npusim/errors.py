@@ -7,6 +7,19 @@ exits non-zero; it never shows a traceback for these.
 """
 
 EXIT_INTERRUPTED = 130  # the command line's exit code on Ctrl-C (128 + SIGINT), as a shell's
+EXIT_TERMINATED = 143  # ... and on SIGTERM (128 + 15: a CI job's timeout, ``kill``)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised wherever the command line is (``npusim.__main__``), so that it ends
+    as on Ctrl-C: one line, no file half-written. It used to die silently."""
+
+
+def interruption(err: KeyboardInterrupt) -> tuple[str, int]:
+    """What the command line says and its exit code when ``err`` stops it."""
+    if isinstance(err, Terminated):
+        return "terminated", EXIT_TERMINATED
+    return "interrupted", EXIT_INTERRUPTED
 
 
 class NpusimError(Exception):

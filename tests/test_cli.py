@@ -392,6 +392,28 @@ def test_ctrl_c_while_the_command_line_imports_is_an_interrupt(monkeypatch, caps
     assert e.value.code == 130 and capsys.readouterr().err == "interrupted\n"
 
 
+def test_sigterm_ends_the_command_line_as_ctrl_c_does(tmp_path):
+    """A CI job's timeout sends SIGTERM: npusim died without a word. Now one line, exit 143
+    (128 + 15), and the result file it was to write not begun."""
+    import signal
+
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "npusim", "simulate", "resnet50",
+                             "--config", "mobile", "--dim", "batch=8", "--json", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)  # (running: a batch-8 ResNet-50 on mobile takes half a minute)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # (a cold kernel cache adds its compile notice before)
+    assert (proc.returncode, stdout, stderr.splitlines()[-1:]) == (143, "", ["terminated"])
+    assert "Traceback" not in stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_internal_error_is_exit_3_without_traceback(monkeypatch):
     import npusim.simulation
 

@@ -335,6 +335,30 @@ def test_bad_trace_options_exit_2_and_leave_no_file(tmp_path, args, message):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_fixed_bin_too_narrow_for_the_run_is_refused_before_or_while_it_runs(
+        tmp_path, monkeypatch):
+    """--trace-bin 1 on ResNet-50 batch 8 simulated for 18 s and then ran out of memory
+    (8 GiB of bins). A run that must make more than MAX_FIXED_BINS bins is refused before
+    it starts: tiny_cnn's 4,669,440 MACs on mobile's 4 x 64 MACs a cycle take at least
+    18,240 cycles; one that turns out longer than its MACs say stops when it gets there."""
+    monkeypatch.setattr(record, "MAX_FIXED_BINS", 1000)
+    out = tmp_path / "run.h5"
+    res = runner.invoke(app, ["simulate", "tiny_cnn", "--trace", str(out), "--trace-bin", "18"])
+    assert res.exit_code == 2
+    assert res.stderr == ("error: --trace-bin 18: this run lasts at least 18,240 core cycles, "
+                          "more than 1,000 bins of 18 (each holds every bank's, core's and "
+                          "link's counts); give --trace-bin 19 or more, or leave it out for "
+                          "bins sized to the run\n")
+    res = runner.invoke(app, ["simulate", "tiny_cnn", "--trace", str(out), "--trace-bin", "19"])
+    assert res.exit_code == 2  # (it runs 64,109 cycles: 3,375 bins)
+    assert res.stderr.startswith("error: --trace-bin 19: the run has passed ")
+    assert "give a --trace-bin above " in res.stderr
+    assert list(tmp_path.iterdir()) == []
+    res = runner.invoke(app, ["simulate", "tiny_cnn", "--trace", str(out), "--trace-bin", "65"])
+    assert res.exit_code == 0, res.output
+    assert open_trace(out).sizes["time"] == -(-64_109 // 65)  # 987 bins of 65 cycles
+
+
 def test_unwritable_path_options_without_trace_and_a_too_large_window(tmp_path):
     res = runner.invoke(app, ["simulate", "tiny_cnn", "--trace", str(tmp_path / "no" / "r.h5")])
     assert res.exit_code == 2 and "does not exist" in res.output

@@ -25,6 +25,9 @@ from npusim.kernels import isa
 from npusim.kernels import state as ks
 
 MAX_BINS = 2048  # auto binning keeps a run at most this many bins long
+# a fixed --trace-bin may make up to this many (tens of KB each: --trace-bin 1 on ResNet-50
+# batch 8 simulated for 18 s and then asked for 8 GiB, and would have wanted over 100)
+MAX_FIXED_BINS = 32 * MAX_BINS
 DEFAULT_WINDOW = (0, 10_000)  # core cycles of per-cycle bank state and command log
 RING_BINS = 256  # bins the kernels may fill between drains (plus the look-ahead)
 LOG_ROWS = 1 << 16  # DRAM command-log rows between drains
@@ -60,13 +63,29 @@ def command_durations(std) -> np.ndarray:
     return np.array([dur[c] for c in COMMANDS], dtype=np.int64)
 
 
+def shortest_run(prog, cfg) -> int:
+    """A lower bound of the run's length in core cycles: every MAC at the arrays' peak."""
+    macs = sum(int(info.macs) for info in prog.layers)
+    return macs // max(1, cfg.num_cores * cfg.core.systolic.width * cfg.core.systolic.height)
+
+
 def auto_bin_cycles(prog, cfg) -> int:
     """Base bin: a power of two giving at most MAX_BINS bins over a lower bound of the run
-    length (every MAC at the arrays' peak), so merging starts from a sensible width."""
-    macs = sum(int(info.macs) for info in prog.layers)
-    peak = cfg.num_cores * cfg.core.systolic.width * cfg.core.systolic.height
-    floor = max(1, macs // max(1, peak) // MAX_BINS)
+    length, so merging starts from a sensible width."""
+    floor = max(1, shortest_run(prog, cfg) // MAX_BINS)
     return 1 << (floor - 1).bit_length()
+
+
+def too_many_bins(width: int, cycles: int, running: bool) -> NpusimError:
+    """The error for a fixed bin width that makes more than MAX_FIXED_BINS bins of a run
+    that lasts at least ``cycles`` (``running``: has reached them and goes on)."""
+    least = -(-cycles // MAX_FIXED_BINS)
+    what, wider = (("the run has passed", f"a --trace-bin above {least:,} (the run goes on)")
+                   if running else ("this run lasts at least", f"--trace-bin {least:,} or more"))
+    return NpusimError(f"--trace-bin {width}: {what} {cycles:,} core cycles, more than "
+                       f"{MAX_FIXED_BINS:,} bins of {width} (each holds every bank's, core's "
+                       f"and link's counts); give {wider}, or leave it out for bins sized "
+                       f"to the run")
 
 
 class _Bins:
@@ -90,6 +109,8 @@ class _Bins:
         while self.merge and last_cycle // self.width >= MAX_BINS:
             self._halve()
         n = last_cycle // self.width + 1
+        if n > MAX_FIXED_BINS:
+            raise too_many_bins(self.width, last_cycle, running=True)
         for name, a in self.arrays.items():
             if a.shape[0] < n:
                 bigger = np.zeros((max(n, 2 * a.shape[0]),) + a.shape[1:], a.dtype)
@@ -171,6 +192,8 @@ class TraceRecorder:
         self.routers = cfg.memory.type != "ideal" and cfg.noc.type != "crossbar"
         auto = options.bin_cycles is None
         base = auto_bin_cycles(prog, cfg) if auto else int(options.bin_cycles)
+        if not auto and shortest_run(prog, cfg) // base >= MAX_FIXED_BINS:
+            raise too_many_bins(base, shortest_run(prog, cfg), running=False)
         self.bins = _Bins(base, merge=auto)
         self.bin_ticks = base * tb.core_period
         self.durations = (command_durations(self.std) if self.dram
