@@ -13,6 +13,7 @@ from npusim.engine import run_program
 from npusim.errors import NpusimError
 from npusim.frontend import (load_model, resolve_model_path, symbolic_dims,
                              with_example_dims)
+from npusim.frontend.graph import Graph
 from npusim.frontend.optimize import prepared_model
 from npusim.kernels import isa
 from npusim.kernels import state as ks
@@ -95,7 +96,7 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
     builder = ProgramBuilder()
     warnings = []
     servers: list[LlmServer] = []
-    loaded: dict[tuple, object] = {}  # graphs by model and dims: a request's copies load once
+    loaded: dict[tuple, Graph] = {}  # by model and dims: a request's copies load once
     for sid, members in enumerate(streams):
         req = requests[members[0]]
         if req.is_llm:

@@ -191,9 +191,12 @@ class TraceRecorder:
         self.dram = self.std is not None
         self.routers = cfg.memory.type != "ideal" and cfg.noc.type != "crossbar"
         auto = options.bin_cycles is None
-        base = auto_bin_cycles(prog, cfg) if auto else int(options.bin_cycles)
-        if not auto and shortest_run(prog, cfg) // base >= MAX_FIXED_BINS:
-            raise too_many_bins(base, shortest_run(prog, cfg), running=False)
+        if auto:
+            base = auto_bin_cycles(prog, cfg)
+        else:
+            base, floor = int(options.bin_cycles), shortest_run(prog, cfg)
+            if floor // base >= MAX_FIXED_BINS:
+                raise too_many_bins(base, floor, running=False)
         self.bins = _Bins(base, merge=auto)
         self.bin_ticks = base * tb.core_period
         self.durations = (command_durations(self.std) if self.dram
