@@ -358,6 +358,36 @@ def test_running_out_of_memory_is_a_clear_error(monkeypatch):
     assert "Traceback" not in res.output
 
 
+def test_a_state_table_larger_than_free_memory_is_refused_before_it_is_touched(
+        monkeypatch, tmp_path):
+    """Config fields each in range can multiply into more memory than the machine has (1024
+    cores with 32 VCs of 1024 flits: the out-of-memory killer ended the run at 24 GB after
+    54 s, with no message). A table larger than the memory left is refused before it is
+    written: here 64 cores on a mesh of 32 VCs of 1024 flits (a 235 MB table of VC buffers)
+    with 100 MiB said to be free."""
+    import npusim.state
+
+    monkeypatch.setattr(npusim.state, "free_memory_bytes", lambda: 100 << 20)
+    out = tmp_path / "r.json"
+    res = run("simulate", "tiny_cnn", "--set", "num_cores=64", "--set", "noc.type=mesh",
+              "--set", "noc.router.vcs=32", "--set", "noc.router.vc_buffer_flits=1024",
+              "-o", str(out))
+    assert res.exit_code == 2
+    assert res.stderr.startswith("error: out of memory (a state table of ")
+    assert "GiB, and 0.1 GiB of memory is free): this workload needs more memory" in res.stderr
+    assert "the NoC's buffers" in res.stderr and "Traceback" not in res.output
+    assert not out.exists()
+    # what fits is not refused: the same with 8 flits a VC
+    res = run("simulate", "tiny_cnn", "--set", "num_cores=64", "--set", "noc.type=mesh",
+              "--set", "noc.router.vcs=32", "-o", str(out))
+    assert res.exit_code == 0, res.stderr
+    # the memory said free is this machine's: on Linux, some and at most all of it
+    monkeypatch.undo()
+    if sys.platform.startswith("linux"):
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        assert 0 < npusim.state.free_memory_bytes() <= total
+
+
 def test_api_overrides_take_one_string_a_mapping_or_a_list():
     """A lone string was read one character at a time, a mapping by its keys."""
     want = npusim.simulate("tiny_cnn", overrides=["num_cores=2"]).total_cycles
