@@ -401,11 +401,13 @@ def test_a_failure_while_writing_leaves_no_file(tmp_path, monkeypatch):
 
 
 def test_a_killed_run_leaves_no_trace_file(tmp_path):
-    """kill -9 during the run: no run.h5 (a leftover could only be the temp name)."""
+    """kill -9 during the run: no run.h5 (a leftover could only be the temp name). The run
+    takes about 35 s on a fast host (ResNet-50, batch 4, every cycle stepped), so it is
+    still running when killed (tiny_cnn finished in 2.5 s, as the kill came)."""
     out = tmp_path / "run.h5"
-    proc = subprocess.Popen([sys.executable, "-m", "npusim", "simulate", "tiny_cnn",
-                             "--no-skip", "--trace", str(out), "--trace-bin", "1",
-                             "--trace-window", "0:60000", "--quiet"],
+    proc = subprocess.Popen([sys.executable, "-m", "npusim", "simulate", "resnet50",
+                             "--dim", "batch=4", "--no-skip", "--trace", str(out),
+                             "--trace-bin", "2048", "--trace-window", "0:60000", "--quiet"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             cwd=tmp_path)
     try:
