@@ -63,7 +63,10 @@ def _cgroup_memory_files() -> list[tuple[str, str]]:
         return []
     files = []
     for line in lines:
-        _, controllers, path = line.split(":", 2)
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
         if controllers == "":
             for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
                 files.append((f"{root}{path}/memory.max", f"{root}{path}/memory.current"))
