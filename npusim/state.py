@@ -54,6 +54,18 @@ def free_memory_bytes() -> int | None:
     return free
 
 
+def ensure_free(nbytes: int, what: str) -> None:
+    """A MemoryError naming ``what`` when its ``nbytes`` (from 16 MiB on) exceed the memory
+    still free: raised before anything is written, as the out-of-memory killer would end
+    the run without a word once the pages were touched."""
+    if nbytes < CHECKED_FROM_BYTES:
+        return
+    free = free_memory_bytes()
+    if free is not None and nbytes > free:
+        raise MemoryError(f"{what}: {nbytes / 2**30:.1f} GiB, and {free / 2**30:.1f} GiB of "
+                          f"memory is free")
+
+
 def _cgroup_memory_files() -> list[tuple[str, str]]:
     """(limit, usage) files of this process's memory cgroup, v2 and v1 (/proc/self/cgroup)."""
     try:
@@ -86,13 +98,8 @@ def aligned_table(*shape, fill=0) -> np.ndarray:
     operating system's out-of-memory killer, not Python, would otherwise end the run,
     with no message (1024 cores with 32 VCs of 1024 flits: killed at 24 GB after 54 s)."""
     n = int(np.prod(shape))
-    nbytes = 8 * (n + CACHE_LINE // 8)
-    if nbytes >= CHECKED_FROM_BYTES:
-        free = free_memory_bytes()
-        if free is not None and nbytes > free:
-            raise MemoryError(f"a state table of {' x '.join(map(str, shape))} entries needs "
-                              f"{nbytes / 2**30:.1f} GiB, and {free / 2**30:.1f} GiB of "
-                              f"memory is free")
+    ensure_free(8 * (n + CACHE_LINE // 8),
+                f"a state table of {' x '.join(map(str, shape))} entries")
     buf = np.empty(n + CACHE_LINE // 8, dtype=np.int64)
     skip = (-buf.ctypes.data % CACHE_LINE) // 8
     out = buf[skip:skip + n].reshape(shape)

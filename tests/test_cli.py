@@ -362,9 +362,10 @@ def test_a_state_table_larger_than_free_memory_is_refused_before_it_is_touched(
         monkeypatch, tmp_path):
     """Config fields each in range can multiply into more memory than the machine has (1024
     cores with 32 VCs of 1024 flits: the out-of-memory killer ended the run at 24 GB after
-    54 s, with no message). A table larger than the memory left is refused before it is
-    written: here 64 cores on a mesh of 32 VCs of 1024 flits (a 235 MB table of VC buffers)
-    with 100 MiB said to be free."""
+    54 s, with no message). What is larger than the memory left is refused before it is
+    written: here 64 cores on a mesh of 32 VCs of 1024 flits (the router network's buffers
+    and packet pool, twice while packed) with 100 MiB said to be free, and any one table of
+    the chip's state."""
     import npusim.state
 
     monkeypatch.setattr(npusim.state, "free_memory_bytes", lambda: 100 << 20)
@@ -373,10 +374,17 @@ def test_a_state_table_larger_than_free_memory_is_refused_before_it_is_touched(
               "--set", "noc.router.vcs=32", "--set", "noc.router.vc_buffer_flits=1024",
               "-o", str(out))
     assert res.exit_code == 2
-    assert res.stderr.startswith("error: out of memory (a state table of ")
+    assert res.stderr.startswith("error: out of memory (the router network's buffers (449 "
+                                 "link ports x 32 VCs x 1024 flits) and packets: 2.")
     assert "GiB, and 0.1 GiB of memory is free): this workload needs more memory" in res.stderr
     assert "the NoC's buffers" in res.stderr and "Traceback" not in res.output
     assert not out.exists()
+    # and any one table of the state: 256 cores with 65,536 requests in flight each
+    res = run("simulate", "tiny_cnn", "--set", "num_cores=256", "--set",
+              "dma.max_outstanding=65536")
+    assert res.exit_code == 2
+    assert res.stderr.startswith("error: out of memory (a state table of 4 x 256 x 65537 "
+                                 "entries: 0.5 GiB, and 0.1 GiB of memory is free)")
     # what fits is not refused: the same with 8 flits a VC
     res = run("simulate", "tiny_cnn", "--set", "num_cores=64", "--set", "noc.type=mesh",
               "--set", "noc.router.vcs=32", "-o", str(out))

@@ -23,7 +23,7 @@ from npusim.kernels.isa import NEVER
 from npusim.kernels.network import state as ks
 from npusim.kernels.network.names import ALLOCATORS
 from npusim.noc.topology import Topology
-from npusim.state import CACHE_LINE, aligned_table
+from npusim.state import CACHE_LINE, aligned_table, ensure_free
 
 ENDPOINT_LINK_LATENCY = 1
 
@@ -231,6 +231,11 @@ def make_state(p: ks.NocParams, rows: int, trace_ring: int = 0) -> ks.NocState:
     V, B, P = p.vcs, p.depth, p.ports
     S = max(P * V, P)
     n_packets = rows * V * B + p.n_nodes  # every buffered flit's packet, every queue head
+    # the buffers and the packet pool, as tables here and again as one buffer (pack)
+    ensure_free(8 * 2 * (rows * V * (B * (ks.N_FB_FIELDS + 1) + ks.N_IV_FIELDS + ks.N_OV_FIELDS)
+                         + n_packets * (ks.N_PK_FIELDS + 1)),
+                f"the router network's buffers ({rows} link ports x {V} VCs x {B} flits) "
+                f"and packets")
     ivc = aligned_table(rows, V, ks.N_IV_FIELDS)
     ovc = aligned_table(rows, V, ks.N_OV_FIELDS)
     ovc[:, :, ks.OV_OWNER] = -1
