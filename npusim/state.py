@@ -25,7 +25,7 @@ INJECTION_QUEUE = 16  # requests each network interface (noc.core_ports a core) 
 CHANNEL_QUEUE = 32  # requests a memory channel buffers in front of its controller
 CHANNEL_OUT_QUEUE = 32  # responses a channel holds while the NoC is busy
 CACHE_LINE = 64  # bytes; every table starts on one (aligned_table)
-CHECKED_FROM_BYTES = 1 << 24  # tables from this size on are checked against free memory
+CHECKED_FROM_BYTES = 1 << 24  # ensure_free checks sizes from this on (below: not worth a read)
 
 
 def free_memory_bytes() -> int | None:
