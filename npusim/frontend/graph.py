@@ -114,8 +114,8 @@ class Node:
 class Graph:
     """A loaded model: nodes in topological order plus the shape of every tensor.
 
-    ``producer``/``consumers`` use an index built on first use; passes that edit ``nodes``
-    in place must call :meth:`invalidate` afterwards (or build a new Graph).
+    ``producer``/``consumers`` use an index built on first use: a pass that edits ``nodes``
+    after asking them builds a new Graph (LLM serving appends nodes, and never asks).
     """
 
     name: str
@@ -155,11 +155,6 @@ class Graph:
                 more += f" and {len(missing) - SHOWN - 1} more"
             raise NpusimError(self.unshaped[missing[0]]
                               + (f"; also unbound: {more}" if more else ""))
-
-    def invalidate(self) -> None:
-        """Forget the producer/consumer index after the node list was edited."""
-        self._producers = None
-        self._consumers = None
 
     def _index(self) -> None:
         producers: dict[str, Node] = {}
