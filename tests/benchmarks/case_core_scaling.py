@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +35,11 @@ from onnx import TensorProto, helper
 
 import npusim
 
-RESULTS = Path(__file__).resolve().parents[2] / "results" / "case_studies"
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from helpers import weight  # noqa: E402  (tests/helpers.py: an initializer of shape only)
+
+RESULTS = REPO / "results" / "case_studies"
 MODELS = [("resnet50", {"batch": 1}), ("resnet18", None), ("mobilenetv2", None),
           ("bert_base", {"batch": 1, "seq": 128}), ("gpt2_prompt", None)]
 # (rows, reduction, columns): a decode-sized and a prefill-sized Llama projection, and
@@ -60,13 +65,7 @@ def core_rows(cores: list[int]) -> list[dict]:
 
 
 def _gemm_model(folder: Path, n: int, c: int, m: int, trans_b: int) -> Path:
-    w = onnx.TensorProto()  # a shape without bytes: npusim reads only shapes
-    w.name, w.data_type = "w", TensorProto.FLOAT
-    w.dims.extend([m, c] if trans_b else [c, m])
-    w.data_location = TensorProto.EXTERNAL
-    for k, v in (("location", "absent.bin"), ("offset", "0"), ("length", str(4 * m * c))):
-        e = w.external_data.add()
-        e.key, e.value = k, v
+    w = weight("w", [m, c] if trans_b else [c, m])  # a shape without bytes
     node = helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=trans_b)
     graph = helper.make_graph(
         [node], "gemm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c])],
