@@ -11,7 +11,9 @@ one more rule there.
 The block orders follow Gemmini's loop unrollers: a GEMM walks reduction blocks outside
 output-column blocks (``LoopMatmul.scala``: k, j, i), a convolution output-channel blocks
 outside kernel positions outside channel blocks (``LoopConv.scala``: och, krow, kcol, kch),
-and both stream every row of the tile through each block before the next.
+and both stream every row of the tile through each block before the next. A GEMM whose
+weights are stored transposed walks them as a convolution does, output-column blocks
+outside reduction blocks, as its weights load a column block at a time (``gemm.py``).
 """
 
 from __future__ import annotations

@@ -77,13 +77,18 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
     builder = ctx.builder
     layer = builder.begin_layer(info, ctx.preds(node))
 
-    # weights load in a few chunks along the reduction, each spanning all m_t columns (long
-    # DRAM runs); compute walks the chunks in order, so it starts after the first chunk.
-    # Weights stored M x C (transposed) are one run per column in each chunk: a chunk holds
-    # at least a DMA request of each column, as a request moves whole (cut shorter, every
-    # run cost a whole request: twice the bytes on an 8-row array with 32-byte requests)
+    # weights load in a few chunks (up to the load queue's depth less two), so that compute,
+    # which walks them in order, starts after the first. Stored C x M, a chunk is a slice
+    # of the reduction spanning all m_t columns (long DRAM runs). Stored M x C (transposed),
+    # each column is a run: a chunk is a group of column blocks over the whole reduction,
+    # and only a tile of fewer column blocks than chunks cuts the reduction too, to runs
+    # of at least a DMA request on each memory channel. Cut shorter, the runs of all
+    # columns start at the same offset from a row pitch that is often a multiple of the
+    # channel interleave, and every core reads from a few of the channels (and a run
+    # shorter than a request costs a whole one).
     max_chunks = max(1, ctx.config.core.ld_queue - 2)
-    min_trans_blocks = ceil(ctx.config.dma.request_bytes / (H * prec))
+    min_trans_run = ctx.config.memory.channels * ctx.config.dma.request_bytes
+    min_trans_blocks = ceil(min_trans_run / (H * prec))
 
     def template(nt: int, ct: int, mt: int, first: bool, last: bool, c0: int):
         def build():
@@ -99,23 +104,38 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
                                       to_acc=True))
                 deps_x = (0, len(rows) - 1)
             n_cb = ceil(ct / H)
-            per_chunk = ceil(n_cb / min(n_cb, max_chunks))
-            if prob.w_trans and wf is None:
-                per_chunk = max(per_chunk, min_trans_blocks)
-            chunk_of_cb = []
-            for cb0 in range(0, n_cb, per_chunk):
-                c_lo = cb0 * H
-                kc = min(per_chunk * H, ct - c_lo)
-                if wf is not None:  # the chunk's columns, one run (WeightFormat's layout)
-                    start, run = wf.span_bytes(c0 + c_lo, c0 + c_lo + kc)
-                    rows.append(Instr.dma(True, 1, mt * start, 1, 0, 1, 0, mt * run))
-                elif prob.w_trans:  # W stored M x C: one run of kc per output column
-                    rows.append(Instr.dma(True, 1, c_lo * prec, mt, C * prec, 1, 0, kc * prec))
-                else:
-                    rows.append(Instr.dma(True, 1, c_lo * M * prec, kc, M * prec, 1, 0, mt * prec))
-                chunk_of_cb += [len(rows) - 1] * min(per_chunk, n_cb - cb0)
-            blocks = [Block(min(H, ct - cb * H), min(W, mt - mb * W), chunk_of_cb[cb])
-                      for cb in range(n_cb) for mb in range(ceil(mt / W))]
+            if prob.w_trans and wf is None:  # chunks of whole columns, in column blocks
+                n_mb = ceil(mt / W)
+                groups = min(n_mb, max_chunks)  # column blocks split evenly
+                cuts = max(1, max_chunks // n_mb)  # reduction chunks a column block
+                per_chunk = max(ceil(n_cb / min(n_cb, cuts)), min_trans_blocks)
+                blocks = []
+                for g in range(groups):
+                    mbs = range(g * n_mb // groups, (g + 1) * n_mb // groups)
+                    mb0 = mbs.start
+                    for cb0 in range(0, n_cb, per_chunk):
+                        cbs = range(cb0, min(cb0 + per_chunk, n_cb))
+                        kc = min(len(cbs) * H, ct - cb0 * H)
+                        rows.append(Instr.dma(True, 1, (mb0 * W * C + cb0 * H) * prec,
+                                              min(mt, mbs.stop * W) - mb0 * W, C * prec,
+                                              1, 0, kc * prec))
+                        blocks += [Block(min(H, ct - cb * H), min(W, mt - mb * W),
+                                         len(rows) - 1) for mb in mbs for cb in cbs]
+            else:
+                per_chunk = ceil(n_cb / min(n_cb, max_chunks))
+                chunk_of_cb = []
+                for cb0 in range(0, n_cb, per_chunk):
+                    c_lo = cb0 * H
+                    kc = min(per_chunk * H, ct - c_lo)
+                    if wf is not None:  # the chunk's columns, one run (WeightFormat's layout)
+                        start, run = wf.span_bytes(c0 + c_lo, c0 + c_lo + kc)
+                        rows.append(Instr.dma(True, 1, mt * start, 1, 0, 1, 0, mt * run))
+                    else:
+                        rows.append(Instr.dma(True, 1, c_lo * M * prec, kc, M * prec, 1, 0,
+                                              mt * prec))
+                    chunk_of_cb += [len(rows) - 1] * min(per_chunk, n_cb - cb0)
+                blocks = [Block(min(H, ct - cb * H), min(W, mt - mb * W), chunk_of_cb[cb])
+                          for cb in range(n_cb) for mb in range(ceil(mt / W))]
             emit_schedule(dataflow, rows, blocks, Stream(rows=nt, deps=deps_x))
             if last:
                 rows.append(Instr.dma(False, 3, 0, nt, M * prec, 1, 0, mt * prec,
