@@ -11,10 +11,11 @@ numbers:
   cores load, so on many cores a split into fewer tiles than cores looks slower to load
   than it is, and the chooser takes splits that load the same weights on every core.
 - **Transposed weights**: a Gemm with ``transB=1`` (what a Linear layer exports as) beside
-  the same Gemm with its weights stored ``C x M``. Each output column of a transposed
-  weight is one run per reduction chunk, and when the row pitch is a multiple of the
-  channels' interleave (16 channels x 256 B), every column's chunk lies on the same few
-  channels: all four cores load their first chunks at once from 3 of the 16.
+  the same Gemm with its weights stored ``C x M``. A transposed weight loads in chunks of
+  whole columns, each column one run of the tile's reduction (until 25576da a run per
+  reduction chunk: every column's chunk on the same 3 of the 16 channels, 4.4x slower).
+  What is left: the chooser does not see channels, and a reduction tile whose run is not
+  a multiple of 16 channels x 256 B loads one channel twice as much as the others.
 
     python tests/benchmarks/case_core_scaling.py [--cores 1,2,4,8,16,64] [--out NAME]
 
