@@ -135,6 +135,26 @@ def test_transposed_weights_load_whole_columns_from_every_channel(tmp_path):
     assert cycles[1] < 1.1 * cycles[0]
 
 
+@pytest.mark.parametrize("C, runs", [(2048, {4096}), (1280, {1024, 512})])
+def test_a_transposed_tile_of_few_column_blocks_cuts_its_reduction_as_far_as_channels_allow(
+        tmp_path, C, runs):
+    """A [1, C] x [C, 1000] Gemm with its weights transposed on `server` (tiles of 256
+    columns: two column blocks of 128, fewer than the load queue's six chunks; 2-byte
+    elements, 256-byte requests over 16 channels: a 4 KiB interleave). C = 2048: the
+    row pitch (4 KiB) starts every column on one channel, so the reduction is not cut,
+    each column one 4 KiB run. C = 1280: a 2,560-byte pitch starts the columns 512 B
+    apart in the interleave, so runs of 512 B or more keep every channel in use: the 10
+    reduction blocks of 256 B are cut three ways (4, 4, 2 blocks), and compute starts
+    after the first third."""
+    node = helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=1)
+    path = save(tmp_path, [node], [("x", [1, C])], [("y", [1, 1000])], [("w", [1000, C])])
+    prog = lower_graph(load_graph(str(path)), load_config("server"))
+    assert prog.layers[0].mapping.endswith(f"[I] N1 C{C} M256")
+    weight_loads = prog.inst[(prog.inst[:, isa.I_OP] == isa.OP_MVIN)
+                             & (prog.inst[:, isa.I_SLOT] == 1)]
+    assert set(weight_loads[:, isa.I_RUN_BYTES]) == runs
+
+
 def test_a_conv_over_a_dim_of_one_is_the_conv_over_the_others(tmp_path):
     """The same 1-D convolution (16 -> 32 channels, 9 taps, 200 positions) written as a
     Conv1d, as 1 x W and as H x 1 (magika's tf2onnx export): the same tiles and cycles. As

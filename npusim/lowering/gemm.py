@@ -9,7 +9,7 @@ the array walks its weight blocks reduction-outer (``lowering/array.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from math import ceil, prod
+from math import ceil, gcd, prod
 
 import numpy as np
 
@@ -81,13 +81,15 @@ def emit_gemm(ctx: LoweringContext, node: Node, prob: GemmProblem, info: LayerIn
     # which walks them in order, starts after the first. Stored C x M, a chunk is a slice
     # of the reduction spanning all m_t columns (long DRAM runs). Stored M x C (transposed),
     # each column is a run: a chunk is a group of column blocks over the whole reduction,
-    # and only a tile of fewer column blocks than chunks cuts the reduction too, to runs
-    # of at least a DMA request on each memory channel. Cut shorter, the runs of all
-    # columns start at the same offset from a row pitch that is often a multiple of the
-    # channel interleave, and every core reads from a few of the channels (and a run
-    # shorter than a request costs a whole one).
+    # and only a tile of fewer column blocks than chunks cuts the reduction too. Its runs
+    # then start at offsets of gcd(pitch, interleave) apart within the channels'
+    # interleave (channels x request bytes, sequential addresses stepping channels): a
+    # run at least that long keeps every channel in use (a row pitch that is a multiple
+    # of the interleave starts every column on one channel), and at least a request long,
+    # as a run shorter than a request costs a whole one.
     max_chunks = max(1, ctx.config.core.ld_queue - 2)
-    min_trans_run = ctx.config.memory.channels * ctx.config.dma.request_bytes
+    request = ctx.config.dma.request_bytes
+    min_trans_run = max(request, gcd(C * prec, ctx.config.memory.channels * request))
     min_trans_blocks = ceil(min_trans_run / (H * prec))
 
     def template(nt: int, ct: int, mt: int, first: bool, last: bool, c0: int):
