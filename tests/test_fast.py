@@ -251,6 +251,31 @@ def test_iterations_shorter_than_a_refresh_allows_are_compared_in_longer_stretch
                for i in slices) < 0.001 * full.total_cycles
 
 
+def test_a_watch_of_short_iterations_covers_eight_stretches_not_eight_iterations():
+    """A PyTorch GRU (two layers of 127 steps after the first) on ``server``: a step takes
+    about 2,040 cycles, and one in about twenty meets an HBM2 refresh and takes 2,300-2,400.
+    Eight steps, the watch's old length, could neither be compared in stretches of
+    35,000 cycles nor sample those slow steps: AIDG's mean of seven (2,012 a step) left the
+    run 2.0% short. Watched for eight stretches of 18 steps, two stretches agree within 1%
+    and each holds its share of slow steps."""
+    full, fast = _pair(str(ZOO / "gru-ts.onnx"), "server",
+                       {"batch_size": 4, "sequence_length": 128})
+    least = 35_000  # HBM2's tRFC of 350 ns / 1%, in 1 GHz core cycles
+    ends = [lay["end_cycle"] for lay in full.layers if lay["name"].startswith("/rnn/GRU/t")
+            and lay["name"].endswith("/cell")]
+    periods = np.diff(ends)[1:]
+    assert len(periods) == 126 and np.median(periods) < least / 8  # eight are too short
+    assert (periods > 1.1 * np.median(periods)).sum() >= 4  # the refresh's slow steps
+    regions = fast.to_dict()["fidelity"]["regions"]
+    assert len(regions) == 2
+    for region in regions:
+        assert region["outcome"].startswith("fixed point over ")
+        g = int(region["outcome"].split()[3])
+        assert g * region["cycles_per_iteration"] >= least
+        assert region["iterations_extrapolated"] > 60
+    assert _rel(full.total_cycles, fast.total_cycles) < 0.005
+
+
 def test_a_trace_of_a_fast_run_lists_what_it_extrapolated(tmp_path):
     from npusim.trace import TraceOptions
 
