@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from npusim import __version__
 from npusim.config import NpuConfig, config_to_dict
 from npusim.energy import energy_report
@@ -103,7 +105,7 @@ def collect(model: str, cfg: NpuConfig, prog: Program, raw: RawRun) -> Result:
             "bytes_stored": int(core[ks.C_ST_BYTES, c]),
             "avg_read_latency_cycles": (int(core[ks.C_READ_LAT_SUM, c]) / P / n_reads) if n_reads else 0.0,
         })
-    layers = [_layer_stats(cfg, prog, st, i, P) for i in range(len(prog.layers))]
+    layers = _layer_stats(cfg, prog, st, P)
     memory = _memory_stats(cfg, raw, total)
     t0 = time.perf_counter()
     energy = energy_report(cfg, prog, st, tb, total, layers)
@@ -145,40 +147,40 @@ def _memory_stats(cfg: NpuConfig, raw: RawRun, core_cycles: int) -> dict[str, An
     }
 
 
-def _layer_stats(cfg: NpuConfig, prog: Program, st, i: int, P: int) -> dict[str, Any]:
-    """One layer's times, traffic and the unit that bounds it.
+def _layer_stats(cfg: NpuConfig, prog: Program, st, P: int) -> list[dict[str, Any]]:
+    """Every layer's times, traffic and the unit that bounds it (a table at once: a Llama
+    serving step has 25,000 layers).
 
     The bound is the unit with the largest demand relative to the layer's duration: array
     stream cycles and vector cycles per core used, and DRAM bytes over the memory's peak.
     """
     from npusim.kernels import isa
 
-    info = prog.layers[i]
-    ls = st.cores.layer_st
-    start, end = _cycles(ls[ks.L_START, i], P), _cycles(ls[ks.L_END, i], P)
-    duration = end - start
-    cores_used = max(1, min(cfg.num_cores, int(prog.layer[i, isa.L_GROUP_LEN])))
-    loaded, stored = int(ls[ks.L_LD_BYTES, i]), int(ls[ks.L_ST_BYTES, i])
+    n = len(prog.layers)
+    ls = st.cores.layer_st[:, :n]
+    start, end = -(-ls[ks.L_START] // P), -(-ls[ks.L_END] // P)
+    cores_used = np.clip(prog.layer[:n, isa.L_GROUP_LEN], 1, max(1, cfg.num_cores))
+    loaded, stored = ls[ks.L_LD_BYTES], ls[ks.L_ST_BYTES]
     if cfg.memory.type == "ideal":  # one load and one store request per core and cycle
         bytes_per_cycle = 2 * cfg.dma.request_bytes * cores_used
     else:
         bytes_per_cycle = cfg.memory.peak_bytes_per_s / (cfg.core_freq_mhz * 1e6)
-    demand = {
-        "systolic": int(ls[ks.L_SA_CYCLES, i]) / cores_used,
-        "vector": int(ls[ks.L_VU_CYCLES, i]) / cores_used,
-        "memory": (loaded + stored) / bytes_per_cycle,
-    }
-    bound = max(demand, key=demand.get) if duration > 0 and max(demand.values()) > 0 else "none"
-    return {
+    demand = np.stack([ls[ks.L_SA_CYCLES] / cores_used, ls[ks.L_VU_CYCLES] / cores_used,
+                       (loaded + stored) / bytes_per_cycle])
+    units = np.array(["systolic", "vector", "memory"])
+    bound = np.where((end - start > 0) & (demand.max(axis=0) > 0),
+                     units[demand.argmax(axis=0)], "none").tolist()
+    columns = zip(prog.layers, start.tolist(), end.tolist(), loaded.tolist(), stored.tolist(),
+                  ls[ks.L_SA_CYCLES].tolist(), ls[ks.L_VU_CYCLES].tolist(), bound)
+    return [{
         "name": info.name, "op_type": info.op_type,
         "input_shapes": [list(s) for s in info.input_shapes],
         "output_shape": list(info.output_shape), "macs": info.macs,
-        "start_cycle": start, "end_cycle": end, "cycles": duration,
-        "bytes_loaded": loaded, "bytes_stored": stored,
-        "systolic_cycles": int(ls[ks.L_SA_CYCLES, i]),
-        "vector_cycles": int(ls[ks.L_VU_CYCLES, i]),
-        "bound": bound,
+        "start_cycle": a, "end_cycle": b, "cycles": b - a,
+        "bytes_loaded": ld, "bytes_stored": sd,
+        "systolic_cycles": sa, "vector_cycles": vu,
+        "bound": bd,
         "mapping": info.mapping, "mapping_source": info.mapping_source,
         "fused": info.fused, "precision": info.precision or cfg.precision,
         "weight_bits": info.weight_bits,
-    }
+    } for info, a, b, ld, sd, sa, vu, bd in columns]
