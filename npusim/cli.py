@@ -30,6 +30,7 @@ EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3
 EXIT_NO_POINT_OK = 1  # a sweep whose every point failed (its dataset is still written)
 PROGRESS_DELAY_S = 1.0  # the progress bar appears only for runs longer than this
+PROGRESS_LINE_S = 30.0  # off a terminal (a log, CI, a cluster job): a line this often
 MAX_CORE_ROWS = 8  # more cores than this are summarised as min / mean / max
 ISSUES_HINT = ("this is a bug in npusim; please report it with the command line, the model "
                "and the config (set NPUSIM_DEBUG=1 to see the traceback)")
@@ -234,13 +235,15 @@ def _pct(x: float) -> str:
 class ProgressReporter:
     """The ``progress(layers_done, layers_total, core_cycles)`` callback for the engine.
 
-    Draws a rich progress bar on stderr, but only once the run has lasted ``delay`` seconds
-    and only when ``enabled`` (stderr is a terminal and not ``--quiet``): short runs and
-    captured output never see it.
+    When ``enabled`` (not ``--quiet``): on a terminal (``tty``), a rich progress bar on
+    stderr once the run has lasted ``delay`` seconds; off one, where a bar would be noise
+    in a log, a plain line on stderr every ``every`` seconds, so that a long run in CI or
+    on a cluster still says how far it has got. Short runs show neither.
     """
 
     def __init__(self, enabled: bool, delay: float = PROGRESS_DELAY_S, console=None,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter, tty: bool = True,
+                 every: float = PROGRESS_LINE_S, write: Callable[[str], None] | None = None):
         self.enabled = enabled
         self.delay = delay
         self.console = console
@@ -248,13 +251,24 @@ class ProgressReporter:
         self.t0 = clock()
         self.bar = None
         self.task = None
+        self.tty = tty
+        self.every = every
+        self.write = write or _print_err
+        self.lines = 0  # progress lines written (off a terminal)
 
     @property
     def shown(self) -> bool:
-        return self.bar is not None
+        return self.bar is not None or self.lines > 0
 
     def __call__(self, done: int, total: int, cycles: int) -> None:
         if not self.enabled:
+            return
+        if not self.tty:
+            elapsed = self.clock() - self.t0
+            if elapsed >= (self.lines + 1) * self.every:
+                self.lines = int(elapsed // self.every)
+                self.write(f"npusim: simulating, {done:,} of {total:,} layers done, "
+                           f"{int(cycles):,} cycles, {elapsed:.0f} s")
             return
         if self.bar is None:
             if self.clock() - self.t0 < self.delay:
@@ -563,7 +577,7 @@ def simulate(
 
     from npusim.simulation import simulate as run_simulation
 
-    reporter = ProgressReporter(enabled=not quiet and _stderr_is_tty())
+    reporter = ProgressReporter(enabled=not quiet, tty=_stderr_is_tty())
     try:
         mapping_path = str(mapping) if mapping is not None else None
         if (model is None) == (requests_file is None):

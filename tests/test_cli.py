@@ -536,6 +536,26 @@ def test_progress_bar_only_after_delay_and_when_enabled():
     assert not off.shown
 
 
+def test_progress_off_a_terminal_is_a_line_every_interval():
+    clock, lines = FakeClock(), []
+    rep = cli.ProgressReporter(enabled=True, clock=clock, tty=False, every=30.0,
+                               write=lines.append)
+    for t, done, cycles in ((0.5, 1, 1_000), (29.9, 10, 90_000), (30.2, 11, 99_000),
+                            (45.0, 20, 150_000), (95.0, 40, 1_234_567), (96.0, 41, 1_250_000)):
+        clock.t = t
+        rep(done, 286, cycles)
+    rep.close()
+    # one line at 30 s, none before, one at 95 s for the two intervals missed (60 and 90)
+    assert lines == ["npusim: simulating, 11 of 286 layers done, 99,000 cycles, 30 s",
+                     "npusim: simulating, 40 of 286 layers done, 1,234,567 cycles, 95 s"]
+    assert rep.shown and rep.bar is None  # never a bar off a terminal
+    quiet, said = cli.ProgressReporter(enabled=False, clock=clock, tty=False,
+                                       write=lines.append), len(lines)
+    clock.t = 500.0
+    quiet(1, 286, 10)
+    assert len(lines) == said
+
+
 # --------------------------------------------------------------------------- other commands
 
 
