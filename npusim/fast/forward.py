@@ -436,9 +436,6 @@ class FastForward:
                 cut(run, w, float((p0 + p1) / 2), mean,
                     "fixed point" if g == 1 else f"fixed point over {g} periods each")
                 return
-        rates = [_rate(times, progress, counts, i, i + 1) for i in range(k)]
-        periods = np.array([r[0] for r in rates])  # ticks per unit of progress
-        deltas = [r[1] for r in rates]
         total = (w.total if isinstance(w, _TileWatch)
                  else w.block * WINDOWS if w.by_progress else w.region.iterations)
         # only at the end of the watch, and over a sample at least ``least`` long: a
@@ -446,10 +443,12 @@ class FastForward:
         # of 2,000 cycles, mean 2,012; all 126, 2,044)
         if (k >= w.limit and progress[-1] >= MEAN_SAMPLE * total
                 and times[k] - times[1] >= self.least):
-            sample = periods[1:]  # the first period carries the prolog
+            # ticks per unit of progress of each period; the first carries the prolog
+            sample = np.diff(times)[1:] / np.diff(progress)[1:]
             sem = sample.std(ddof=1) / np.sqrt(len(sample)) / sample.mean()
             if sem <= PERIOD_TOLERANCE:
-                mean = {n: sum(d[n] for d in deltas[1:]) / len(sample) for n in deltas[0]}
+                deltas = [_rate(times, progress, counts, i, i + 1)[1] for i in range(1, k)]
+                mean = {n: sum(d[n] for d in deltas) / len(sample) for n in deltas[0]}
                 cut(run, w, float(sample.mean()), mean,
                     f"mean of {len(sample)} oscillating windows")
 
