@@ -21,7 +21,12 @@ from npusim.program import Program
 
 
 def _cycles(ticks: int, period: int) -> int:
-    return -(-int(ticks) // period)
+    return int(_cycles_of(ticks, period))
+
+
+def _cycles_of(ticks, period: int):
+    """Core cycles begun by ``ticks`` (rounded up); elementwise over an array."""
+    return -(-ticks // period)
 
 
 @dataclass
@@ -158,8 +163,8 @@ def _layer_stats(cfg: NpuConfig, prog: Program, st, P: int) -> list[dict[str, An
 
     n = len(prog.layers)
     ls = st.cores.layer_st[:, :n]
-    start, end = -(-ls[ks.L_START] // P), -(-ls[ks.L_END] // P)
-    cores_used = np.clip(prog.layer[:n, isa.L_GROUP_LEN], 1, max(1, cfg.num_cores))
+    start, end = _cycles_of(ls[ks.L_START], P), _cycles_of(ls[ks.L_END], P)
+    cores_used = np.clip(prog.layer[:n, isa.L_GROUP_LEN], 1, cfg.num_cores)
     loaded, stored = ls[ks.L_LD_BYTES], ls[ks.L_ST_BYTES]
     if cfg.memory.type == "ideal":  # one load and one store request per core and cycle
         bytes_per_cycle = 2 * cfg.dma.request_bytes * cores_used

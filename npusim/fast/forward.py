@@ -443,8 +443,8 @@ class FastForward:
         # of 2,000 cycles, mean 2,012; all 126, 2,044)
         if (k >= w.limit and progress[-1] >= MEAN_SAMPLE * total
                 and times[k] - times[1] >= self.least):
-            # ticks per unit of progress of each period; the first carries the prolog
-            sample = np.diff(times)[1:] / np.diff(progress)[1:]
+            # every period but the first, which carries the prolog
+            sample = np.array([_period(times, progress, i, i + 1) for i in range(1, k)])
             sem = sample.std(ddof=1) / np.sqrt(len(sample)) / sample.mean()
             if sem <= PERIOD_TOLERANCE:
                 deltas = [_rate(times, progress, counts, i, i + 1)[1] for i in range(1, k)]
@@ -819,10 +819,16 @@ def _tiles_done(run: TileRun, left: int) -> int:
     return run.tiles_before + run.tiles + run.tiles_after - left
 
 
+def _period(times, progress, i: int, j: int) -> float:
+    """Ticks per unit of progress from sample i to j."""
+    return (times[j] - times[i]) / (progress[j] - progress[i])
+
+
 def _rate(times, progress, counts, i: int, j: int) -> tuple[float, dict]:
-    """Ticks and every counter's increment per unit of progress from sample i to j."""
+    """Ticks (``_period``) and every counter's increment per unit of progress from sample
+    i to j."""
     units = progress[j] - progress[i]
-    return ((times[j] - times[i]) / units,
+    return (_period(times, progress, i, j),
             {n: (counts[j][n] - counts[i][n]) / units for n in counts[i]})
 
 
