@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import gc
+import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +26,44 @@ from npusim.results import Result, collect
 from npusim.workload import check_request
 
 
+# The cyclic garbage collector's pace during a run (generation 0 every this many allocations;
+# Python's default is 700): see ``_collector_paced``.
+YOUNG_COLLECTION_EVERY = 100_000
+
+
+_pacing = {"runs": 0, "before": None}  # runs in progress (threads of a sweep), pace before
+_pacing_lock = threading.Lock()
+
+
+def _collector_paced(run):
+    """Run ``run`` with the cyclic garbage collector's young collections
+    ``YOUNG_COLLECTION_EVERY`` allocations apart instead of Python's 700, and the previous
+    pace restored when the last run in progress ends. A run builds hundreds of thousands
+    of objects that live to its end (a Llama-3-8B step: 24,900 layer infos and the
+    builder's rows, then a dict per layer for the results) and makes few cycles (a GPT-2
+    generation of 4 x 64 tokens: 20,000 objects); at the default pace the collector kept
+    rescanning the living ones: 1.4 of the 36 CPU s of a fast Llama step (lowering 3.1 ->
+    2.1 s, collecting the results 0.6 -> 0.3 s). Cycles are still collected, less often."""
+
+    @functools.wraps(run)
+    def paced(*args, **kwargs):
+        with _pacing_lock:
+            if _pacing["runs"] == 0:
+                _pacing["before"] = gc.get_threshold()
+                gc.set_threshold(YOUNG_COLLECTION_EVERY, *_pacing["before"][1:])
+            _pacing["runs"] += 1
+        try:
+            return run(*args, **kwargs)
+        finally:
+            with _pacing_lock:
+                _pacing["runs"] -= 1
+                if _pacing["runs"] == 0:
+                    gc.set_threshold(*_pacing["before"])
+
+    return paced
+
+
+@_collector_paced
 def simulate(model, config=None, *, overrides=(), mapping=None, dims=None, skip=True,
              progress=None, unsupported="error", optimize="none", trace=None) -> Result:
     if dims is not None and not isinstance(dims, Mapping):
@@ -53,6 +94,7 @@ def _early_refusal(path, unsupported: str):
     return lambda model: refuse_never_lowered(model, str(path))
 
 
+@_collector_paced
 def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip=True,
                       progress=None, unsupported="error", optimize="none",
                       trace=None) -> Result:

@@ -131,3 +131,22 @@ def test_a_layer_behind_a_free_root_runs_exactly_once(tmp_path):
     onnx.save(m, str(path))
     r = npusim.simulate(str(path), "mobile")
     assert sum(c["macs"] for c in r.cores) == 64 * 128
+
+
+def test_a_run_paces_the_garbage_collector_and_restores_its_pace():
+    """Young collections ``YOUNG_COLLECTION_EVERY`` allocations apart during a run (the run's
+    long-lived objects are not rescanned every 700), the caller's pace back after it, also
+    when the run stops with an error."""
+    import gc
+
+    from npusim.errors import NpusimError
+    from npusim.simulation import YOUNG_COLLECTION_EVERY
+
+    before = gc.get_threshold()
+    seen = []
+    npusim.simulate("tiny_cnn", "mobile", progress=lambda *a: seen.append(gc.get_threshold()))
+    assert seen and all(t == (YOUNG_COLLECTION_EVERY, *before[1:]) for t in seen)
+    assert gc.get_threshold() == before
+    with pytest.raises(NpusimError):
+        npusim.simulate("tiny_cnn", "mobile", overrides=["num_cores=0"])
+    assert gc.get_threshold() == before

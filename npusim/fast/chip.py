@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from npusim.fast.regions import tile_templates
+from npusim.fast.regions import tile_row_sums
 from npusim.kernels import isa
 from npusim.kernels import state as ks
 from npusim.kernels.names import MEM_DRAM
@@ -61,17 +61,15 @@ def counters(st) -> dict[str, np.ndarray]:
 
 def program_counts(prog, tiles: np.ndarray) -> dict[int, int]:
     """``PROGRAM_COUNTERS`` summed over ``tiles`` (tile indices), from their instructions."""
-    out = {field: (len(tiles) if unit is None else 0)
-           for field, unit in PROGRAM_COUNTERS.items()}
-    if not len(tiles):
-        return out
-    starts, lengths, where = tile_templates(prog.tile[tiles])
-    uses = np.bincount(where, minlength=len(starts))
-    for s, n, k in zip(starts.tolist(), lengths.tolist(), uses.tolist()):
-        inst = prog.inst[s:s + n]
-        for field, unit in PROGRAM_COUNTERS.items():
-            if unit is not None:
-                out[field] += k * int(inst[inst[:, isa.I_UNIT] == unit, isa.I_MACS].sum())
+    units = [(field, unit) for field, unit in PROGRAM_COUNTERS.items() if unit is not None]
+    out = {field: len(tiles) for field, unit in PROGRAM_COUNTERS.items() if unit is None}
+
+    def work(inst):
+        return np.stack([np.where(inst[:, isa.I_UNIT] == unit, inst[:, isa.I_MACS], 0)
+                         for _, unit in units], axis=1)
+
+    sums = tile_row_sums(prog, prog.tile[tiles], work).sum(axis=0)
+    out.update({field: int(sums[k]) for k, (field, _) in enumerate(units)})
     return out
 
 
