@@ -150,3 +150,27 @@ def test_a_run_paces_the_garbage_collector_and_restores_its_pace():
     with pytest.raises(NpusimError):
         npusim.simulate("tiny_cnn", "mobile", overrides=["num_cores=0"])
     assert gc.get_threshold() == before
+
+
+def test_runs_in_threads_leave_the_callers_garbage_collector_pace():
+    """Overlapping runs (a sweep's threads): the pace in force before the first began is the
+    one left when the last has ended, also when the first to begin ends first (a run that
+    put back the pace it found would leave the run's own pace behind)."""
+    import gc
+    import threading
+
+    before = gc.get_threshold()
+    a_inside, b_inside, a_done = threading.Event(), threading.Event(), threading.Event()
+
+    def run_a():
+        npusim.simulate("tiny_cnn", "mobile",
+                        progress=lambda *_: (a_inside.set(), b_inside.wait(60)))
+        a_done.set()
+
+    a = threading.Thread(target=run_a)
+    a.start()
+    assert a_inside.wait(60)
+    # b begins while a runs, and ends after it
+    npusim.simulate("tiny_cnn", "mobile", progress=lambda *_: (b_inside.set(), a_done.wait(60)))
+    a.join(60)
+    assert a_done.is_set() and gc.get_threshold() == before

@@ -114,7 +114,14 @@ class _Where:
     @classmethod
     def of(cls, inside: np.ndarray) -> "_Where":
         first = np.where(inside.any(axis=-1), inside.argmax(axis=-1), -1)
-        sets = np.unique(inside[inside.sum(axis=-1) > 1], axis=0)
+        # the distinct rows of regions, each packed into one value (np.unique over rows of
+        # booleans sorts them column by column: 0.3 ms a call, 6,000 calls in a GPT-2
+        # generation, whose growing KV caches record most attention nodes anew)
+        packed = np.ascontiguousarray(np.packbits(inside[inside.sum(axis=-1) > 1], axis=-1))
+        width = packed.shape[-1]
+        distinct = np.unique(packed.view(np.dtype((np.void, width))).ravel())
+        sets = np.unpackbits(distinct.view(np.uint8).reshape(len(distinct), width), axis=-1,
+                             count=inside.shape[-1])
         return cls(first, [np.flatnonzero(row) for row in sets])
 
     def moves(self, delta: np.ndarray) -> np.ndarray | None:
