@@ -349,7 +349,7 @@ class FastForward:
     def _sample(self, run, w: _Watch, tick: int, progress: float) -> None:
         w.times.append(tick)
         w.progress.append(progress)
-        w.counters.append({k: v + self.ledger[k] for k, v in counters(run.st).items()})
+        w.counters.append(counters(run.st, self.ledger))
         self._decide(run, w)
 
     def _sample_anchors(self, run, w: _Watch) -> None:
@@ -608,7 +608,7 @@ class FastForward:
         left = int(ls[ks.L_TILES_LEFT, layer])
         if left > w.mark:
             return
-        counts = {k: v + self.ledger[k] for k, v in counters(run.st).items()}
+        counts = counters(run.st, self.ledger)
         counts["layer"] = ls[list(LAYER_STATS), layer].astype(np.float64)
         w.times.append(int(run.st.glob[ks.G_NOW]) + self.offset)
         w.progress.append(float(_tiles_done(w.run, left)))

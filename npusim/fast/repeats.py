@@ -142,7 +142,7 @@ class LayerRepeats:
                 and prog.layer[x, isa.L_N_PREDS] == 1)
 
     def _counts(self, st) -> dict[str, np.ndarray]:
-        return {k: v + self.ff.ledger[k] for k, v in counters(st).items()}
+        return counters(st, self.ff.ledger)
 
     def _close(self, run, x: int) -> None:
         """X has ended: an instance, if nothing else ran or arrived meanwhile."""
