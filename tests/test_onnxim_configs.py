@@ -174,6 +174,27 @@ def test_a_workload_larger_than_dram_size_warns():
     assert capacity_warnings(b, load_config("server")) == []  # 0: unbounded
 
 
+def test_a_workload_larger_than_the_decoded_dram_warns_that_it_aliases():
+    """server's address mapping decodes 16 GiB: 16 HBM2 channels x 16 banks x 32,768 rows
+    of 2 KiB. Tensors past that alias lower ones (a Llama-3-8B step of 128
+    requests at context 1023 lays out 32 GiB), which is said; with two ranks the mapping
+    decodes 32 GiB and nothing is."""
+    from npusim.lowering import capacity_warnings
+    from npusim.program import ProgramBuilder
+
+    cfg = load_config("server")
+    b = ProgramBuilder()
+    b.allocate(16 * 2**30 - b.next_free_address)  # exactly the decoded 16 GiB
+    assert capacity_warnings(b, cfg) == []
+    b.allocate(2**30)
+    (text,) = capacity_warnings(b, cfg)
+    assert "17.00 GiB of DRAM, more than the 16 GiB the address mapping" in text
+    assert "16 x HBM2-2400_8Gb_x128_legacy" in text and "modulo 16 GiB" in text
+    assert capacity_warnings(b, load_config("server", ["memory.ranks=2"])) == []
+    both = capacity_warnings(b, load_config("server", ["memory.capacity_gib=8"]))
+    assert len(both) == 2 and "memory.capacity_gib = 8 GiB" in both[0]
+
+
 def test_onnxim_booksim2_config_runs_its_network_with_core_ports(tmp_path):
     """An ONNXim JSON with icnt_type = booksim2 runs the network of its icnt_config_path
     file (found next to it, as ONNXim resolves the path): here a single fly router with

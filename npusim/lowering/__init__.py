@@ -199,15 +199,31 @@ def lower_graph(graph: Graph, config: NpuConfig, mapping: MappingTable | None = 
 
 
 def capacity_warnings(builder: ProgramBuilder, config: NpuConfig) -> list[str]:
-    """A warning when the tensors laid out so far (weights, activations, KV caches; nothing
-    is freed) need more DRAM than ``memory.capacity_gib`` (0: unbounded)."""
-    cap = config.memory.capacity_gib
+    """Warnings when the tensors laid out so far (weights, activations, KV caches; nothing
+    is freed) need more DRAM than ``memory.capacity_gib`` (0: unbounded), or more than a
+    cycle-level DRAM's address mapping decodes: addresses above that alias lower ones, as
+    in Ramulator, so unrelated tensors share banks and rows (a Llama-3-8B step of 128
+    requests at context 1023 lays out 32 GiB; ``server`` decodes 16)."""
+    from npusim.dram.standard import dram_standard
+
     used = builder.next_free_address
-    if not cap or used <= cap * 2**30:
-        return []
-    return [f"the workload's tensors take {used / 2**30:.2f} GiB of DRAM, more than "
-            f"memory.capacity_gib = {cap} GiB (npusim lays every tensor out once and frees "
-            f"none; the run goes on)"]
+    out = []
+    cap = config.memory.capacity_gib
+    if cap and used > cap * 2**30:
+        out.append(f"the workload's tensors take {used / 2**30:.2f} GiB of DRAM, more than "
+                   f"memory.capacity_gib = {cap} GiB (npusim lays every tensor out once and "
+                   f"frees none; the run goes on)")
+    std = dram_standard(config)
+    if std is not None:
+        decoded = std.capacity_bytes(config.memory.channels, config.memory.ranks)
+        if used > decoded:
+            gib = f"{decoded / 2**30:g} GiB"
+            out.append(f"the workload's tensors take {used / 2**30:.2f} GiB of DRAM, more "
+                       f"than the {gib} the address mapping of {config.memory.channels} x "
+                       f"{std.name} decodes: each address above it goes where its address "
+                       f"modulo {gib} would, sharing banks and rows with the tensors there "
+                       f"(more memory.channels or memory.ranks decode more)")
+    return out
 
 
 # No tensor of a model npusim simulates is this large: far beyond any NPU's memory, and its
