@@ -188,8 +188,9 @@ def test_a_workload_larger_than_the_decoded_dram_warns_that_it_aliases():
     assert capacity_warnings(b, cfg) == []
     b.allocate(2**30)
     (text,) = capacity_warnings(b, cfg)
-    assert "17.00 GiB of DRAM, more than the 16 GiB the address mapping" in text
-    assert "16 x HBM2-2400_8Gb_x128_legacy" in text and "modulo 16 GiB" in text
+    assert "17.00 GiB of DRAM, more than the 16 GiB the address mapping decodes" in text
+    assert "(16 channel(s) x 1 rank(s) of HBM2-2400_8Gb_x128_legacy)" in text
+    assert "modulo 16 GiB" in text
     assert capacity_warnings(b, load_config("server", ["memory.ranks=2"])) == []
     both = capacity_warnings(b, load_config("server", ["memory.capacity_gib=8"]))
     assert len(both) == 2 and "memory.capacity_gib = 8 GiB" in both[0]

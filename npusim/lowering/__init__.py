@@ -219,8 +219,9 @@ def capacity_warnings(builder: ProgramBuilder, config: NpuConfig) -> list[str]:
         if used > decoded:
             gib = f"{decoded / 2**30:g} GiB"
             out.append(f"the workload's tensors take {used / 2**30:.2f} GiB of DRAM, more "
-                       f"than the {gib} the address mapping of {config.memory.channels} x "
-                       f"{std.name} decodes: each address above it goes where its address "
+                       f"than the {gib} the address mapping decodes ({config.memory.channels} "
+                       f"channel(s) x {config.memory.ranks} rank(s) of {std.name}): each "
+                       f"address above it goes where its address "
                        f"modulo {gib} would, sharing banks and rows with the tensors there "
                        f"(more memory.channels or memory.ranks decode more)")
     return out
