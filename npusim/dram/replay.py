@@ -58,9 +58,9 @@ def read_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
 def _warn_beyond_capacity(cfg: NpuConfig, addrs: np.ndarray) -> None:
     """A warning for addresses past the DRAM's capacity: the address mapping does not
     decode their high bits, so they alias addresses below it (as in Ramulator)."""
-    from npusim.dram.standard import dram_standard
+    from npusim.dram.standard import decoded_bytes
 
-    size = dram_standard(cfg).capacity_bytes(cfg.memory.channels, cfg.memory.ranks)
+    size = decoded_bytes(cfg)
     beyond = np.flatnonzero(addrs >= size)
     if len(beyond):
         gib = f"{size / 2**30:g} GiB"

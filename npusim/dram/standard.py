@@ -440,6 +440,14 @@ def dram_standard(cfg) -> DramStandard | None:
     return load_standard(cfg.memory.standard) if cfg.memory.type == "dram" else None
 
 
+def decoded_bytes(cfg) -> int | None:
+    """Bytes the address mapping of an ``NpuConfig``'s DRAM decodes (its channels and ranks
+    of the standard: ``DramStandard.capacity_bytes``); an address above goes where its
+    address modulo this would, as in Ramulator. None unless its memory is "dram"."""
+    std = dram_standard(cfg)
+    return None if std is None else std.capacity_bytes(cfg.memory.channels, cfg.memory.ranks)
+
+
 def load_standard(name_or_path: str | Path) -> DramStandard:
     """A speed bin by bare name (``configs/dram/<name>.toml``) or by path to a TOML file.
     Parsed once per file version: a run asks for its standard several times (config checks,

@@ -204,7 +204,7 @@ def capacity_warnings(builder: ProgramBuilder, config: NpuConfig) -> list[str]:
     cycle-level DRAM's address mapping decodes: addresses above that alias lower ones, as
     in Ramulator, so unrelated tensors share banks and rows (a Llama-3-8B step of 128
     requests at context 1023 lays out 32 GiB; ``server`` decodes 16)."""
-    from npusim.dram.standard import dram_standard
+    from npusim.dram.standard import decoded_bytes, dram_standard
 
     used = builder.next_free_address
     out = []
@@ -213,17 +213,15 @@ def capacity_warnings(builder: ProgramBuilder, config: NpuConfig) -> list[str]:
         out.append(f"the workload's tensors take {used / 2**30:.2f} GiB of DRAM, more than "
                    f"memory.capacity_gib = {cap} GiB (npusim lays every tensor out once and "
                    f"frees none; the run goes on)")
-    std = dram_standard(config)
-    if std is not None:
-        decoded = std.capacity_bytes(config.memory.channels, config.memory.ranks)
-        if used > decoded:
-            gib = f"{decoded / 2**30:g} GiB"
-            out.append(f"the workload's tensors take {used / 2**30:.2f} GiB of DRAM, more "
-                       f"than the {gib} the address mapping decodes ({config.memory.channels} "
-                       f"channel(s) x {config.memory.ranks} rank(s) of {std.name}): each "
-                       f"address above it goes where its address "
-                       f"modulo {gib} would, sharing banks and rows with the tensors there "
-                       f"(more memory.channels or memory.ranks decode more)")
+    decoded = decoded_bytes(config)
+    if decoded is not None and used > decoded:
+        gib = f"{decoded / 2**30:g} GiB"
+        out.append(f"the workload's tensors take {used / 2**30:.2f} GiB of DRAM, more than "
+                   f"the {gib} the address mapping decodes ({config.memory.channels} "
+                   f"channel(s) x {config.memory.ranks} rank(s) of "
+                   f"{dram_standard(config).name}): each address above it goes where its "
+                   f"address modulo {gib} would, sharing banks and rows with the tensors "
+                   f"there (more memory.channels or memory.ranks decode more)")
     return out
 
 
