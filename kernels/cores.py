@@ -52,16 +52,17 @@ def _core_retire(st, prog, p, c, t):
 @kernel
 def _core_send(st, rg, prog, mt, p, c, t):
     """Each DMA engine (load, store) sends at most ``core_ports`` requests this cycle (one
-    per NoC port of the core), while the core has tags left (``max_outstanding``) and its
-    injection ring has room."""
+    per NoC port of the core), while it has tags left (``max_outstanding`` each: Gemmini's
+    StreamReader and StreamWriter own their transaction ids, so a long load cannot starve a
+    store of them) and the core's injection ring has room."""
     for d in range(2):
         for _ in range(p.core_ports):
-            if (st.core[C_OUTSTANDING, c] >= p.max_outstanding
+            if (st.core[C_LD_OUTSTANDING + d, c] >= p.max_outstanding
                     or not dma_has_request(st, c, d) or not inj_room(rg, c)):
                 break
             k, addr = dma_next_request(st, prog, p, c, d)
             inj_push(rg, p, c, t, channel_of(addr, p, mt), d, k, addr)
-            st.core[C_OUTSTANDING, c] += 1
+            st.core[C_LD_OUTSTANDING + d, c] += 1
             st.core[C_LD_REQUESTS + d, c] += 1
             st.core[C_LD_BYTES + d, c] += p.req_bytes
             layer = prog.tile[st.slot[S_TILE, c, st.dq[Q_SLOT, c, d, k]], isa.T_LAYER]
@@ -76,7 +77,7 @@ def _core_wake(st, rg, prog, p, c, t, issue_wake):
     if rg.cport[CP_ARR_COUNT, c] > 0:
         wake = min(wake, align_up(max(rg.arr[A_TIME, c, rg.cport[CP_ARR_HEAD, c]], t + 1), P))
     for d in range(2):
-        if (dma_has_request(st, c, d) and st.core[C_OUTSTANDING, c] < p.max_outstanding
+        if (dma_has_request(st, c, d) and st.core[C_LD_OUTSTANDING + d, c] < p.max_outstanding
                 and inj_room(rg, c)):
             wake = min(wake, t + P)
     for s in range(2):

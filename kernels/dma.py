@@ -130,7 +130,7 @@ def dma_has_request(st, c, d):
 def dma_response(st, prog, p, c, d, k, t):
     """A response for entry k of DMA d on core c arrived at tick t."""
     st.dq[Q_PENDING, c, d, k] -= 1
-    st.core[C_OUTSTANDING, c] -= 1
+    st.core[C_LD_OUTSTANDING + d, c] -= 1
     if st.dq[Q_PENDING, c, d, k] > 0 or st.dq[Q_UNSENT, c, d, k] == 1:
         return
     s = st.dq[Q_SLOT, c, d, k]

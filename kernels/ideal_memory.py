@@ -4,7 +4,8 @@ There is no NoC and no channel state: the model takes each request from its core
 injection ring on the first core-clock edge after it was sent (the memory domain runs on
 the core clock, ``npusim.params.TimeBase``) and puts the response on the same core's
 arrival ring, there at once. Traffic is counted on channel 0. The core's own limits
-(one request per DMA engine and cycle, two tags: ``npusim.params``) set the bandwidth.
+(one request per DMA engine and cycle, one tag each: ``npusim.params``) set the
+bandwidth.
 """
 
 from numba.cpython.unsafe.numbers import trailing_zeros

@@ -168,7 +168,8 @@ def _ring_core(rg, c, edge):
 @kernel(inline=True)
 def arr_push(rg, p, c, arrival, d, entry, sent):
     """A response (direction d, DMA entry, sent at tick ``sent``) for core c, there at tick
-    ``arrival``. Never full: a core has at most ``max_outstanding`` requests in flight."""
+    ``arrival``. Never full: each of a core's two DMA engines has at most
+    ``max_outstanding`` requests in flight."""
     k = ring_at(rg.cport[CP_ARR_HEAD, c], rg.cport[CP_ARR_COUNT, c], rg.arr.shape[2])
     rg.arr[A_TIME, c, k] = arrival
     rg.arr[A_DIR, c, k] = d

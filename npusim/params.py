@@ -48,7 +48,7 @@ def make_params(cfg: NpuConfig, tb: TimeBase, skip: bool, trace=None) -> Params:
         vec_width=core.vector.lanes * core.vector.alus,
         ld_queue=core.ld_queue, st_queue=core.st_queue, ex_queue=core.ex_queue,
         req_bytes=cfg.dma.request_bytes,
-        max_outstanding=2 if cfg.memory.type == "ideal" else cfg.dma.max_outstanding,
+        max_outstanding=1 if cfg.memory.type == "ideal" else cfg.dma.max_outstanding,
         core_ports=1 if cfg.memory.type == "ideal" else cfg.noc.core_ports,
         noc_latency=cfg.noc.latency,
         flit_bytes=cfg.noc.flit_bytes,

@@ -165,7 +165,7 @@ def _rings(cfg: NpuConfig, p: Params) -> ks.Rings:
     mport[ks.MP_BELL] = isa.NEVER
     return ks.Rings(
         inj=aligned_table(ks.N_INJ_FIELDS, C, INJECTION_QUEUE * p.core_ports),
-        arr=aligned_table(ks.N_ARR_FIELDS, C, p.max_outstanding + 1),  # never full
+        arr=aligned_table(ks.N_ARR_FIELDS, C, 2 * p.max_outstanding + 1),  # never full
         ch_in=aligned_table(ks.N_PACKET_FIELDS, ch, CHANNEL_QUEUE),
         ch_out=aligned_table(ks.N_PACKET_FIELDS, ch, CHANNEL_OUT_QUEUE),
         cport=cport, mport=mport,

@@ -379,12 +379,13 @@ def test_a_state_table_larger_than_free_memory_is_refused_before_it_is_touched(
     assert "GiB, and 0.1 GiB of memory is free): this workload needs more memory" in res.stderr
     assert "the NoC's buffers" in res.stderr and "Traceback" not in res.output
     assert not out.exists()
-    # and any one table of the state: 256 cores with 65,536 requests in flight each
+    # and any one table of the state: 256 cores whose two DMA engines have 65,536 requests
+    # in flight each (the responses' rings)
     res = run("simulate", "tiny_cnn", "--set", "num_cores=256", "--set",
               "dma.max_outstanding=65536")
     assert res.exit_code == 2
-    assert res.stderr.startswith("error: out of memory (a state table of 4 x 256 x 65537 "
-                                 "entries: 0.5 GiB, and 0.1 GiB of memory is free)")
+    assert res.stderr.startswith("error: out of memory (a state table of 4 x 256 x 131073 "
+                                 "entries: 1.0 GiB, and 0.1 GiB of memory is free)")
     # what fits is not refused: the same with 8 flits a VC
     res = run("simulate", "tiny_cnn", "--set", "num_cores=64", "--set", "noc.type=mesh",
               "--set", "noc.router.vcs=32", "-o", str(out))

@@ -143,6 +143,28 @@ def test_a_core_with_more_noc_ports_sends_and_takes_that_many_requests_a_cycle(p
     assert cycles(prog, cfg) == cycles(prog, cfg, skip=False) == n // ports - 1 + 29
 
 
+def test_a_load_and_a_store_each_have_their_own_tags():
+    """dma.max_outstanding = m tags per DMA engine (Gemmini's reader and writer each own
+    their transaction ids). With memory to spare, n requests of one engine take n / m round
+    trips of 29 cycles (the one-request round trip above, plus the cycle a freed tag waits
+    to be used), the last round staggered by m - 1 cycles; a store of n beside a load of
+    n takes as long, up to a cycle per tag where the two meet at the core's NoC port.
+    With tags shared by both engines and loads first, the store waited for the load:
+    about twice as long."""
+    n, m, rtt = 400, 8, 29
+    cfg = config("memory.type=simple", "memory.latency=20", "memory.freq_mhz=1000",
+                 "noc.freq_mhz=1000", "noc.latency=4", "noc.flit_bytes=32",
+                 "memory.channel_bytes_per_cycle=32", "memory.channels=4",
+                 f"dma.max_outstanding={m}")
+    load = Instr.dma(True, 0, 0, n, 32, 1, 0, 32)
+    store = Instr.dma(False, 1, 0, n, 32, 1, 0, 32)
+    alone = n // m * rtt + m - 1
+    assert cycles(one_tile_program([load]), cfg) == alone
+    assert cycles(one_tile_program([store]), cfg) == alone
+    both = one_tile_program([load, store])
+    assert alone <= cycles(both, cfg) == cycles(both, cfg, skip=False) <= alone + m
+
+
 def test_simple_memory_channel_bandwidth_limits_throughput():
     # 16 B per memory cycle and 32 B requests: one request every 2 cycles
     n = 200

@@ -203,8 +203,9 @@ class DmaConfig:
     """DMA engine: bytes per memory request (ONNXim dram_req_size) and request tags."""
 
     request_bytes: int = _pow2(8, 4096, default=32)
-    # requests a core may have in flight at once (DMA transaction tags); with the
-    # round-trip latency this bounds the bandwidth one core can draw
+    # requests each of a core's two DMA engines (loads, stores) may have in flight at once
+    # (transaction tags: Gemmini's StreamReader and StreamWriter own nXacts ids each); with
+    # the round-trip latency this bounds the bandwidth one engine can draw
     max_outstanding: int = _int(1, 65536, default=128)
 
 

@@ -33,7 +33,7 @@ point, the repetition is inside those instructions, and this is where it is extr
 4. Not taken (the run goes on in full): when layers of another request are ready or
    running, or a request arrives before the span's end (multi-tenancy), when another
    layer of the same request is running beside (as for a region, ``forward``), when a DMA with
-   requests to send sends none (starved of tags: when it gets one is a race), when too
+   requests to send sends none (starved by the other: when it gets a turn is a race), when too
    little of a stream is left, or while the halves disagree.
 """
 
@@ -151,8 +151,9 @@ class StreamCuts:
             self._quiet(st, "too little left")
             return
         if (~busy & (left > 0)).any():
-            # a DMA with requests to send and none sent (its core's tags taken by the other
-            # direction): when it gets one is a race of single cycles, which a span taken
+            # a DMA with requests to send and none sent (the other direction takes the room
+            # its core's injection ring makes first; before each had tags of its own, the
+            # tags too): when it gets some is a race of single cycles, which a span taken
             # out would decide one way for all of it (a Llama layer's store waited 98,000
             # cycles more after such a cut)
             self._quiet(st, "a stream waits")
@@ -252,7 +253,7 @@ def _windows(p, tb) -> tuple[int, int]:
 
 
 _PROBE = (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS, ks.C_LD_BYTES, ks.C_ST_BYTES,
-          ks.C_READ_LAT_SUM, ks.C_READ_LAT_N, ks.C_OUTSTANDING)
+          ks.C_READ_LAT_SUM, ks.C_READ_LAT_N, ks.C_LD_OUTSTANDING, ks.C_ST_OUTSTANDING)
 
 
 def _probe(st) -> np.ndarray:
@@ -292,5 +293,6 @@ def _steady(w1: np.ndarray, w2: np.ndarray, n: int) -> bool:
     # as many requests answered as sent: the queues are not still filling (a stream's
     # first windows send faster than the memory serves, until its tags run out)
     sent = w1[:2 * n].sum() + w2[:2 * n].sum()
-    o = field[ks.C_OUTSTANDING]
-    return bool(abs(w1[o].sum() + w2[o].sum()) <= max(STREAM_TOLERANCE * sent, 2.0))
+    grew = sum(w1[field[f]].sum() + w2[field[f]].sum()
+               for f in (ks.C_LD_OUTSTANDING, ks.C_ST_OUTSTANDING))
+    return bool(abs(grew) <= max(STREAM_TOLERANCE * sent, 2.0))
