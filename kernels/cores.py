@@ -54,13 +54,8 @@ def _core_send(st, rg, prog, mt, p, c, t):
     """Each DMA engine (load, store) sends at most ``core_ports`` requests this cycle (one
     per NoC port of the core), while it has tags left (``max_outstanding`` each: Gemmini's
     StreamReader and StreamWriter own their transaction ids, so a long load cannot starve a
-    store of them) and the core's injection ring has room. Which of the two goes first is
-    round robin (Gemmini's reader and writer reach memory through a round-robin arbiter):
-    with the ring full, loads always first took every place that freed up, and a store
-    waited out the whole of the next tile's loads."""
-    first = st.core[C_DMA_TURN, c]
-    for i in range(2):
-        d = first ^ i
+    store of them) and the core's injection ring has room."""
+    for d in range(2):
         for _ in range(p.core_ports):
             if (st.core[C_LD_OUTSTANDING + d, c] >= p.max_outstanding
                     or not dma_has_request(st, c, d) or not inj_room(rg, c)):
@@ -68,8 +63,6 @@ def _core_send(st, rg, prog, mt, p, c, t):
             k, addr = dma_next_request(st, prog, p, c, d)
             inj_push(rg, p, c, t, channel_of(addr, p, mt), d, k, addr)
             st.core[C_LD_OUTSTANDING + d, c] += 1
-            if i == 0:  # the first was served: the other goes first next time
-                st.core[C_DMA_TURN, c] = 1 - first
             st.core[C_LD_REQUESTS + d, c] += 1
             st.core[C_LD_BYTES + d, c] += p.req_bytes
             layer = prog.tile[st.slot[S_TILE, c, st.dq[Q_SLOT, c, d, k]], isa.T_LAYER]

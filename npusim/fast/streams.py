@@ -33,7 +33,7 @@ point, the repetition is inside those instructions, and this is where it is extr
 4. Not taken (the run goes on in full): when layers of another request are ready or
    running, or a request arrives before the span's end (multi-tenancy), when another
    layer of the same request is running beside (as for a region, ``forward``), when a DMA with
-   requests to send sends none (when it sends again is a race), when too
+   requests to send sends none (starved by the other: when it gets a turn is a race), when too
    little of a stream is left, or while the halves disagree.
 """
 
@@ -151,10 +151,11 @@ class StreamCuts:
             self._quiet(st, "too little left")
             return
         if (~busy & (left > 0)).any():
-            # a DMA with requests to send and none sent: when it sends again is a race of
-            # single cycles, which a span taken out would decide one way for all of it (a
-            # Llama layer's store waited 98,000 cycles more after such a cut, when loads
-            # took every tag and every place in the injection ring before stores did)
+            # a DMA with requests to send and none sent (the other direction takes the room
+            # its core's injection ring makes first; before each had tags of its own, the
+            # tags too): when it gets some is a race of single cycles, which a span taken
+            # out would decide one way for all of it (a Llama layer's store waited 98,000
+            # cycles more after such a cut)
             self._quiet(st, "a stream waits")
             return
         room = min(room, int((left[busy] / req_rate[busy]).min()) - KEEP_WINDOWS * W)
