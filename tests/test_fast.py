@@ -454,6 +454,49 @@ def test_a_long_first_block_of_rows_is_measured_and_cut_on_its_own(tmp_path):
     assert _rel(full.bytes_moved, fast.bytes_moved) < 0.01
 
 
+def test_a_run_of_few_long_groups_is_measured_and_cut_in_whole_waves(tmp_path):
+    """The LM head of a Llama-3-8B step, [128, 4096] x [4096, 128256] on ``server``: 31
+    identical groups of 3 reduction tiles (and a narrower last one), under 8 per core, so
+    under a run's 16 per core; but each wave (a group on every core) streams 143 MB of
+    weights, about 230,000 cycles. Such a run is measured a whole wave (12 tiles) at a time:
+    windows of 6 tiles measured 3,000-33,000 cycles a tile, whole waves 22,100-22,150 over
+    the first three. Its cut drops whole waves, so that the groups left spread over the
+    cores as in full. The layer within 3% of the full run (full's own spread, with the
+    layer started 509, 2,039 or 8,191 cycles late, is 2,087,162-2,138,107: 2.4%)."""
+    model = _matmul_file(tmp_path / "lm_head.onnx", 128, 4096, 128256)
+    full, fast = _pair(str(model), "server")
+    info = fast.to_dict()["fidelity"]
+    (run,) = info["tile_runs"]
+    assert (run["groups"], run["tiles_per_group"]) == (31, 3)
+    assert run["outcome"] == "fixed point" and len(run["measured_cycles_per_tile"]) >= 2
+    assert run["tiles_extrapolated"] > 0 and run["tiles_extrapolated"] % 12 == 0
+    assert info["tiles_simulated"] + run["tiles_extrapolated"] == 96
+    # the dropped tiles at the measured time per tile (given to 0.1), beside stream cuts
+    dropped = info["extrapolated_cycles"] - info["cycles_extrapolated_in_tiles"]
+    assert abs(dropped - run["tiles_extrapolated"] * run["cycles_per_tile"]
+               ) <= 0.05 * run["tiles_extrapolated"] + 1
+    assert _rel(full.total_cycles, fast.total_cycles) < 0.03
+    assert _rel(full.bytes_moved, fast.bytes_moved) < 0.01
+    _same_program_counts(full, fast)
+
+
+def test_a_run_of_few_short_groups_is_not_watched(tmp_path):
+    """8 groups per core on ``mobile`` (DDR4-1600, 12.8 GB/s; a compared stretch lasts at
+    least tRFC / 1% = 35 us). [1, 128] x [128, 16384]: a wave is 4 groups of 128 x 512 int8
+    weights, 256 KiB, 20 us at the peak: too short to be one window, not watched. [1, 256] x
+    [256, 16384]: 512 KiB, 41 us: watched a wave (4 groups of 5 reduction tiles) at a
+    time."""
+    runs = []
+    for k in (128, 256):
+        model = _matmul_file(tmp_path / f"m{k}.onnx", 1, k, 16384)
+        runs.append(npusim.simulate(str(model), "mobile", overrides=["fidelity=fast"])
+                    .to_dict()["fidelity"]["tile_runs"])
+    short, long = runs
+    assert short == []
+    (run,) = long
+    assert (run["groups"], run["tiles_per_group"]) == (32, 5)
+
+
 def test_tile_runs_shared_with_another_stream_are_simulated_in_full():
     """Two 1024 MatMuls side by side, one per half of the cores: each layer's run of tiles
     sees the other layer running and is not cut; the run equals the full one."""

@@ -30,8 +30,9 @@ fixed point is tested on the DRAM's behaviour as well as on time:
 
 The same loop one level down: a :class:`~npusim.fast.regions.TileRun`, a layer's run of
 identical tile groups, with one tile as the iteration. The kernel pauses each time the
-layer is down to the next checkpoint of tiles left (``L_TILE_MARK``); at the fixed point
-the run's groups not yet handed out are dropped (``skip_groups``), the tiles in flight
+layer is down to the next checkpoint of tiles left (``L_TILE_MARK``), a whole number of
+waves (a group on every core) apart; at the fixed point whole waves of the run's groups not
+yet handed out are dropped (``skip_groups``), the tiles in flight and the groups left over
 finish, and the layer's end, what runs after it and every counter gain the dropped tiles
 times the time and increments per tile.
 
@@ -62,14 +63,23 @@ HIT_RATE_TOLERANCE = 0.02  # absolute change of the row-hit rate
 LATENCY_TOLERANCE = 0.05  # relative change of the mean read latency (queueing delay)
 MAX_WATCHED = 8  # periods (or stretches of short ones) watched before falling back
 MEAN_SAMPLE = 0.01  # Eq. 12: the oscillation fallback averages at least this share
-WINDOWS = 16  # side by side: the region's work is measured in windows of 1/16 of it
-# a run of identical tile groups is watched from 16 groups per core on: the groups still to
-# hand out at the cut are dropped whole, and the stagger of the last groups over the cores
-# (up to one group's time) must be small beside the run (with 2 long groups per core it
-# moved the layer's end by 7% of the run); and a short run leaves little to drop after its
-# measurements (the 8-per-core attention layers of a Llama step: 256 runs watched, 16
-# tiles dropped, the run 50% slower)
+WINDOWS = 16  # side by side (and runs of tiles): windows of about 1/16 of the work
+# A run of identical tile groups is measured in windows of whole waves (a group on every
+# core), so that each window holds the same work on every core (the LM head of a Llama
+# step in windows of half a wave: 3,000-33,000 cycles a tile; of whole waves: 22,100-22,150),
+# and its cut drops whole waves, so that the groups left spread over the cores as in full
+# (with 2 long groups per core, dropping any number moved the layer's end by 7% of the run).
+# It is watched from 16 groups per core on; a short run leaves little to drop after its
+# measurements (the 8-per-core attention layers of a Llama step: 256 runs watched, 16 tiles
+# dropped, the run 50% slower) ...
 MIN_RUN_WAVES = 16
+# ... unless each wave is long: at least the stretch a fixed point compares
+# (``chip.least_period``) at the memory's peak bandwidth, so that one wave is one window
+# (on a memory without refresh nothing bounds that stretch, and such runs are not watched).
+# Then from 6 per core on: two windows past the first, a wave in flight, one to drop (the
+# LM head of a Llama step: 31 groups of 3 tiles over 4 cores, 143 MB of weights a wave, a
+# third of a fast step's kernel time).
+MIN_LONG_WAVES = 6
 
 
 # How far side-by-side work has got: bytes moved, else array and vector cycles issued.
@@ -82,6 +92,12 @@ END_TIMES = (("mem", "drank", (ks.RK_ACTIVE_UNTIL, ks.RK_ACTIVE_MARK)),
              ("mem", "dbank", (ks.B_AUTO_CLOSE, ks.B_ACT_CYCLE)))
 
 
+def _dma_bytes(inst: np.ndarray) -> np.ndarray:
+    """Per instruction row, the bytes its DMA descriptor moves (0 if it is no DMA)."""
+    moved = inst[:, isa.I_N_OUTER] * inst[:, isa.I_N_INNER] * inst[:, isa.I_RUN_BYTES]
+    return np.where(inst[:, isa.I_OP] <= isa.OP_MVOUT, moved, 0)
+
+
 def _static_work(prog, first_layer: int) -> np.ndarray:
     """Per layer from ``first_layer`` on (the layers before: 0), from its instructions: DMA
     bytes, and array + vector instruction rows (only the scale matters: it sizes the
@@ -90,9 +106,7 @@ def _static_work(prog, first_layer: int) -> np.ndarray:
     tiles = prog.tile[prog.tile[:, isa.T_LAYER] >= first_layer]
 
     def work(inst):
-        dma = inst[:, isa.I_OP] <= isa.OP_MVOUT
-        moved = inst[:, isa.I_N_OUTER] * inst[:, isa.I_N_INNER] * inst[:, isa.I_RUN_BYTES]
-        return np.stack([np.where(dma, moved, 0), ~dma], axis=1)
+        return np.stack([_dma_bytes(inst), inst[:, isa.I_OP] > isa.OP_MVOUT], axis=1)
 
     per_tile = tile_row_sums(prog, tiles, work)
     for i in range(2):
@@ -148,11 +162,13 @@ class _Watch:
 class _TileWatch:
     """One run of identical tile groups inside a layer being watched: the real tick and the
     counters each time another ``block`` of the layer's tiles has finished (the kernel
-    pauses there: ``L_TILE_MARK``). An iteration is one tile; the run's tiles still to be
-    handed out when the fixed point is reached are dropped and accounted for."""
+    pauses there: ``L_TILE_MARK``). An iteration is one tile; whole waves of the run's
+    tiles still to be handed out when the fixed point is reached are dropped and accounted
+    for."""
 
     run: TileRun
-    block: int  # tiles between two measurements
+    block: int  # tiles between two measurements: whole waves
+    waves: int  # groups a wave holds (one a core): a cut drops a multiple of them
     mark: int = 0  # tiles left in the layer at the next measurement
     times: list[int] = field(default_factory=list)
     progress: list[float] = field(default_factory=list)
@@ -248,12 +264,15 @@ class FastForward:
         src = prog.edge_sources()
         content = self.contents.update(prog)
         ls = st.cores.layer_st
-        for tr in find_tile_runs(prog, first_layer, MIN_RUN_WAVES * self.n_cores, content):
+        for tr in find_tile_runs(prog, first_layer, MIN_LONG_WAVES * self.n_cores, content):
+            if (tr.groups < MIN_RUN_WAVES * self.n_cores
+                    and not (self.least and self._wave_ticks(run, tr) >= self.least)):
+                continue
             # a long first block of the outer loop is a run of its own, watched first; the
             # run past it is watched from where the first one stops
             head = tr.first_block()
             runs = [head, tr] if head and head.groups >= MIN_RUN_WAVES * self.n_cores else [tr]
-            ws = [_TileWatch(r, max(self.n_cores, r.tiles // WINDOWS)) for r in runs]
+            ws = [self._tile_watch(r) for r in runs]
             self._start_tiles(run, ws[0], skip=tr.tiles_before)
             self.tile_watches += ws
             self.tiles_pending[tr.layer] = ws
@@ -282,6 +301,26 @@ class FastForward:
             self._claim(st, w.anchors)
         self.repeats.watch(run, first_layer, np.concatenate(
             [r.layers() for r in regions] + [np.zeros(0, np.int64)]).astype(np.int64))
+
+    def _tile_watch(self, tr: TileRun) -> _TileWatch:
+        """Windows of whole waves (a group on every core), about ``WINDOWS``-th of the run
+        each and at least one wave; the cut drops whole waves."""
+        waves = max(1, tr.groups // (WINDOWS * self.n_cores))
+        return _TileWatch(tr, waves * self.n_cores * tr.tiles_per_group, self.n_cores)
+
+    def _wave_ticks(self, run, tr: TileRun) -> float:
+        """The least a wave of ``tr`` (a group on every core) can last, in ticks: its DRAM
+        bytes at the memory's peak bandwidth (0 where the memory has no peak)."""
+        peak = run.cfg.memory.peak_bytes_per_s
+        if peak <= 0:
+            return 0.0
+        prog = run.prog
+        t0, n = (int(x) for x in prog.group[tr.first_group, [isa.G_TILE_START,
+                                                             isa.G_TILE_LEN]])
+        group_bytes = float(tile_row_sums(prog, prog.tile[t0:t0 + n],
+                                          lambda inst: _dma_bytes(inst)[:, None]).sum())
+        seconds = self.n_cores * group_bytes / peak
+        return seconds * run.cfg.core_freq_mhz * 1e6 * self.tb.core_period
 
     def real_end(self, st, layer: int) -> int:
         """The tick ``layer`` ended as the user sees it (it has ended in the run): its
@@ -658,10 +697,11 @@ class FastForward:
             w.outcome = f"shared with {prog.layers[other].name} (simulated in full)"
             return
         g = int(ls[ks.L_NEXT_GROUP, layer])
-        if g >= w.run.end_group:
+        end = g + (w.run.end_group - g) // w.waves * w.waves  # whole waves
+        if g >= end:
             w.outcome = "nothing left to skip"
             return
-        tiles = int(prog.group[g:w.run.end_group, isa.G_TILE_LEN].sum())
+        tiles = int(prog.group[g:end, isa.G_TILE_LEN].sum())
         delta = int(round(per_tile * tiles))
         waiting = prog.release_order[int(st.cores.ctl[ks.CC_RELEASED]):]
         if len(waiting):  # program rows keep the arrival the user gave
@@ -670,8 +710,8 @@ class FastForward:
                 w.outcome = "a request arrives before the layer ends (simulated in full)"
                 return
         skipped = np.concatenate([np.arange(t0, t0 + n) for t0, n in prog.group[
-            g:w.run.end_group, [isa.G_TILE_START, isa.G_TILE_LEN]].tolist()])
-        dropped = run.skip_groups(layer, w.run.end_group)
+            g:end, [isa.G_TILE_START, isa.G_TILE_LEN]].tolist()])
+        dropped = run.skip_groups(layer, end)
         assert dropped == tiles, (dropped, tiles)
         add = {name: d * tiles for name, d in per_tile_counts.items()}
         self.stat_extra[:, layer] += add.pop("layer")
