@@ -30,9 +30,9 @@ fixed point is tested on the DRAM's behaviour as well as on time:
 
 The same loop one level down: a :class:`~npusim.fast.regions.TileRun`, a layer's run of
 identical tile groups, with one tile as the iteration. The kernel pauses each time the
-layer is down to the next checkpoint of tiles left (``L_TILE_MARK``), a whole number of
-waves (a group on every core) apart; at the fixed point whole waves of the run's groups not
-yet handed out are dropped (``skip_groups``), the tiles in flight and the groups left over
+layer is down to the next checkpoint of tiles left (``L_TILE_MARK``); at the fixed point
+the run's groups not yet handed out are dropped (``skip_groups``; a run of few long groups
+drops whole waves, a group on every core), the tiles in flight and any groups left over
 finish, and the layer's end, what runs after it and every counter gain the dropped tiles
 times the time and increments per tile.
 
@@ -63,22 +63,24 @@ HIT_RATE_TOLERANCE = 0.02  # absolute change of the row-hit rate
 LATENCY_TOLERANCE = 0.05  # relative change of the mean read latency (queueing delay)
 MAX_WATCHED = 8  # periods (or stretches of short ones) watched before falling back
 MEAN_SAMPLE = 0.01  # Eq. 12: the oscillation fallback averages at least this share
-WINDOWS = 16  # side by side (and runs of tiles): windows of about 1/16 of the work
-# A run of identical tile groups is measured in windows of whole waves (a group on every
-# core), so that each window holds the same work on every core (the LM head of a Llama
-# step in windows of half a wave: 3,000-33,000 cycles a tile; of whole waves: 22,100-22,150),
-# and its cut drops whole waves, so that the groups left spread over the cores as in full
-# (with 2 long groups per core, dropping any number moved the layer's end by 7% of the run).
-# It is watched from 16 groups per core on; a short run leaves little to drop after its
-# measurements (the 8-per-core attention layers of a Llama step: 256 runs watched, 16 tiles
-# dropped, the run 50% slower) ...
+WINDOWS = 16  # side by side (and runs of tiles): windows of 1/16 of the work
+# A run of identical tile groups is watched from 16 groups per core on: the groups still to
+# hand out at the cut are dropped whole, and the stagger of the last groups over the cores
+# (up to one group's time) must be small beside the run (with 2 long groups per core it
+# moved the layer's end by 7% of the run); and a short run leaves little to drop after its
+# measurements (the 8-per-core attention layers of a Llama step: 256 runs watched, 16
+# tiles dropped, the run 50% slower) ...
 MIN_RUN_WAVES = 16
-# ... unless each wave is long: at least the stretch a fixed point compares
-# (``chip.least_period``) at the memory's peak bandwidth, so that one wave is one window
-# (on a memory without refresh nothing bounds that stretch, and such runs are not watched).
-# Then from 6 per core on: two windows past the first, a wave in flight, one to drop (the
-# LM head of a Llama step: 31 groups of 3 tiles over 4 cores, 143 MB of weights a wave, a
-# third of a fast step's kernel time).
+# ... or from 6 per core on when each wave (a group on every core) is long: at least the
+# stretch a fixed point compares (``chip.least_period``) at the memory's peak bandwidth (on
+# a memory without refresh nothing bounds that stretch, and such runs are not watched).
+# Such a run is measured a wave at a time, so that each window holds the same work on every
+# core (the LM head of a Llama step, 31 groups of 3 tiles over 4 cores, 143 MB of weights a
+# wave and a third of a fast step's kernel time: in windows of 4 tiles, a group and a
+# third, 3,170-33,452 cycles a tile, of whole waves 22,100-22,150), and its cut drops whole waves, so that the
+# groups left over spread over the cores as in full; it is not cut while another layer
+# waits for cores (``_cut_tiles``). Two windows past the first, a wave in flight, one to
+# drop: 6 per core at least.
 MIN_LONG_WAVES = 6
 
 
@@ -162,13 +164,13 @@ class _Watch:
 class _TileWatch:
     """One run of identical tile groups inside a layer being watched: the real tick and the
     counters each time another ``block`` of the layer's tiles has finished (the kernel
-    pauses there: ``L_TILE_MARK``). An iteration is one tile; whole waves of the run's
-    tiles still to be handed out when the fixed point is reached are dropped and accounted
-    for."""
+    pauses there: ``L_TILE_MARK``). An iteration is one tile; the run's tiles still to be
+    handed out when the fixed point is reached (in multiples of ``waves`` groups) are
+    dropped and accounted for."""
 
     run: TileRun
-    block: int  # tiles between two measurements: whole waves
-    waves: int  # groups a wave holds (one a core): a cut drops a multiple of them
+    block: int  # tiles between two measurements
+    waves: int  # a cut drops a multiple of this many groups (a wave, or 1)
     mark: int = 0  # tiles left in the layer at the next measurement
     times: list[int] = field(default_factory=list)
     progress: list[float] = field(default_factory=list)
@@ -303,10 +305,12 @@ class FastForward:
             [r.layers() for r in regions] + [np.zeros(0, np.int64)]).astype(np.int64))
 
     def _tile_watch(self, tr: TileRun) -> _TileWatch:
-        """Windows of whole waves (a group on every core), about ``WINDOWS``-th of the run
-        each and at least one wave; the cut drops whole waves."""
-        waves = max(1, tr.groups // (WINDOWS * self.n_cores))
-        return _TileWatch(tr, waves * self.n_cores * tr.tiles_per_group, self.n_cores)
+        """Many groups: windows of a ``WINDOWS``-th of the run (at least a tile per core),
+        and the cut drops any number of groups. Few long ones: windows of one wave (a
+        group on every core), and the cut drops whole waves."""
+        if tr.groups >= MIN_RUN_WAVES * self.n_cores:
+            return _TileWatch(tr, max(self.n_cores, tr.tiles // WINDOWS), 1)
+        return _TileWatch(tr, self.n_cores * tr.tiles_per_group, self.n_cores)
 
     def _wave_ticks(self, run, tr: TileRun) -> float:
         """The least a wave of ``tr`` (a group on every core) can last, in ticks: its DRAM
@@ -696,8 +700,18 @@ class FastForward:
             other = int(np.flatnonzero(running | foreign)[0])
             w.outcome = f"shared with {prog.layers[other].name} (simulated in full)"
             return
+        if w.run.groups < MIN_RUN_WAVES * self.n_cores:
+            # few long groups: the cores run out of them up to a group's time apart, and a
+            # layer waiting for cores starts in that stagger, which drifts over the run
+            # (a Llama decoder's up projection beside its gate one, 8 groups per core of
+            # 735,000 cycles on 2 cores: it started 312,000 cycles early after a cut)
+            waiting = released(st, prog) & ~started & (prog.layer[:, isa.L_GROUP_LEN] > 0)
+            if waiting.any():
+                other = int(np.flatnonzero(waiting)[0])
+                w.outcome = f"{prog.layers[other].name} waits for cores (simulated in full)"
+                return
         g = int(ls[ks.L_NEXT_GROUP, layer])
-        end = g + (w.run.end_group - g) // w.waves * w.waves  # whole waves
+        end = g + (w.run.end_group - g) // w.waves * w.waves
         if g >= end:
             w.outcome = "nothing left to skip"
             return
