@@ -77,10 +77,10 @@ MIN_RUN_WAVES = 16
 # Such a run is measured a wave at a time, so that each window holds the same work on every
 # core (the LM head of a Llama step, 31 groups of 3 tiles over 4 cores, 143 MB of weights a
 # wave and a third of a fast step's kernel time: in windows of 4 tiles, a group and a
-# third, 3,170-33,452 cycles a tile, of whole waves 22,100-22,150), and its cut drops whole waves, so that the
-# groups left over spread over the cores as in full; it is not cut while another layer
-# waits for cores (``_cut_tiles``). Two windows past the first, a wave in flight, one to
-# drop: 6 per core at least.
+# third, 3,170-33,452 cycles a tile, of whole waves 22,100-22,150), and its cut drops whole
+# waves, so that the groups left over spread over the cores as in full; it is not cut while
+# another layer waits for cores (``_cut_tiles``). Two windows past the first, a wave in
+# flight, one to drop: 6 per core at least.
 MIN_LONG_WAVES = 6
 
 
@@ -267,7 +267,7 @@ class FastForward:
         content = self.contents.update(prog)
         ls = st.cores.layer_st
         for tr in find_tile_runs(prog, first_layer, MIN_LONG_WAVES * self.n_cores, content):
-            if (tr.groups < MIN_RUN_WAVES * self.n_cores
+            if (self._few_groups(tr)
                     and not (self.least and self._wave_ticks(run, tr) >= self.least)):
                 continue
             # a long first block of the outer loop is a run of its own, watched first; the
@@ -304,11 +304,16 @@ class FastForward:
         self.repeats.watch(run, first_layer, np.concatenate(
             [r.layers() for r in regions] + [np.zeros(0, np.int64)]).astype(np.int64))
 
+    def _few_groups(self, tr: TileRun) -> bool:
+        """Under ``MIN_RUN_WAVES`` groups per core: watched only if its waves are long,
+        a wave at a time, and not cut while another layer waits for cores."""
+        return tr.groups < MIN_RUN_WAVES * self.n_cores
+
     def _tile_watch(self, tr: TileRun) -> _TileWatch:
         """Many groups: windows of a ``WINDOWS``-th of the run (at least a tile per core),
         and the cut drops any number of groups. Few long ones: windows of one wave (a
         group on every core), and the cut drops whole waves."""
-        if tr.groups >= MIN_RUN_WAVES * self.n_cores:
+        if not self._few_groups(tr):
             return _TileWatch(tr, max(self.n_cores, tr.tiles // WINDOWS), 1)
         return _TileWatch(tr, self.n_cores * tr.tiles_per_group, self.n_cores)
 
@@ -700,7 +705,7 @@ class FastForward:
             other = int(np.flatnonzero(running | foreign)[0])
             w.outcome = f"shared with {prog.layers[other].name} (simulated in full)"
             return
-        if w.run.groups < MIN_RUN_WAVES * self.n_cores:
+        if self._few_groups(w.run):
             # few long groups: the cores run out of them up to a group's time apart, and a
             # layer waiting for cores starts in that stagger, which drifts over the run
             # (a Llama decoder's up projection beside its gate one, 8 groups per core of
