@@ -352,6 +352,25 @@ def write_json_atomic(path: Path, data: Any) -> None:
 # --------------------------------------------------------------------------- summary
 
 
+def fidelity_headline(info: dict, total_cycles: int) -> str | None:
+    """A fast run's line: how many of its cycles, layers and tiles were extrapolated (the
+    JSON's ``fidelity`` section has each region, run of tiles and refusal); None in full
+    fidelity."""
+    if info.get("fidelity") != "fast":
+        return None
+    cycles = info["extrapolated_cycles"]
+    if not cycles:
+        return "fast: nothing extrapolated, every cycle simulated (--json: what was watched)"
+    layers = info["layers_simulated"] + info["layers_extrapolated"]
+    tiles = info["tiles_simulated"] + info["tiles_extrapolated"]
+    what = [f"{info['layers_extrapolated']:,} of {layers:,} layers",
+            f"{info['tiles_extrapolated']:,} of {tiles:,} tiles"]
+    if info.get("stream_cuts"):
+        what.append(f"{info['stream_cuts']:,} cuts inside tiles")
+    return (f"fast: {cycles:,} of {total_cycles:,} cycles extrapolated "
+            f"({_pct(cycles / total_cycles)}): " + ", ".join(what))
+
+
 def energy_headline(e: dict) -> str:
     """Joules, average power, pJ/MAC and TOPS/W, then the three largest components."""
     from rich.markup import escape
@@ -417,6 +436,9 @@ def render_summary(result, *, wall_seconds: float, overrides: list[str], dims: d
         t.add_row("dims", escape(text))
     t.add_row("total cycles", f"[bold]{total:,}[/]  ({human_seconds(result.seconds)} at "
                               f"{cfg.core_freq_mhz} MHz)")
+    fidelity = fidelity_headline(d["fidelity"], total)
+    if fidelity:
+        t.add_row("fidelity", fidelity)
     t.add_row("layers", f"{len(result.layers)}")
     t.add_row("bytes moved", f"{human_bytes(loaded + stored)}  (loaded {human_bytes(loaded)}, "
                              f"stored {human_bytes(stored)})")

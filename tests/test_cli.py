@@ -94,6 +94,31 @@ def test_simulate_writes_json_matching_the_api(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
 
 
+def test_a_fast_runs_summary_says_how_much_was_extrapolated(tmp_path):
+    """The summary's fidelity row gives the JSON's counts: BERT's twelve blocks at sequence
+    128 on `server` are a region cut at its fixed point; tiny_cnn repeats nothing; a full
+    run has no such row."""
+    out = tmp_path / "bert.json"
+    res = run("simulate", "bert_base", "-c", "server", "-d", "batch=1", "-d", "seq=128",
+              "--fidelity", "fast", "--json", str(out), env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    info, total = data["fidelity"], data["total_cycles"]
+    assert info["extrapolated_cycles"] > 0 and info["layers_extrapolated"] > 0
+    tiles = sum(c["tiles"] for c in data["cores"])
+    assert info["tiles_simulated"] + info["tiles_extrapolated"] == tiles
+    row = next(line for line in res.stdout.splitlines() if line.startswith("fidelity"))
+    assert (f"fast: {info['extrapolated_cycles']:,} of {total:,} cycles extrapolated "
+            f"({100 * info['extrapolated_cycles'] / total:.1f}%): "
+            f"{info['layers_extrapolated']:,} of {len(data['layers']):,} layers, "
+            f"{info['tiles_extrapolated']:,} of {tiles:,} tiles") in row
+    res = run("simulate", "tiny_cnn", "--fidelity", "fast", env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "fidelity          fast: nothing extrapolated, every cycle simulated" in res.stdout
+    res = run("simulate", "tiny_cnn", env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "fidelity" not in res.stdout, res.output
+
+
 def test_quiet_prints_only_cycles_and_no_skip_agrees():
     skip = run("simulate", "tiny_cnn", "-c", "gemmini_validation", "--quiet")
     noskip = run("simulate", "tiny_cnn", "-c", "gemmini_validation", "--quiet", "--no-skip")
