@@ -178,6 +178,17 @@ def cores_activity(st):
     return h
 
 
+@kernel
+def cores_streaming(st):
+    """Whether any core's DMA has a request still to send (fast fidelity: a steady window
+    without one is no place for a stream cut, ``npusim.fast.streams``)."""
+    for c in range(st.slot.shape[1]):
+        for d in range(2):
+            if dma_has_request(st, c, d):
+                return True
+    return False
+
+
 @kernel(inline=True)
 def _core_times_after(st, prog, c, t, span):
     """Every time core c keeps that lies after t (compute in flight, queued starts, its

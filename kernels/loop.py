@@ -19,8 +19,8 @@ from numba.extending import overload
 from .jit import MODEL_OPTIONS, entry, kernel
 
 from . import isa
-from .cores import (cores_activity, cores_start, cores_step, cores_wake, layers_left, paused,
-                    resume)
+from .cores import (cores_activity, cores_start, cores_step, cores_streaming, cores_wake,
+                    layers_left, paused, resume)
 from .memory import memory_step, memory_wake
 from .names import MEM_IDEAL
 from .noc import noc_step, noc_wake
@@ -73,8 +73,11 @@ def _window_clip(chip, p, t, nxt):
 @kernel(out_of_line=True)
 def _window_steady(chip, t):
     """Fast fidelity: a window of G_WINDOW ticks ended before tick t. True (return to Python,
-    ``npusim.fast.streams``) if no core's activity changed in it and it is the first or
-    every G_WINDOW_EVERY-th such window in a row."""
+    ``npusim.fast.streams``) if no core's activity changed in it, it is the first or every
+    G_WINDOW_EVERY-th such window in a row, and some core has DMA requests still to send:
+    a stretch without (compute only, or requests all sent) has no stream to cut, and no
+    stream can start in it without a core's activity changing. (ResNet-18's 64-point sweep
+    paused 42,015 times in fast fidelity, mostly in such stretches: 7% of its CPU time.)"""
     glob = chip.glob
     glob[G_WINDOW_AT] = t + glob[G_WINDOW]
     sig = cores_activity(chip.cores)
@@ -83,7 +86,9 @@ def _window_steady(chip, t):
         glob[G_WINDOW_STEADY] = 0
         return False
     glob[G_WINDOW_STEADY] += 1
-    return glob[G_WINDOW_STEADY] > 0 and (glob[G_WINDOW_STEADY] - 1) % glob[G_WINDOW_EVERY] == 0
+    return (glob[G_WINDOW_STEADY] > 0
+            and (glob[G_WINDOW_STEADY] - 1) % glob[G_WINDOW_EVERY] == 0
+            and cores_streaming(chip.cores))
 
 
 @entry

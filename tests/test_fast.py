@@ -119,8 +119,8 @@ def test_bert_fast_is_within_one_percent_and_says_what_it_extrapolated():
 
 def test_fast_equals_full_exactly_when_nothing_repeats(monkeypatch):
     """No region, no run of tiles, and (no stream cut: none ever has requests enough to
-    measure) nothing inside the tiles: the kernel still pauses at every steady window, and
-    that changes nothing."""
+    measure) nothing inside the tiles: the kernel still pauses at every steady window with
+    requests to send, and that changes nothing."""
     from npusim.fast import streams
 
     monkeypatch.setattr(streams, "HALF_REQUESTS", 1 << 40)

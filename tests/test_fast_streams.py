@@ -73,6 +73,38 @@ def test_compute_in_flight_across_the_cut_keeps_its_time_exactly():
         full.state.cores.core[ks.C_SA_STREAM, 0])
 
 
+def _has_request_to_send(st) -> bool:
+    """Whether some core's DMA has an entry with requests still unsent (as the kernel's
+    ``dma_has_request`` reads its queues)."""
+    dq, ctl = st.cores.dq, st.cores.dq_ctl
+    q = dq.shape[3]
+    return any(dq[ks.Q_UNSENT, c, d, (ctl[ks.D_HEAD, c, d] + n) % q] == 1
+               for c in range(dq.shape[1]) for d in range(2)
+               for n in range(ctl[ks.D_SEND, c, d], ctl[ks.D_COUNT, c, d]))
+
+
+def test_steady_windows_that_only_compute_do_not_pause_the_run(monkeypatch):
+    """A load of N / 8 requests (10,000 cycles), then a GEMM of 160,000 cycles on it: the
+    windows of the GEMM are steady (no instruction issued or finished) but nothing is left
+    to send, so no stream cut can happen there and the loop does not stop for them (it did
+    at every one, about 300 pauses). The load's own steady windows are still sampled."""
+    from npusim.fast import streams
+
+    probed = []
+    probe = streams._probe
+
+    def recording(st):
+        probed.append(_has_request_to_send(st))
+        return probe(st)
+
+    monkeypatch.setattr(streams, "_probe", recording)
+    rows = [Instr.dma(True, 0, 0, N // 8, 32, 1, 0, 32), Instr.gemm(8, 20_000, 0, deps=(0,))]
+    full, c_full, _ = _run(rows, "full")
+    fast, c_fast, _ = _run(rows, "fast")
+    assert c_fast == c_full > 160_000
+    assert probed and all(probed), probed.count(False)
+
+
 def test_stream_cuts_are_the_same_with_and_without_skip_ahead():
     """The windows end on the same ticks whether or not the loop skips ahead (their ends
     are events of their own), so the cuts and the results are bit-identical."""

@@ -11,8 +11,9 @@ point, the repetition is inside those instructions, and this is where it is extr
    an event of its own, so skipping ahead or not gives the same windows). A window is
    *steady* when no core issued or completed an instruction, took or finished a tile, or
    started sending another DMA entry in it (``kernels/cores.py: cores_activity``). The
-   loop returns to Python only after a steady window, so a run whose activity changes
-   all the time pays for almost no pauses.
+   loop returns to Python only after a steady window in which some core still has DMA
+   requests to send (``cores_streaming``), so a run whose activity changes all the time,
+   or whose steady stretches only compute, pays for almost no pauses.
 2. At each such pause a few numbers are probed (``_probe``: requests, bytes, read latency
    and requests in flight per core, the row hits); every counter (``chip.COUNTERS``) only at a
    steady stretch's first sample and at a cut. The fixed point: the stretch so far, in two
@@ -258,7 +259,7 @@ _PROBE = (ks.C_LD_REQUESTS, ks.C_ST_REQUESTS, ks.C_LD_BYTES, ks.C_ST_BYTES,
 
 def _probe(st) -> np.ndarray:
     """What the fixed-point test looks at, per core (``_PROBE``), then the chip's row hits
-    and row-buffer outcomes: a few numbers, taken at every steady window."""
+    and row-buffer outcomes: a few numbers, taken at every steady window the loop stops at."""
     b = st.mem.dbank
     return np.concatenate([st.cores.core[list(_PROBE)].ravel().astype(np.float64),
                            [float(b[ks.B_HITS].sum()),
