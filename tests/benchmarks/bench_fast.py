@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from fast_columns import error_percent, fill_kernel_cache, speedup
+from records import write_record
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "results" / "benchmarks" / "fast.json"
@@ -394,7 +395,7 @@ def write(rows: list[dict], out: Path) -> None:
             f"{q['cpu_seconds']:.1f}{_runs(f, q)} | {c['speedup_cpu']:.1f}x | "
             f">= {r['target_speedup']}x "
             f"{'met' if met else 'MISSED'} | {ext} | {streams} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_record(out.with_suffix(".md"), lines)
 
 
 def main() -> None:

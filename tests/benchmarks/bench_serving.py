@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 from fast_columns import FAST_HEAD, add_fast_run, fast_cells, fill_kernel_cache
+from records import write_record
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "results" / "benchmarks" / "serving.json"
@@ -119,7 +120,7 @@ def write(rows: list[dict], out: Path) -> None:
             f"{r['ttft_cycles']:,} | {tbt} | "
             f"{'met' if min(r['wall_seconds'], r['cpu_seconds']) < 300 else 'MISSED'} | "
             + " | ".join(fast_cells(r)) + " |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_record(out.with_suffix(".md"), lines)
 
 
 def main() -> None:
