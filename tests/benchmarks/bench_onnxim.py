@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from records import write_record
+
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "results" / "benchmarks" / "onnxim"
 CONFIGS = {"tpuv4": "systolic_ws_128x128_c4_simple_noc_tpuv4",
@@ -38,27 +40,6 @@ CONFIGS = {"tpuv4": "systolic_ws_128x128_c4_simple_noc_tpuv4",
 DEFAULT_CASES = ("resnet18:tpuv4,resnet50:tpuv4,matmul_512_768_768:tpuv4,"
                  "matmul_1_8192_8192:tpuv4,matmul_512_768_768:8x8c1,resnet18:8x8c1,"
                  "matmul_1_8192_8192:8x8c1,matmul_512_768_768:8x8c4,resnet18:8x8c4")
-
-
-# Why the two differ, found by reading ONNXim's sources beside both runs (2026-11-29)
-NOTES = """
-Where the two differ, and why (ONNXim a1e8629 read beside both runs):
-
-- TPUv4 config, convs: ONNXim's conv tiler (`Mapping.cc`, Gemmini's `tiled_conv_auto`) never
-  looks at the number of cores, so every conv after the first runs as one tile on one core
-  (5-7% PE utilization a core); npusim splits each layer over the four cores.
-- TPUv4 config, GEMV 1x8192x8192: npusim streams the 128 MiB of weights at 87% of the HBM2
-  peak, ONNXim at about half of it.
-- 8x8 four-core config: ONNXim clocks its DDR4 model at the config's `dram_freq` (400 MHz),
-  half the standard's 800 MHz that npusim takes (with a warning); at 800 MHz ONNXim gives
-  3,058,706 (MatMul) and 9,854,701 (ResNet-18) cycles.
-- 8x8 one-core GEMV: 11.2 (ONNXim) against 13.2 (npusim) cycles per weight block; npusim's
-  timing follows Gemmini's execute unit, validated against its RTL (`bench_accuracy.py`).
-- ONNXim charges nothing for MaxPool and GlobalAveragePool, and its NHWC conv weight address
-  drops the output channel within a 128-wide block (`ConvWS.cc`): it reads 4.2 MiB of
-  ResNet-18's 21.3 MiB of conv weights (its cycles hardly move once fixed: the 16 ports hide
-  the traffic).
-"""
 
 
 def _models_list(home: Path, model: str) -> Path:
@@ -130,7 +111,9 @@ def main() -> None:
                      f"{n['cycles'] or 'failed'} | {ratio} | {o['wall_seconds']} | "
                      f"{n['wall_seconds']} |")
     OUT.with_suffix(".json").write_text(json.dumps({"note": head, "rows": rows}, indent=1))
-    OUT.with_suffix(".md").write_text("\n".join(lines) + "\n" + NOTES)
+    # the notes after the table (why the two differ, found by reading ONNXim's sources
+    # beside both runs) are kept: records.write_record
+    write_record(OUT.with_suffix(".md"), lines)
     print(f"written {OUT.with_suffix('.md')}")
 
 
