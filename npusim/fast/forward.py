@@ -328,8 +328,7 @@ class FastForward:
                                                              isa.G_TILE_LEN]])
         group_bytes = float(tile_row_sums(prog, prog.tile[t0:t0 + n],
                                           lambda inst: _dma_bytes(inst)[:, None]).sum())
-        seconds = self.n_cores * group_bytes / peak
-        return seconds * run.cfg.core_freq_mhz * 1e6 * self.tb.core_period
+        return self.n_cores * group_bytes / peak * 1e6 * self.tb.ticks_per_us
 
     def real_end(self, st, layer: int) -> int:
         """The tick ``layer`` ended as the user sees it (it has ended in the run): its
@@ -710,9 +709,9 @@ class FastForward:
             # layer waiting for cores starts in that stagger, which drifts over the run
             # (a Llama decoder's up projection beside its gate one, 8 groups per core of
             # 735,000 cycles on 2 cores: it started 312,000 cycles early after a cut)
-            waiting = released(st, prog) & ~started & (prog.layer[:, isa.L_GROUP_LEN] > 0)
-            if waiting.any():
-                other = int(np.flatnonzero(waiting)[0])
+            ready = released(st, prog) & ~started & (prog.layer[:, isa.L_GROUP_LEN] > 0)
+            if ready.any():
+                other = int(np.flatnonzero(ready)[0])
                 w.outcome = f"{prog.layers[other].name} waits for cores (simulated in full)"
                 return
         g = int(ls[ks.L_NEXT_GROUP, layer])
