@@ -89,7 +89,11 @@ def _core_wake(st, rg, prog, p, c, t, issue_wake):
 
 @kernel(inline=True)
 def cores_step(st, rg, prog, mt, p, t):
-    """One core-clock edge for every core that is due (every core when not skipping)."""
+    """One core-clock edge for every core that is due (every core when not skipping).
+
+    Where a layer marked NOTIFY_BEFORE_HAND_OUT ended, the edge stops before the ready
+    tiles are handed out (``paused``): ``cores_hand_out`` finishes it at the same tick once
+    Python has looked, which gives the same run unless Python changed what is ready."""
     n = p.n_cores
     if bell(rg, SIDE_CORES) <= t:  # the network side rang: those cores are due now
         for c in range(n):
@@ -101,7 +105,16 @@ def cores_step(st, rg, prog, mt, p, t):
             _core_receive(st, rg, prog, p, c, t)
             _core_retire(st, prog, p, c, t)
     release_due(st, prog, p, t)  # requests that have arrived
-    # hand out ready tiles: idle cores first, then second (prefetch) slots
+    if st.ctl[CC_PAUSE] != NOTIFY_BEFORE_HAND_OUT:
+        cores_hand_out(st, rg, prog, mt, p, t)
+
+
+@kernel
+def cores_hand_out(st, rg, prog, mt, p, t):
+    """The rest of a core-clock edge: ready tiles to free slots, then every due core issues
+    and sends."""
+    n = p.n_cores
+    # idle cores first, then second (prefetch) slots
     if work_waiting(st, prog):
         for rnd in range(2):
             for c in range(n):
@@ -149,6 +162,12 @@ def layers_left(st):
 def paused(st):
     """A layer marked L_NOTIFY ended in the last step: the run returns to Python."""
     return st.ctl[CC_PAUSE] != 0
+
+
+@kernel(inline=True)
+def paused_before_hand_out(st):
+    """The last step stopped before handing out tiles (``cores_step``)."""
+    return st.ctl[CC_PAUSE] == NOTIFY_BEFORE_HAND_OUT
 
 
 @kernel(inline=True)

@@ -19,8 +19,8 @@ from numba.extending import overload
 from .jit import MODEL_OPTIONS, entry, kernel
 
 from . import isa
-from .cores import (cores_activity, cores_start, cores_step, cores_streaming, cores_wake,
-                    layers_left, paused, resume)
+from .cores import (cores_activity, cores_hand_out, cores_start, cores_step, cores_streaming,
+                    cores_wake, layers_left, paused, paused_before_hand_out, resume)
 from .memory import memory_step, memory_wake
 from .names import MEM_IDEAL
 from .noc import noc_step, noc_wake
@@ -97,7 +97,8 @@ def run(chip, prog, mt, p, max_iterations):
 
     Returns 0 (chunk done, or finished: ``G_FINISHED``), 1 on deadlock, 2 when a layer
     marked ``L_NOTIFY`` has ended (the caller may then add layers, e.g. the next step of an
-    LLM), or 3 at the end of a steady window (fast fidelity: ``npusim.fast.streams``); a call
+    LLM; marked ``NOTIFY_BEFORE_HAND_OUT``, the tick's tiles are handed out when the call
+    after resumes, ``cores_step``), or 3 at the end of a steady window (fast fidelity: ``npusim.fast.streams``); a call
     again resumes after the tick it stopped at. Stopping between two steps never changes
     results, so the caller may update a progress bar between calls; fast fidelity looks at
     the run only where it asked to stop (2 and 3), never at the end of a chunk, so that how
@@ -108,8 +109,11 @@ def run(chip, prog, mt, p, max_iterations):
     if glob[G_STARTED] == 0:
         glob[G_STARTED] = 1
         cores_start(cores, prog)
-    elif paused(cores):  # tick t was done before the pause
+    elif paused(cores):  # tick t was done before the pause (or all but its hand-out)
+        held = paused_before_hand_out(cores)
         resume(cores)
+        if held:
+            cores_hand_out(cores, rg, prog, mt, p, t)
         if layers_left(cores) > 0:
             t = _window_clip(chip, p, t, _next_tick(chip, prog, p, t))
             if t >= isa.NEVER:

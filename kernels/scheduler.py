@@ -30,8 +30,7 @@ def _make_ready(st, prog, layer):
 def _layer_ended(st, prog, layer, t):
     st.layer_st[L_END, layer] = t
     st.ctl[CC_LAYERS_LEFT] -= 1
-    if st.layer_st[L_NOTIFY, layer]:
-        st.ctl[CC_PAUSE] = 1
+    st.ctl[CC_PAUSE] = max(st.ctl[CC_PAUSE], st.layer_st[L_NOTIFY, layer])
 
 
 @kernel
@@ -90,7 +89,7 @@ def tile_finished(st, prog, tile, t):
     left = st.layer_st[L_TILES_LEFT, layer]
     if left > 0:
         if left == st.layer_st[L_TILE_MARK, layer]:
-            st.ctl[CC_PAUSE] = 1
+            st.ctl[CC_PAUSE] = max(st.ctl[CC_PAUSE], NOTIFY_AFTER_STEP)
         return
     _all_tiles_done(st, prog, layer, t)
 

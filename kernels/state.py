@@ -173,7 +173,8 @@ Cores = namedtuple("Cores", (
     "tr_iv",  # [IV_*, k]            core activity intervals
     "tr_core",  # [dir, core]        tick each DMA turned busy (-1: idle)
 ))
-# ctl (CC_PAUSE: a layer marked L_NOTIFY ended; CC_IV_N: rows of tr_iv in use)
+# ctl (CC_PAUSE: a layer marked L_NOTIFY ended, the largest such mark; CC_IV_N: rows of tr_iv
+#  in use)
 CC_READY_SEQ, CC_PAUSE, CC_LAYERS_LEFT, CC_RELEASED, CC_IV_N = range(5)
 N_CC_FIELDS = 5
 # part_st (PT_LAST_RANK: policy state of time-shared)
@@ -182,12 +183,15 @@ N_PART_FIELDS = 2
 # layer_st
 # (per-layer statistics: array stream cycles, vector busy cycles, DMA bytes loaded/stored)
 # (L_NEXT_GROUP: the next group to hand out, L_READY_SEQ: order in which layers became ready,
-#  L_NOTIFY: 1 if the run returns to Python when the layer ends, e.g. to add the next LLM step;
+#  L_NOTIFY: NOTIFY_AFTER_STEP if the run returns to Python when the layer ends, e.g. to add
+#  the next LLM step, NOTIFY_BEFORE_HAND_OUT to return before that tick's ready tiles are
+#  handed out (fast fidelity: a region's cut may then skip the layers the end released);
 #  L_TILE_MARK: if > 0, the run returns to Python when that many of its tiles are left, for
 #  fast fidelity's measurements inside a layer)
 (L_PREDS_LEFT, L_TILES_LEFT, L_START, L_END, L_SA_CYCLES, L_VU_CYCLES, L_LD_BYTES,
  L_ST_BYTES, L_NEXT_GROUP, L_READY_SEQ, L_NOTIFY, L_TILE_MARK) = range(12)
 N_LAYER_FIELDS = 12
+NOTIFY_AFTER_STEP, NOTIFY_BEFORE_HAND_OUT = 1, 2  # L_NOTIFY, and CC_PAUSE when it applies
 # core (C_SA_LAST_CHUNK: when the last chunk of the array's latest GEMM enters it;
 #  C_LD_OUTSTANDING + d: requests of DMA d in flight, each DMA with tags of its own)
 (C_WAKE, C_SEQ, C_GROUP_NEXT, C_GROUP_END, C_SA_PRELOAD_READY, C_SA_STREAM_FREE,

@@ -629,3 +629,42 @@ def test_a_watch_that_is_done_gives_up_its_samples(monkeypatch):
     done = [w for w in ff.watches + ff.tile_watches if w.outcome != "watching"]
     assert sum(len(w.times) for w in done) > 10  # they measured
     assert [w for w in done if w.counters] == []
+
+
+def test_a_pause_before_the_hand_out_changes_nothing():
+    """A run stopped at every layer's end before that tick's ready tiles are handed out
+    (``NOTIFY_BEFORE_HAND_OUT``, fast fidelity's pause at a region's anchors), and resumed,
+    is the run not stopped, bit for bit: the next call hands them out at the same tick
+    (``kernels/cores.py: cores_step``). ResNet-18 on `server`: parallel branches, 4 cores."""
+    from npusim.engine import EngineRun
+    from npusim.kernels import state as ks
+
+    cfg = load_config("server")
+    prog = lower_graph(load_model("resnet18", {"batch": 1}), cfg)
+    runs = []
+    for mark in (0, ks.NOTIFY_BEFORE_HAND_OUT):
+        run = EngineRun(prog, cfg)
+        run.st.cores.layer_st[ks.L_NOTIFY] = mark
+        pauses = 0
+        while run.advance():
+            pauses += 1
+        st = run.result().state
+        runs.append((pauses, st.cores.layer_st[[ks.L_START, ks.L_END]].copy(),
+                     st.cores.core.copy(), st.mem.dbank.copy(), int(st.glob[ks.G_END])))
+    (p0, *plain), (p1, *held) = runs
+    assert p0 == 0 and p1 == len(np.unique(held[0][1]))  # a pause a tick where layers end
+    for a, b in zip(plain, held):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_cut_between_blocks_skips_the_next_block_whole():
+    """The run pauses at a block's end before the next block's first tiles are handed out,
+    so a cut there extrapolates whole blocks: none of the next block's Q, K and V
+    projections run after the cut (they did, 29,000 cycles of BERT-base at sequence 512)."""
+    fast = npusim.simulate(BERT["model"], BERT["config"], dims=BERT["dims"],
+                           overrides=["fidelity=fast"])
+    info = fast.to_dict()["fidelity"]
+    region = info["regions"][0]
+    assert region["outcome"] == "fixed point"
+    assert region["iterations_extrapolated"] == int(region["iterations_extrapolated"])
+    assert info["layers_extrapolated"] == 23 * region["iterations_extrapolated"]
