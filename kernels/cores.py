@@ -160,7 +160,8 @@ def layers_left(st):
 
 @kernel(inline=True)
 def paused(st):
-    """A layer marked L_NOTIFY ended in the last step: the run returns to Python."""
+    """A layer marked L_NOTIFY ended, or one marked L_TILE_MARK came down to that many
+    tiles, in the last step: the run returns to Python."""
     return st.ctl[CC_PAUSE] != 0
 
 

@@ -99,11 +99,12 @@ def run(chip, prog, mt, p, max_iterations):
     marked ``L_NOTIFY`` has ended (the caller may then add layers, e.g. the next step of an
     LLM; marked ``NOTIFY_BEFORE_HAND_OUT``, the tick's tiles are handed out when the call
     after resumes, ``cores_step``), or 3 at the end of a steady window (fast fidelity:
-    ``npusim.fast.streams``); a call again resumes after the tick it stopped at. Stopping
-    between two steps never changes results, so the caller may update a progress bar
-    between calls; fast fidelity looks at the run only where it asked to stop (2 and 3),
-    never at the end of a chunk, so that how the run is cut into chunks (a trace's buffers,
-    the chunk length) changes nothing either.
+    ``npusim.fast.streams``). A call again resumes where the last stopped: at the tick a 0
+    or 3 stopped before stepping, after the tick a 2 stepped (all of it, or all but its
+    hand-out). Stopping between two steps never changes results, so the caller may update
+    a progress bar between calls; fast fidelity looks at the run only where it asked to
+    stop (2 and 3), never at the end of a chunk, so that how the run is cut into chunks (a
+    trace's buffers, the chunk length) changes nothing either.
     """
     glob, rg, cores = chip.glob, chip.rings, chip.cores
     t = glob[G_NOW]

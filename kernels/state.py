@@ -173,8 +173,8 @@ Cores = namedtuple("Cores", (
     "tr_iv",  # [IV_*, k]            core activity intervals
     "tr_core",  # [dir, core]        tick each DMA turned busy (-1: idle)
 ))
-# ctl (CC_PAUSE: a layer marked L_NOTIFY ended, the largest such mark; CC_IV_N: rows of tr_iv
-#  in use)
+# ctl (CC_PAUSE: a layer marked L_NOTIFY ended, the largest such mark, or NOTIFY_AFTER_STEP
+#  where a layer came down to its L_TILE_MARK; CC_IV_N: rows of tr_iv in use)
 CC_READY_SEQ, CC_PAUSE, CC_LAYERS_LEFT, CC_RELEASED, CC_IV_N = range(5)
 N_CC_FIELDS = 5
 # part_st (PT_LAST_RANK: policy state of time-shared)

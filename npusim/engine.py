@@ -11,6 +11,7 @@ the state tables (``npusim.state``) and, when traced, the recorder (``npusim.tra
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -114,7 +115,11 @@ class EngineRun:
 
     def notify_on(self, layers) -> None:
         """Make :meth:`advance` return when any of ``layers`` ends."""
-        self.st.cores.layer_st[ks.L_NOTIFY, np.asarray(layers, dtype=np.int64)] = 1
+        layers = np.asarray(layers, dtype=np.int64)
+        notify = self.st.cores.layer_st[ks.L_NOTIFY]
+        notify[layers] = np.maximum(notify[layers], ks.NOTIFY_AFTER_STEP)
+        if self.fast is not None:  # (it may have claimed some: kept when it lets go)
+            self.fast.notified(layers)
 
     def advance(self, progress: Callable[[int, int, int], None] | None = None) -> bool:
         """Run on; True if stopped because a notify layer ended, False when all is done.
@@ -170,16 +175,30 @@ class EngineRun:
         """Fast fidelity: end ``layers`` (none of them handed to a core yet) unrun."""
         from npusim.kernels.scheduler import skip_layers
 
-        skip_layers(self.st.cores, self.pa, np.asarray(layers, dtype=np.int64),
-                    self.st.glob[ks.G_NOW])
+        with self._pause_kept():
+            skip_layers(self.st.cores, self.pa, np.asarray(layers, dtype=np.int64),
+                        self.st.glob[ks.G_NOW])
 
     def skip_groups(self, layer: int, end: int) -> int:
         """Fast fidelity: drop ``layer``'s groups not yet handed out, up to group ``end``
         (exclusive); returns the tiles dropped."""
         from npusim.kernels.scheduler import skip_groups
 
-        return int(skip_groups(self.st.cores, self.pa, np.int64(layer), np.int64(end),
-                               self.st.glob[ks.G_NOW]))
+        with self._pause_kept():
+            return int(skip_groups(self.st.cores, self.pa, np.int64(layer), np.int64(end),
+                                   self.st.glob[ks.G_NOW]))
+
+    @contextmanager
+    def _pause_kept(self):
+        """Layers ended from Python, at a pause, ask for no pause of their own: their
+        notifications would tell the next call that the present tick was stepped (or all
+        but its hand-out), when at a steady window's pause none of it was."""
+        ctl = self.st.cores.ctl
+        pause = int(ctl[ks.CC_PAUSE])
+        try:
+            yield
+        finally:
+            ctl[ks.CC_PAUSE] = pause
 
     def release_offset_changed(self) -> None:
         """Fast fidelity: requests still to arrive come earlier in simulated time by what

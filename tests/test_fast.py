@@ -668,3 +668,45 @@ def test_a_cut_between_blocks_skips_the_next_block_whole():
     assert region["outcome"] == "fixed point"
     assert region["iterations_extrapolated"] == int(region["iterations_extrapolated"])
     assert info["layers_extrapolated"] == 23 * region["iterations_extrapolated"]
+
+
+def test_claimed_pauses_give_back_the_mark_of_whoever_else_set_one():
+    """Fast fidelity's claims on a layer's pause stack by mark: the largest still claimed
+    holds, and the last to go gives back what the layer had, or what an LLM server asked
+    for meanwhile (``EngineRun.notify_on``)."""
+    from npusim.engine import EngineRun
+    from npusim.kernels import state as ks
+
+    cfg = load_config("server", ["fidelity=fast"])
+    run = EngineRun(lower_graph(load_model("tiny_cnn"), cfg), cfg)
+    ff, st = run.fast, run.st
+    mark = st.cores.layer_st[ks.L_NOTIFY]
+    mark[:] = 0
+    ff._claim(st, [0], ks.NOTIFY_BEFORE_HAND_OUT)
+    ff._claim(st, [0])
+    assert mark[0] == ks.NOTIFY_BEFORE_HAND_OUT
+    ff._unclaim(st, [0], ks.NOTIFY_BEFORE_HAND_OUT)
+    assert mark[0] == ks.NOTIFY_AFTER_STEP  # the other claim's
+    run.notify_on([0])
+    ff._unclaim(st, [0])
+    assert mark[0] == ks.NOTIFY_AFTER_STEP  # the server's
+    ff._claim(st, [1], ks.NOTIFY_BEFORE_HAND_OUT)
+    ff._unclaim(st, [1], ks.NOTIFY_BEFORE_HAND_OUT)
+    assert mark[1] == 0
+
+
+def test_layers_ended_from_python_ask_for_no_pause():
+    """A layer skipped at a pause (a cut) that was marked to pause leaves the kernel's pause
+    flag as it was: the flag tells the next call how much of the present tick was stepped
+    (``EngineRun._pause_kept``)."""
+    from npusim.engine import EngineRun
+    from npusim.kernels import state as ks
+
+    cfg = load_config("server", ["fidelity=fast"])
+    prog = lower_graph(load_model("tiny_cnn"), cfg)
+    run = EngineRun(prog, cfg)
+    run._run(run.st, run.pa, run.mt, run.p, 0)  # started: the first layer is ready
+    run.st.cores.layer_st[ks.L_NOTIFY, 0] = ks.NOTIFY_BEFORE_HAND_OUT
+    run.skip_layers([0])
+    assert run.st.cores.layer_st[ks.L_END, 0] == 0  # ended at once
+    assert run.st.cores.ctl[ks.CC_PAUSE] == 0

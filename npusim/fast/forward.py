@@ -44,6 +44,7 @@ runs per cycle; the kernels are the same as in full fidelity.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -161,11 +162,13 @@ class _Watch:
 
 
 def _anchor_mark(w: _Watch) -> int:
-    """How the run pauses at ``w``'s anchors: iterations that follow each other before the
-    tiles their end released are handed out, so that a cut there skips the next iteration
-    whole (BERT-base at sequence 512 on `server` ran the next block's Q, K and V
-    projections after its cut, 29,000 cycles: 6% of what fast fidelity simulates); side
-    by side, after the step, as the other pauses."""
+    """How the run pauses at ``w``'s anchors. Iterations that follow each other: before the
+    tiles an anchor's end released are handed out, so that a cut there skips every layer of
+    the region not yet begun, the next iteration whole where the anchors are iterations'
+    ends (BERT-base at sequence 512 on `server` ran the next block's Q, K and V projections
+    after its cut, 29,000 cycles: 6% of what fast fidelity simulates), the rest of the
+    present one where they are iterations' first layers. Side by side: after the step, as
+    the other pauses."""
     return ks.NOTIFY_AFTER_STEP if w.by_progress else ks.NOTIFY_BEFORE_HAND_OUT
 
 
@@ -231,7 +234,7 @@ class FastForward:
         self.tiles_pending: dict[int, list[_TileWatch]] = {}
         self._pending_layers: np.ndarray | None = None
         self.ledger: dict[str, np.ndarray] = {}
-        self._claims: dict[int, list[int]] = {}  # layers we asked the kernel to pause at
+        self._claims: dict[int, tuple[int, Counter]] = {}  # layers we asked to pause at
         self.skipped: list[tuple[int, int]] = []  # (simulated tick, ticks extrapolated there)
         self.least = 0  # ticks a compared stretch lasts at least (set with the first program)
         self.streams = StreamCuts(self, timebase)  # steady streaming inside tiles
@@ -241,23 +244,35 @@ class FastForward:
     # -- notifications, shared with whoever else set them ------------------------------
     def _claim(self, st, layers, mark: int = ks.NOTIFY_AFTER_STEP) -> None:
         """Pause the run when each of ``layers`` ends, after the step or, with
-        ``NOTIFY_BEFORE_HAND_OUT``, before that tick's tiles are handed out; until as many
-        ``_unclaim`` calls, which then give the layer back the mark it had."""
-        notify = st.cores.layer_st[ks.L_NOTIFY]
+        ``NOTIFY_BEFORE_HAND_OUT``, before that tick's tiles are handed out, until an
+        ``_unclaim`` of the same mark; a layer pauses as the largest mark still claimed
+        asks, or as whoever else set its mark (``notified``) asks."""
         for x in map(int, layers):
-            if x not in self._claims:
-                self._claims[x] = [0, int(notify[x])]  # claims, the mark before
-            self._claims[x][0] += 1
-            notify[x] = max(notify[x], mark)
+            if x not in self._claims:  # the mark someone else set, the marks claimed
+                self._claims[x] = (int(st.cores.layer_st[ks.L_NOTIFY, x]), Counter())
+            self._claims[x][1][mark] += 1
+            self._set_mark(st, x)
 
-    def _unclaim(self, st, layers) -> None:
+    def _unclaim(self, st, layers, mark: int = ks.NOTIFY_AFTER_STEP) -> None:
         for x in map(int, layers):
             claim = self._claims.get(x)
-            if claim is not None:
-                claim[0] -= 1
-                if claim[0] == 0:
-                    st.cores.layer_st[ks.L_NOTIFY, x] = claim[1]
+            if claim is not None and claim[1][mark] > 0:
+                claim[1][mark] -= 1
+                self._set_mark(st, x)
+                if not +claim[1]:
                     del self._claims[x]
+
+    def _set_mark(self, st, x: int) -> None:
+        outside, marks = self._claims[x]
+        st.cores.layer_st[ks.L_NOTIFY, x] = max([outside, *(m for m, n in marks.items() if n)])
+
+    def notified(self, layers) -> None:
+        """Someone else (an LLM server) asked the run to pause at the end of ``layers``:
+        a claimed one keeps that when its claims end."""
+        for x in map(int, layers):
+            if x in self._claims:
+                outside, marks = self._claims[x]
+                self._claims[x] = (max(outside, ks.NOTIFY_AFTER_STEP), marks)
 
     # -- setting up -----------------------------------------------------------------
     def watch(self, run, first_layer: int = 0) -> None:
@@ -390,7 +405,7 @@ class FastForward:
             else:
                 self._sample_anchors(run, w)
             if w.outcome != "watching":
-                self._unclaim(st, w.anchors)
+                self._unclaim(st, w.anchors, _anchor_mark(w))
         active = [w for w in self.active if _still_active(w)]
         if len(active) != len(self.active):
             self.active, self._active_first = active, None
@@ -563,8 +578,8 @@ class FastForward:
         grid = r.layers().reshape(r.iterations, r.period)
         layers = grid.ravel()
         # the layers to skip: not yet handed out to a core (where iterations follow each
-        # other the run paused at an iteration's end before handing out the next one's
-        # first tiles: ``_anchor_mark``)
+        # other the run paused at an anchor before handing out what its end released:
+        # ``_anchor_mark``)
         todo = ~started[layers]
         cut = layers[todo]
         if len(cut) == 0:
@@ -616,7 +631,7 @@ class FastForward:
             if other is not w and other.outcome == "watching" and inside[other.region.first]:
                 if np.isin(other.anchors, cut).any():
                     other.outcome = "skipped with an enclosing region"
-                    self._unclaim(st, other.anchors)
+                    self._unclaim(st, other.anchors, _anchor_mark(other))
         self.cut[cut] = True
         self.synth_times[0, cut] = ref_start + moved
         self.synth_times[1, cut] = ref_end + moved
@@ -636,7 +651,7 @@ class FastForward:
         self._account({name: share * d for name, d in per_iteration.items()}, prog,
                       np.flatnonzero(np.isin(prog.tile[:, isa.T_LAYER], cut)))
         cut = np.concatenate([cut, self._skip_no_work_after(st, prog, cut, inside)])
-        self._unclaim(st, w.anchors)
+        self._unclaim(st, w.anchors, _anchor_mark(w))
         w.outcome, w.how, w.period = "cut", how, period
         w.cut_layers = cut
         w.in_flight = layers[~todo & ~ended[layers]]  # handed out or ready before the cut
