@@ -295,6 +295,17 @@ def test_a_trace_of_a_fast_run_lists_what_it_extrapolated(tmp_path):
     assert int(ds.time_real[-1] - ds.time[-1]) == skipped
     assert int(ds.layer_end_cycle.max()) == r.total_cycles
     assert int(ds.core_active_cycles.sum()) < sum(c["busy_cycles"] for c in r.cores)
+    # its summary says so, and gives shares of the simulated cycles (of the whole run's, a
+    # core's share came out about half what a full trace of the same model says)
+    from npusim.trace.report import plot_trace, summary_rows
+
+    rows = dict(summary_rows(ds))
+    simulated = r.total_cycles - skipped
+    assert rows["fidelity"].startswith(f"fast: {skipped:,} cycles extrapolated")
+    assert f"of the {simulated:,} simulated" in rows["fidelity"]
+    active = ds.core_active_cycles.sum("time").values
+    assert rows["cores active"] == ", ".join(f"{100 * v / simulated:.1f}%" for v in active)
+    assert plot_trace(ds, tmp_path / "f.png").stat().st_size > 10_000
 
 
 # --------------------------------------------------------------- runs of identical tiles
