@@ -1040,18 +1040,20 @@ def sweep(
     spec = load_sweep(sweep_file)
     check_out_path(out)
     _check_outputs_apart({"--out": out}, {"the sweep file": sweep_file})
+    from npusim.sweep.run import points_to_run, run_sweep
+
     if dry_run:
         points = spec.points()
         check_points(spec, points)
-        recorded = {r["hash"] for r in read_journal(journal_path(out))}
+        records = {r["hash"]: r for r in read_journal(journal_path(out))}
         shape = " x ".join(f"{len(a)} {a.name}" for a in spec.axes) or "1"
         invalid = sum(p.error is not None for p in points)
-        done = sum(p.error is None and p.hash in recorded for p in points)
+        done = sum(p.error is None and p.hash in records for p in points)
+        to_run = sum(map(len, points_to_run(points, records, retry_failed).values()))
+        again = f" ({to_run - (len(points) - done - invalid)} of them again)" if retry_failed else ""
         print(f"sweep {spec.name}: {len(points)} points ({shape}); {done} recorded, "
-              f"{invalid} invalid combinations, {len(points) - done - invalid} to run")
+              f"{invalid} invalid combinations, {to_run} to run{again}")
         return
-
-    from npusim.sweep.run import run_sweep
 
     reporter = SweepReporter(quiet)
     t0 = time.perf_counter()

@@ -187,6 +187,12 @@ def test_failures_are_recorded_and_do_not_stop_the_others(tmp_path, unsupported_
     assert ds.attrs["points_ok"] == 3 and ds.attrs["points_failed"] == 5
     assert len(read_journal(journal_path(out))) == 6  # invalid combinations are not journaled
 
+    # --dry-run counts what a run would start: nothing, or with --retry-failed the three
+    # failing points again (it said 0 to run whatever --retry-failed said)
+    res = sweep_cli(str(sweep), "--out", str(out), "--dry-run")
+    assert "6 recorded, 2 invalid combinations, 0 to run" in res.output, res.output
+    res = sweep_cli(str(sweep), "--out", str(out), "--dry-run", "--retry-failed")
+    assert "6 recorded, 2 invalid combinations, 3 to run (3 of them again)" in res.output
     # --retry-failed runs the three failing points again; the ok points are not run again
     res = sweep_cli(str(sweep), "--out", str(out), "--retry-failed", "--workers", "1")
     assert res.exit_code == 0, res.output

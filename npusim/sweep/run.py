@@ -15,6 +15,7 @@ import os
 import signal
 import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -72,15 +73,24 @@ def run_sweep(sweep: str | Path | Sweep, out: str | Path, *, workers: int | None
         raise
 
 
+def points_to_run(points: list[Point], records: dict[str, dict[str, Any]],
+                  retry_failed: bool) -> dict[str, list[Point]]:
+    """hash -> the valid points a run starts (one simulation for points that differ only
+    in their labels): those not recorded yet, and with ``retry_failed`` those recorded as
+    failed. (``npusim sweep --dry-run`` counts these.)"""
+    todo: dict[str, list[Point]] = {}
+    for p in points:
+        rec = records.get(p.hash) if p.error is None else None
+        if p.error is None and (rec is None or (retry_failed and rec["status"] != "ok")):
+            todo.setdefault(p.hash, []).append(p)
+    return todo
+
+
 def _run_points(sweep, points, out, path, workers, scheduler, timeout, retry_failed,
                 reporter) -> xr.Dataset:
     with Journal(path) as journal:
         records = journal.records()
-        todo: dict[str, list[Point]] = {}
-        for p in points:
-            rec = records.get(p.hash) if p.error is None else None
-            if p.error is None and (rec is None or (retry_failed and rec["status"] != "ok")):
-                todo.setdefault(p.hash, []).append(p)
+        todo = points_to_run(points, records, retry_failed)
         valid = sum(p.error is None for p in points)
         reused = valid - sum(len(pts) for pts in todo.values())
         try:
@@ -165,7 +175,12 @@ def _client(workers: int | None, scheduler: str | None, n_tasks: int):
 
     # A point that kills its worker process is tried on one more worker, then recorded as
     # failed (dask's default would take down four workers first).
-    with _sigint_ignored(), dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+    # The scheduler serves its metrics on 8787 even without a dashboard, and says so in a
+    # UserWarning when another program holds that port: it takes another, which is news to
+    # no one running a sweep.
+    with _sigint_ignored(), dask.config.set({"distributed.scheduler.allowed-failures": 1}), \
+            warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Port .* is already in use")
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                dashboard_address=None, silence_logs=logging.ERROR)
     with cluster, Client(cluster) as client:
