@@ -510,6 +510,16 @@ def test_onnxim_range_errors_go_through_validation(tmp_path):
     assert "memory.channels = 0 is out of range: simple memory needs a positive integer" in msg
 
 
+def test_simple_memory_names_every_field_it_lacks_at_once():
+    """A preset's DRAM set to simple memory lacks its clock and width (the DRAM standard
+    gave them); both are named in one message, with the latency it would take."""
+    msg = error_of(load_config, "mobile", ["memory.type=simple"])
+    assert ("config field memory.freq_mhz = 0 and memory.channel_bytes_per_cycle = 0 are out "
+            "of range: simple memory needs a positive integer for each of memory.freq_mhz, "
+            "memory.channels and memory.channel_bytes_per_cycle (its latency, memory.latency, "
+            "is 0 memory cycles)") in msg
+
+
 @pytest.mark.parametrize("parts, why", [
     ([[0, 1], [2, 4]], "core 4 does not exist (cores 0..3)"),
     ([[0, 1], [1, 2, 3]], "core 1 is in two partitions"),

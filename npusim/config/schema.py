@@ -406,11 +406,15 @@ def _check_memory(mem: dict, core_freq_mhz: int) -> None:
     elif kind == "ideal":  # answered the next core cycle: clock and width are nominal
         mem["freq_mhz"] = mem["freq_mhz"] or core_freq_mhz
         mem["channels"] = mem["channels"] or 1
-    else:
-        for name in ("freq_mhz", "channels", "channel_bytes_per_cycle"):
-            if mem[name] < 1:
-                raise NpusimError(f"config field memory.{name} = {mem[name]} is out of range: "
-                                  f"{kind} memory needs a positive integer")
+    else:  # all it lacks in one message (one at a time, setting a type took three tries)
+        bad = [f"memory.{name} = {mem[name]}" for name in
+               ("freq_mhz", "channels", "channel_bytes_per_cycle") if mem[name] < 1]
+        if bad:
+            raise NpusimError(f"config field {' and '.join(bad)} "
+                              f"{'is' if len(bad) == 1 else 'are'} out of range: {kind} memory "
+                              f"needs a positive integer for each of memory.freq_mhz, "
+                              f"memory.channels and memory.channel_bytes_per_cycle (its latency, "
+                              f"memory.latency, is {mem['latency']} memory cycles)")
     ctl = mem["controller"]
     if ctl["write_low_pct"] >= ctl["write_high_pct"]:
         raise NpusimError(f"config field memory.controller.write_low_pct = {ctl['write_low_pct']}"
