@@ -54,15 +54,8 @@ def _core_send(st, rg, prog, mt, p, c, t):
     """Each DMA engine (load, store) sends at most ``core_ports`` requests this cycle (one
     per NoC port of the core), while it has tags left (``max_outstanding`` each: Gemmini's
     StreamReader and StreamWriter own their transaction ids, so a long load cannot starve a
-    store of them) and the core's injection ring has room. The two take that room in
-    round-robin order (``C_DMA_TURN``), as Gemmini's reader and writer share the core's
-    memory port through a TileLink crossbar (``TLXbar``, round-robin by default): the
-    engine that sent last goes second the next cycle. With the load always first, a store
-    behind a long load on a full ring sent nothing until the load had sent its last
-    request."""
-    first = st.core[C_DMA_TURN, c]
-    for n in range(2):
-        d = first ^ n
+    store of them) and the core's injection ring has room."""
+    for d in range(2):
         for _ in range(p.core_ports):
             if (st.core[C_LD_OUTSTANDING + d, c] >= p.max_outstanding
                     or not dma_has_request(st, c, d) or not inj_room(rg, c)):
@@ -74,7 +67,6 @@ def _core_send(st, rg, prog, mt, p, c, t):
             st.core[C_LD_BYTES + d, c] += p.req_bytes
             layer = prog.tile[st.slot[S_TILE, c, st.dq[Q_SLOT, c, d, k]], isa.T_LAYER]
             st.layer_st[L_LD_BYTES + d, layer] += p.req_bytes
-            st.core[C_DMA_TURN, c] = 1 - d
 
 
 @kernel

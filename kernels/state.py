@@ -193,15 +193,14 @@ N_PART_FIELDS = 2
 N_LAYER_FIELDS = 12
 NOTIFY_AFTER_STEP, NOTIFY_BEFORE_HAND_OUT = 1, 2  # L_NOTIFY, and CC_PAUSE when it applies
 # core (C_SA_LAST_CHUNK: when the last chunk of the array's latest GEMM enters it;
-#  C_LD_OUTSTANDING + d: requests of DMA d in flight, each DMA with tags of its own;
-#  C_DMA_TURN: the DMA (0 load, 1 store) first in line for the injection ring's room)
+#  C_LD_OUTSTANDING + d: requests of DMA d in flight, each DMA with tags of its own)
 (C_WAKE, C_SEQ, C_GROUP_NEXT, C_GROUP_END, C_SA_PRELOAD_READY, C_SA_STREAM_FREE,
  C_SA_LAST_CHUNK, C_VU_FREE, C_EX_POS, C_LD_OUTSTANDING, C_ST_OUTSTANDING, C_BUSY_SINCE,
- C_SA_DONE, C_DMA_TURN,
+ C_SA_DONE,
  # statistics
  C_SA_STREAM, C_SA_MACS, C_VU_BUSY, C_VU_OPS, C_BUSY, C_LD_REQUESTS, C_ST_REQUESTS,
- C_LD_BYTES, C_ST_BYTES, C_TILES, C_READ_LAT_SUM, C_READ_LAT_N) = range(26)
-N_CORE_FIELDS = 26
+ C_LD_BYTES, C_ST_BYTES, C_TILES, C_READ_LAT_SUM, C_READ_LAT_N) = range(25)
+N_CORE_FIELDS = 25
 # slot
 (S_TILE, S_SEQ, S_NEXT, S_PENDING_DMA, S_LAST_DONE, S_COMPUTE_LEFT,
  S_STORE_LEFT) = range(7)

@@ -10,11 +10,8 @@ import math
 import pytest
 
 from helpers import config, cycles, one_tile_program
-from npusim.engine import run_program
-from npusim.kernels import state as ks
 from npusim.kernels.systolic import gemm_stream_cycles
 from npusim.program import Instr
-from npusim.state import CHANNEL_QUEUE, INJECTION_QUEUE
 
 H = W = 8
 
@@ -166,32 +163,6 @@ def test_a_load_and_a_store_each_have_their_own_tags():
     assert cycles(one_tile_program([store]), cfg) == alone
     both = one_tile_program([load, store])
     assert alone <= cycles(both, cfg) == cycles(both, cfg, skip=False) <= alone + m
-
-
-def test_a_load_and_a_store_take_a_full_injection_ring_in_turn():
-    """Gemmini's reader and writer share the core's memory port through a TileLink
-    crossbar, round-robin by default. One channel serving a 32 B request every 2 cycles
-    keeps the core's injection ring full: each cycle it frees one place, and the two DMA
-    engines take those places in turn. A store of m requests issued beside a load of n
-    therefore goes out within 2 m places once the ring and the channel's queue (Q = 16 +
-    32 requests, sent ahead) are full: done by 2 (Q + 2 m) + a round trip, while the load
-    (n much longer) ends near 2 (n + m). With the load always first, the store waited for
-    the load's last request (its end near 2 n)."""
-    n, m, Q = 1000, 50, INJECTION_QUEUE + CHANNEL_QUEUE
-    cfg = config("memory.type=simple", "memory.latency=10", "memory.freq_mhz=1000",
-                 "noc.freq_mhz=1000", "noc.latency=1", "noc.flit_bytes=64",
-                 "memory.channel_bytes_per_cycle=16", "memory.channels=1",
-                 "dma.max_outstanding=1024")
-    load = Instr.dma(True, 0, 0, n, 32, 1, 0, 32)
-    store = Instr.dma(False, 1, 1 << 20, m, 32, 1, 0, 32)
-    raw = run_program(one_tile_program([load, store]), cfg)
-    P = raw.timebase.core_period
-    load_done, store_done = (int(raw.state.cores.done[0, 0, j]) // P for j in (0, 1))
-    rtt = 1 + 1 + 10 + 2  # NoC in, memory, NoC out, the response's flits
-    assert store_done <= 2 * (Q + 2 * m) + rtt
-    assert 2 * (n + m) - 2 <= load_done <= 2 * (n + m) + rtt
-    assert cycles(one_tile_program([load, store]), cfg, skip=False) == \
-        -(-int(raw.state.glob[ks.G_END]) // P)
 
 
 def test_simple_memory_channel_bandwidth_limits_throughput():

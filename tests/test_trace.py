@@ -350,13 +350,13 @@ def test_a_fixed_bin_too_narrow_for_the_run_is_refused_before_or_while_it_runs(
                           "link's counts); give --trace-bin 19 or more, or leave it out for "
                           "bins sized to the run\n")
     res = runner.invoke(app, ["simulate", "tiny_cnn", "--trace", str(out), "--trace-bin", "19"])
-    assert res.exit_code == 2  # (it runs 64,197 cycles: 3,379 bins)
+    assert res.exit_code == 2  # (it runs 64,109 cycles: 3,375 bins)
     assert res.stderr.startswith("error: --trace-bin 19: the run has passed ")
     assert "give a --trace-bin above " in res.stderr
     assert list(tmp_path.iterdir()) == []
     res = runner.invoke(app, ["simulate", "tiny_cnn", "--trace", str(out), "--trace-bin", "65"])
     assert res.exit_code == 0, res.output
-    assert open_trace(out).sizes["time"] == -(-64_197 // 65)  # 988 bins of 65 cycles
+    assert open_trace(out).sizes["time"] == -(-64_109 // 65)  # 987 bins of 65 cycles
 
 
 def test_unwritable_path_options_without_trace_and_a_too_large_window(tmp_path):

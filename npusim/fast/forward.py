@@ -412,15 +412,13 @@ class FastForward:
         self.repeats.paused(run)
 
     def measuring(self, st) -> bool:
-        """Whether a region, a run of tiles or an instance of a repeated layer in progress
-        is being measured: a cut inside tiles would change the periods it compares
-        (``streams.StreamCuts``)."""
+        """Whether a region or run of tiles in progress is being measured: a cut inside
+        tiles would change the periods it compares (``streams.StreamCuts``)."""
         ls = st.cores.layer_st
         return (any(w.outcome == "watching" and ls[ks.L_START, w.region.first] >= 0
                     for w in self.active)
                 or any(w.outcome == "watching" and ls[ks.L_START, layer] >= 0
-                       for layer, ws in self.tiles_pending.items() for w in ws)
-                or self.repeats.measuring())
+                       for layer, ws in self.tiles_pending.items() for w in ws))
 
     def _sample(self, run, w: _Watch, tick: int, progress: float) -> None:
         w.times.append(tick)

@@ -133,18 +133,6 @@ class LayerRepeats:
         if len(nxt) == 1 and self._candidate(prog, int(nxt[0])):
             self._cut(run, x, int(nxt[0]))
 
-    def measuring(self) -> bool:
-        """Whether an instance is being measured that its layer's fixed point may still
-        need (its signature has fewer than ``forward.MAX_WATCHED`` instances so far): a cut
-        inside its tiles would put a window's rates of row hits and latency into its
-        counts, which the next instance is compared against (GPT-2's LM heads, 960,000
-        cycles each, with a cut of a few thousand inside: row-hit rates 3 points apart,
-        and no head was ever cut)."""
-        from npusim.fast.forward import MAX_WATCHED
-
-        return any(len(self.instances.get(int(self.sig[x]), [])) < MAX_WATCHED
-                   for x in self.open)
-
     def _predecessors(self, prog, layers: np.ndarray) -> np.ndarray:
         """Every predecessor of any of ``layers``."""
         return np.unique(self.src[np.isin(prog.layer_succ, layers)])

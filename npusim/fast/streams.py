@@ -171,12 +171,11 @@ class StreamCuts:
             self._quiet(st, "too little left")
             return
         if (~busy & (left > 0)).any():
-            # a DMA with requests to send and none sent (its tags all in flight, say writes
-            # the controller holds until it drains; until 2026-12-02 the load took the room
-            # the core's injection ring makes first, and a store behind it waited): when it
-            # gets some is a race of single cycles, which a span taken out would decide one
-            # way for all of it (a Llama layer's store waited 98,000 cycles more after such
-            # a cut)
+            # a DMA with requests to send and none sent (the other direction takes the room
+            # its core's injection ring makes first; before each had tags of its own, the
+            # tags too): when it gets some is a race of single cycles, which a span taken
+            # out would decide one way for all of it (a Llama layer's store waited 98,000
+            # cycles more after such a cut)
             self._quiet(st, "a stream waits")
             return
         room = min(room, int((left[busy] / req_rate[busy]).min()) - KEEP_WINDOWS * W)
