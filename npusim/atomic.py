@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -56,6 +58,23 @@ def check_outputs_apart(outputs: dict[str, str | Path | None],
         taken[key] = f"the {option} output"
 
 
+def _written_path(path: Path) -> Path:
+    """Where writing ``path`` goes: a symbolic link's target (renaming a file over the
+    link would replace the link and leave its target as it was)."""
+    return path.resolve() if path.is_symlink() else path
+
+
+def _is_stream(path: Path) -> bool:
+    """An existing device, pipe or socket (``--json /dev/stdout``, a FIFO): written into,
+    as a shell redirection would; renaming a file over it replaced the node itself
+    (``--json /dev/full`` left a regular file there)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def _new_file_mode(path: Path) -> int:
     """The mode an existing target has, else what open() would give under the umask."""
     try:
@@ -77,16 +96,25 @@ def atomic_file(path: str | Path, what: str):
     """Yield a temp path to write; on success it replaces ``path``, on any failure it is
     removed. An OSError becomes one NpusimError naming ``what`` (e.g. ``--json``)."""
     path = Path(path)
+    stream = _is_stream(path)
+    if not stream:
+        path = _written_path(path)
     parent = path.parent if str(path.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                   dir=tempfile.gettempdir() if stream else parent)
         os.close(fd)
         os.chmod(tmp, _new_file_mode(path))  # mkstemp makes 0600; match a normal new file
     except OSError as err:
         raise write_error(what, path, err) from None
     try:
         yield Path(tmp)
-        os.replace(tmp, path)
+        if stream:  # a device or a pipe: what was written goes into it, whole
+            with open(tmp, "rb") as src, open(path, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

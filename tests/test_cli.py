@@ -302,6 +302,33 @@ def test_an_output_never_replaces_an_input_or_another_output(tmp_path, outputs):
     assert not (tmp_path / "run.h5").exists()
 
 
+def test_an_output_through_a_link_or_into_a_pipe_keeps_the_link_and_the_pipe(tmp_path):
+    """A file renamed over the output replaced whatever node was there: a symbolic link
+    (its target left as it was), a FIFO, a device (``--json /dev/full`` left a regular
+    file in /dev). A link's target is replaced instead; a pipe or device is written into."""
+    import stat
+    import threading
+
+    target = tmp_path / "target.json"
+    target.write_text("{}")
+    link = tmp_path / "link.json"
+    link.symlink_to(target.name)
+    res = run("simulate", "tiny_cnn", "-q", "--json", str(link))
+    assert res.exit_code == 0, res.output
+    assert link.is_symlink() and json.loads(target.read_text())["model"] == "tiny_cnn"
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    res = run("simulate", "tiny_cnn", "-q", "--json", str(fifo))
+    reader.join(timeout=60)
+    assert res.exit_code == 0, res.output
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and json.loads(got[0])["model"] == "tiny_cnn"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.json", "link.json",
+                                                         "target.json"]
+
+
 def test_a_mapping_that_matches_no_layer_is_said(tmp_path):
     unused = tmp_path / "other.map"
     unused.write_text("[T] N16 C256 M512 - [O] N1 C1 M1 - [I] N16 C256 M512\n")

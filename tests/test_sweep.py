@@ -148,6 +148,16 @@ def test_grid_equals_individual_simulate_runs(tmp_path, batched_model):
     again = open_sweep(tmp_path / "grid.zarr")
     np.testing.assert_array_equal(again.total_cycles.values, ds.total_cycles.values)
     assert len(read_journal(journal_path(tmp_path / "grid.zarr"))) == 8
+    res = sweep_cli(str(sweep), "--out", str(tmp_path / "grid.zarr"))  # over its own store
+    assert res.exit_code == 0 and "ran 0" in res.output, res.output
+    # a directory that is not a sweep result is never replaced: it was moved aside and
+    # deleted whole, whatever it held
+    mine = tmp_path / "mine.zarr"
+    mine.mkdir()
+    (mine / "data.txt").write_text("precious")
+    res = sweep_cli(str(sweep), "--out", str(mine))
+    assert res.exit_code == 2 and "is not an npusim sweep result" in res.output, res.output
+    assert (mine / "data.txt").read_text() == "precious" and len(list(mine.iterdir())) == 1
 
 
 def test_failures_are_recorded_and_do_not_stop_the_others(tmp_path, unsupported_model):

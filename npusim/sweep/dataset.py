@@ -43,7 +43,23 @@ def check_out_path(out: str | Path) -> Path:
         except ImportError:
             raise NpusimError("a .zarr output needs the zarr package: "
                               "pip install 'npusim[zarr]'") from None
+        if out.exists() and not _is_sweep_store(out):
+            # a store is a directory, replaced whole when the sweep writes it: never one
+            # that holds something else (it was moved aside and deleted, files and all)
+            raise NpusimError(f"--out {out}: exists and is not an npusim sweep result "
+                              f"(a Zarr store it wrote); give another name, or remove it")
     return out
+
+
+def _is_sweep_store(path: Path) -> bool:
+    """Whether ``path`` is a Zarr store holding an npusim sweep dataset."""
+    if not path.is_dir():
+        return False
+    try:
+        with xr.open_zarr(path, consolidated=False) as ds:
+            return "sweep_name" in ds.attrs and "npusim_version" in ds.attrs
+    except Exception:  # noqa: BLE001 - anything unreadable as one is not one
+        return False
 
 
 def build_dataset(sweep: Sweep, points: list[Point], records: dict[str, dict[str, Any]]
