@@ -945,7 +945,10 @@ def trace_plot(
     check_output_dir(out, "--out")
     _check_outputs_apart({"--out": out}, {"the trace file": path})
     ds = open_trace(path)
-    print(f"figure written to {plot_trace(ds, out)}")
+    try:
+        print(f"figure written to {plot_trace(ds, out)}")
+    except NpusimError as err:
+        raise NpusimError(f"{path}: {err}") from None
 
 
 class SweepReporter:

@@ -293,6 +293,17 @@ def test_a_trace_without_a_variable_it_always_has_is_not_readable(cli_run, tmp_p
         open_trace(tmp_path / "part.h5")
 
 
+def test_a_plot_of_a_trace_without_bins_is_one_error(cli_run, tmp_path):
+    """(It was an IndexError from the time axis' last edge: an internal error.)"""
+    from npusim.errors import NpusimError
+    from npusim.trace.report import plot_trace
+
+    empty = open_trace(cli_run[0]).isel(time=slice(0, 0))
+    with pytest.raises(NpusimError, match="no time bins"):
+        plot_trace(empty, tmp_path / "f.png")
+    assert not (tmp_path / "f.png").exists()
+
+
 def test_a_summary_of_a_zero_cycle_run_says_0_percent_without_warnings(cli_run, tmp_path):
     import warnings
 

@@ -94,6 +94,8 @@ def summary_rows(ds: xr.Dataset) -> list[tuple[str, str]]:
 def plot_trace(ds: xr.Dataset, out: str | Path) -> Path:
     """Bank x time heat maps of busy time and row conflicts (DRAM runs), and per-core
     systolic-array utilization over time; saved as ``out`` (format from its suffix)."""
+    if ds.sizes["time"] == 0:
+        raise NpusimError("the trace has no time bins: nothing to plot over time")
     import matplotlib
 
     matplotlib.use("Agg")
