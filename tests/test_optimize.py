@@ -145,6 +145,18 @@ def test_unknown_level_and_onnx_runtime_failures_are_clear_errors(tmp_path):
     assert "custom.onnx" in str(e.value) and "Frobnicate" in str(e.value)
 
 
+def test_an_unbound_dim_is_said_of_the_users_file_not_the_optimizers_copy(tmp_path):
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])])
+    path = tmp_path / "sym.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    with pytest.raises(NpusimError) as info:
+        npusim.simulate(str(path), optimize="basic")
+    assert f"'{path}' has unbound symbolic dimension(s) 'batch'" in str(info.value)
+    assert "optimized.onnx" not in str(info.value)
+
+
 def test_rms_norm_fusion_gives_a_loadable_contrib_op(tmp_path):
     # x / sqrt(mean(x^2) + eps) * g: ONNX Runtime fuses it into SimplifiedLayerNormalization,
     # an op it files under the ONNX domain; npusim moves it to com.microsoft so it loads

@@ -290,7 +290,7 @@ def optimize_model(path: str | Path, level: str = "extended", *, dims: dict[str,
     out.mkdir(parents=True, exist_ok=True)
 
     fill_zero_weights(model, src.parent, out)
-    if dims:
+    if dims is not None:  # (given, if empty, every dim must be bound: said of this file)
         from npusim.frontend.onnx_loader import _bind_dims
 
         _bind_dims(model.graph, dict(dims), f"ONNX model '{src}'")
@@ -333,7 +333,9 @@ def prepared_model(path: str | Path, optimize: str = "none", dims: dict[str, int
         return
     tmp = tempfile.mkdtemp(prefix="npusim-ort-")
     try:
-        yield optimize_model(path, optimize, dims=dims, out_dir=tmp, **kwargs), None
+        # dims bound here, so that an unbound one is said of the user's file, not of the
+        # optimizer's temporary copy
+        yield optimize_model(path, optimize, dims=dims or {}, out_dir=tmp, **kwargs), None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
