@@ -123,6 +123,9 @@ class Instr:
         return row
 
 
+TILES_CHECKED_EVERY = 1 << 20  # tiles between two checks that their table still fits
+
+
 class ProgramBuilder:
     """Collects templates, tiles, groups and layers, then freezes them into a Program."""
 
@@ -212,6 +215,22 @@ class ProgramBuilder:
         row += list(bases) + [0] * (isa.N_TILE_SLOTS - len(bases))
         self._tiles.append(row)
         self._groups[self._open_group][isa.G_TILE_LEN] += 1
+        if len(self._tiles) % TILES_CHECKED_EVERY == 0:
+            self._check_room()
+
+    def _check_room(self) -> None:
+        """A MemoryError naming the layer when the tiles so far could not be made into the
+        program's table (and the run's copy of it) in the memory still free: a workload
+        of too many tiles (ResNet-18 at batch 1,000,000) otherwise grew a list of rows
+        until the out-of-memory killer ended it, 24 GB later and without a word."""
+        from npusim.state import ensure_free
+
+        n, g = len(self._tiles), len(self._groups)
+        # their tile and group tables, twice (the program's arrays, and the run's state
+        # and the rows being converted beside them)
+        ensure_free(2 * 8 * (n * isa.N_TILE_COLS + g * isa.N_GROUP_COLS),
+                    f"the program's {n:,} tiles so far (up to layer "
+                    f"'{self._layer_info[self._open_layer].name}')")
 
     # copies (npusim.lowering.replay) -----------------------------------------------
     def span(self) -> tuple[int, int, int]:

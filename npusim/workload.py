@@ -45,6 +45,7 @@ from npusim.paths import existing_file, read_text
 # engine keeps times in int64 ticks of a fraction of a cycle, and the NoC packs a due
 # cycle into 58 bits of a word, so later arrivals would overflow silently.
 MAX_ARRIVAL_CYCLES = 1 << 40
+MAX_COUNT = 1_000_000  # copies of one request a file's count may ask for
 
 ONNXIM_RESERVED = ("name", "request_time", "batch_size", "partition_id")
 REQUEST_KEYS = ("model", "batch", "dims", "arrival_us", "arrival_cycles", "partition", "name",
@@ -286,6 +287,9 @@ def _parse_request(entry, where: str, folder: Path, core_freq_mhz: int) -> list[
     arrival = _cycles(entry, "arrival", where, core_freq_mhz)
     interval = _cycles(entry, "interval", where, core_freq_mhz)
     count = _positive(entry, "count", where, 1)
+    if count > MAX_COUNT:  # (10**11 copies grew a list of requests until memory ran out)
+        raise NpusimError(f"{where}: count = {count:,} copies is more than npusim simulates: "
+                          f"at most {MAX_COUNT:,} (each copy is a request of its own)")
     _arrival_in_range(arrival + (count - 1) * interval,
                       f"{where}: the arrival of its last request (arrival + (count - 1) x "
                       f"interval)")

@@ -410,6 +410,26 @@ def test_running_out_of_memory_is_a_clear_error(monkeypatch):
     assert "Traceback" not in res.output
 
 
+def test_a_program_of_more_tiles_than_memory_holds_is_refused_while_it_is_built(
+        monkeypatch, tmp_path):
+    """ResNet-18 at batch 1,000,000: lowering grew its list of tile rows until the
+    out-of-memory killer ended the run (24 GB, no message). Every TILES_CHECKED_EVERY tiles
+    the builder checks that their tables still fit in what is free; here every 256 tiles,
+    with 10 MiB said to be free, of ResNet-18 at batch 64 (over 4,000 tiles)."""
+    import npusim.program
+    import npusim.state
+
+    monkeypatch.setattr(npusim.program, "TILES_CHECKED_EVERY", 256)
+    monkeypatch.setattr(npusim.state, "CHECKED_FROM_BYTES", 0)
+    monkeypatch.setattr(npusim.state, "free_memory_bytes", lambda: 10 << 20)
+    out = tmp_path / "r.json"
+    res = run("simulate", "resnet18", "--dim", "batch=64", "-o", str(out))
+    assert res.exit_code == 2
+    assert res.stderr.startswith("error: out of memory (the program's ")
+    assert "tiles so far (up to layer '" in res.stderr and "Traceback" not in res.output
+    assert not out.exists()
+
+
 def test_a_state_table_larger_than_free_memory_is_refused_before_it_is_touched(
         monkeypatch, tmp_path):
     """Config fields each in range can multiply into more memory than the machine has (1024

@@ -145,6 +145,9 @@ def test_gqa_moves_less_kv_data_than_mha_and_is_faster_when_memory_bound():
     ('model = "mlp"\ncount = 3\ninterval_cycles = 549755813889\n',
      r"arrival of its last request .* is 1099511627778 core cycles"),
     ('model = "mlp"\narrival_us = 1e300\n', r"is 1e\+303 core cycles: must be at most"),
+    # 10**11 copies grew a list of requests until memory ran out
+    ('model = "mlp"\ncount = 100000000000\n', "count = 100,000,000,000 copies is more than "
+                                            "npusim simulates: at most 1,000,000"),
     ('model = "mlp"\narrival_us = inf\n', "arrival_us = inf must be a finite number >= 0"),
     ('model = "mlp"\narrival_us = nan\n', "arrival_us = nan must be a finite number >= 0"),
     ('model = "gpt2"\nprompt = 4\ngenerate = 2\nllm = 5\n',
