@@ -614,6 +614,10 @@ def simulate(
 
             cfg = load_config(config, overrides)
             requests = read_requests(requests_file, cfg.core_freq_mhz)
+            # the models the file names are inputs too (--json over one replaced it)
+            _check_outputs_apart({"--json": json_out, "--trace": trace},
+                                 {f"the model of request {i + 1}": r.model
+                                  for i, r in enumerate(requests)})
             result = simulate_requests(requests, cfg, mapping=mapping_path, skip=not no_skip,
                                        progress=reporter, unsupported=unsupported,
                                        optimize=optimize, trace=trace_options)

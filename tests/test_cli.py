@@ -302,6 +302,18 @@ def test_an_output_never_replaces_an_input_or_another_output(tmp_path, outputs):
     assert not (tmp_path / "run.h5").exists()
 
 
+def test_an_output_never_replaces_a_model_a_request_file_names(tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes((models_dir() / "mlp.onnx").read_bytes())
+    requests = tmp_path / "r.toml"
+    requests.write_text('[[request]]\nmodel = "m.onnx"\n')
+    res = run("simulate", "--requests", str(requests), "-q", "--json", str(model))
+    assert res.exit_code == 2, res.output
+    assert f"--json {model} is the model of request 1: writing there would replace it" \
+        in res.stderr
+    assert model.read_bytes() == (models_dir() / "mlp.onnx").read_bytes()
+
+
 def test_an_output_through_a_link_or_into_a_pipe_keeps_the_link_and_the_pipe(tmp_path):
     """A file renamed over the output replaced whatever node was there: a symbolic link
     (its target left as it was), a FIFO, a device (``--json /dev/full`` left a regular
