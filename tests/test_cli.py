@@ -186,6 +186,10 @@ def _bad_cases(tmp_path, unsupported_model, matmul_model):
         "mapping not covering": ([mm, *gv, "--mapping", str(short)], ["short.map:2", "loop N"]),
         "mapping missing": (["tiny_cnn", "--mapping", str(tmp_path / "nope.map")],
                             ["nope.map", "not found"]),
+        "no tile fits": (["resnet18", "--set", "core.spad_kib=1", "--set", "core.accum_kib=1",
+                          "--set", "core.systolic.width=512", "--set",
+                          "core.systolic.height=512"],
+                         ["layer 'conv1' (Conv): no convolution tile fits", "core.spad_kib"]),
     }
 
 
@@ -194,7 +198,7 @@ CASE_NAMES = [
     "unknown preset", "missing config file", "value out of range", "unknown config key",
     "malformed --set", "malformed --dim", "zero --dim", "non-integer --dim", "unknown --dim",
     "unbound dim", "unsupported op", "mapping too big", "mapping not covering",
-    "mapping missing",
+    "mapping missing", "no tile fits",
 ]
 
 

@@ -295,7 +295,12 @@ def lower_into(builder: ProgramBuilder, graph: Graph, config: NpuConfig,
         lower = LOWERINGS[node.op_type] if _lowerable(graph, node) else lower_free
         if all(graph.tensor(t).numel == 0 for t in node.outputs if t in graph.tensors):
             lower = lower_empty  # nothing to compute (a zero-sized axis)
-        lower(ctx, node)
+        try:
+            lower(ctx, node)
+        except NpusimError as err:  # which layer it is, where the reason does not say
+            if node.name in str(err):
+                raise
+            raise NpusimError(f"layer '{prefix}{node.name}' ({node.op_type}): {err}") from None
         for layer in range(before, builder.n_layers):
             info = builder.layer_info(layer)
             info.precision = info.precision or node.precision  # (a part may set its own)
