@@ -549,6 +549,19 @@ def test_bad_sweeps_are_rejected_before_anything_runs(tmp_path, case):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]  # nothing written
 
 
+def test_a_grid_of_more_points_than_npusim_runs_is_refused_at_once(tmp_path):
+    """Seven axes of ten values, 10,000,000 points, were expanded one by one for hours
+    before --dry-run said anything; six of ten are refused before they are expanded."""
+    keys = ["num_cores", "core.systolic.width", "core.systolic.height", "noc.latency",
+            "dma.max_outstanding", "core.ld_queue"]
+    axes = "\n".join(f"{k} = {list(range(8, 18))}" for k in keys)
+    sweep = write(tmp_path / "s.toml", f"[workload]\nmodel = 'tiny_cnn'\n[axes]\n{axes}\n")
+    res = sweep_cli(str(sweep), "--out", str(tmp_path / "s.h5"), "--dry-run")
+    assert res.exit_code == 2, res.output
+    assert "the grid has 1,000,000 points (10 num_cores x 10 " in res.output
+    assert "at most 100,000; split it into several sweeps" in res.output
+
+
 def test_dry_run_counts_points_and_checks_the_out_path(tmp_path):
     sweep = write(tmp_path / "s.toml", """
         [workload]

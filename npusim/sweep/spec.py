@@ -30,6 +30,7 @@ import functools
 import hashlib
 import itertools
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,9 @@ TOP_KEYS = ("name", "description", "base", "workload", "axes", "zip")
 BASE_KEYS = ("config", "set")
 WORKLOAD_KEYS = ("model", "requests", "dims", "optimize", "mapping", "unsupported")
 ZIP_LABELS = "labels"
+# Points a grid may have: each is expanded, configured and checked before anything runs
+# (10,000 take about 15 s), and each is a simulation of its own
+MAX_POINTS = 100_000
 
 
 @dataclass
@@ -207,6 +211,11 @@ def sweep_from_dict(raw: dict[str, Any], *, base_dir: Path = Path("."),
     for group, table in _table(raw, "zip").items():
         axes.append(_zip_axis(group, table, base_dir))
     _check_axis_names(axes, workload, base_set)
+    size = math.prod(len(a) for a in axes)
+    if size > MAX_POINTS:  # (10**7 points were expanded and checked for hours, silently)
+        raise NpusimError(f"the grid has {size:,} points ("
+                          f"{' x '.join(f'{len(a)} {a.name}' for a in axes)}): at most "
+                          f"{MAX_POINTS:,}; split it into several sweeps")
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise NpusimError(f"name = {name!r}: expected a non-empty string")
