@@ -106,12 +106,21 @@ def _cli_errors(func: Callable) -> Callable:
 def parse_overrides(items: list[str] | None) -> list[str]:
     """Check ``--set dotted.key=value`` syntax; values are parsed by the config loader."""
     out = []
+    given: dict[str, str] = {}
     for item in items or ():
         key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
             raise NpusimError(f"--set {item!r}: expected dotted.key=value, "
                               f"e.g. --set core.systolic.width=16")
-        out.append(f"{key.strip()}={value.strip()}")
+        if not value:
+            raise NpusimError(f"--set {item!r}: no value after '='; give one, e.g. "
+                              f"--set {key}=VALUE")
+        if given.get(key, value) != value:  # (the last silently won; --dim refuses too)
+            raise NpusimError(f"--set {key} is given twice, {given[key]} and {value}; "
+                              f"give it once")
+        given[key] = value
+        out.append(f"{key}={value}")
     return out
 
 
@@ -586,9 +595,7 @@ def simulate(
 ) -> None:
     """Simulate MODEL on an NPU config and print a summary."""
     t0 = time.perf_counter()
-    overrides = parse_overrides(set_)
-    if fidelity is not None:
-        overrides.append(f"fidelity={fidelity}")
+    overrides = parse_overrides((set_ or []) + ([f"fidelity={fidelity}"] if fidelity else []))
     dims = parse_dims(dim)
     if json_out is not None:
         check_output_dir(json_out)
@@ -1070,8 +1077,12 @@ def sweep(
     except KeyboardInterrupt as err:
         reporter.close()
         word, code = interruption(err)
-        _print_err(f"{word}: {reporter.done} point(s) finished in this run are recorded "
-                   f"in {journal_path(out)}; run the same command again to resume")
+        journal = journal_path(out)
+        if journal.exists():
+            _print_err(f"{word}: {reporter.done} point(s) finished in this run are recorded "
+                       f"in {journal}; run the same command again to resume")
+        else:  # (nothing recorded, no journal left behind: it said 0 were recorded there)
+            _print_err(f"{word}: no point finished; nothing was recorded")
         raise typer.Exit(code) from None
     finally:
         reporter.close()

@@ -574,6 +574,19 @@ def test_parse_dims_and_overrides():
     for bad in ("a.b", "=3", "a.b="):
         with pytest.raises(npusim.errors.NpusimError, match="--set"):
             cli.parse_overrides([bad])
+    with pytest.raises(npusim.errors.NpusimError, match="no value after '='"):
+        cli.parse_overrides(["num_cores="])
+    # a key given twice with two values is refused, as --dim is (the last silently won, so
+    # --fidelity fast --set fidelity=full ran fast); the same value twice is one setting
+    with pytest.raises(npusim.errors.NpusimError, match="num_cores is given twice, 2 and 4"):
+        cli.parse_overrides(["num_cores=2", "num_cores=4"])
+    assert cli.parse_overrides(["num_cores=2", "num_cores = 2"]) == ["num_cores=2"] * 2
+    res = run("simulate", "tiny_cnn", "--fidelity", "fast", "--set", "fidelity=full")
+    assert res.exit_code == 2 and "fidelity is given twice, full and fast" in res.stderr
+    for model, said in (("", "give an ONNX file or a bundled model name"),
+                        ("/dev/null", "is not a regular file")):
+        res = run("simulate", model)
+        assert res.exit_code == 2 and said in res.stderr, res.stderr
 
 
 def test_human_units():

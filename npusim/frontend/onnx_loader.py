@@ -48,11 +48,16 @@ def list_bundled_models() -> list[Path]:
 
 def resolve_model_path(name_or_path: str | Path) -> Path:
     """An existing file path as given, else the bundled model ``models/<name>.onnx``."""
+    if not str(name_or_path).strip():  # (Path('') is '.', which is a directory)
+        raise NpusimError("model '': give an ONNX file or a bundled model name "
+                          "(npusim models lists them)")
     p = Path(name_or_path)
     if p.is_file():
         return p
     if p.is_dir():
         raise NpusimError(f"model '{name_or_path}' is a directory, not an ONNX file")
+    if p.exists():  # a device or a pipe (/dev/null)
+        raise NpusimError(f"model '{name_or_path}' is not a regular file; give an ONNX file")
     name = p.name[:-5] if p.name.endswith(".onnx") else p.name
     if len(p.parts) == 1 and name:  # a bare name like "tiny_cnn", not a path with folders
         bundled = models_dir() / f"{name}.onnx"
