@@ -147,16 +147,24 @@ def simulate_requests(requests, config=None, *, overrides=(), mapping=None, skip
             continue
         key = (req.model, tuple(sorted((req.dims or {}).items())))
         if key not in loaded:
-            path = resolve_model_path(req.model)
+            where = f"request {members[0] + 1} ({req.label})"
+            try:
+                path = resolve_model_path(req.model)
+            except NpusimError as err:  # which request names it (a file may hold many)
+                raise NpusimError(f"{where}: {err}") from None
             req_dims, _ = with_example_dims(path, req.dims or None)
             unbound = [d for d in symbolic_dims(path)[1] if d not in (req_dims or {})]
             if unbound:
                 raise NpusimError(
-                    f"request {members[0] + 1} ({req.label}): {Path(path).name} has unbound "
+                    f"{where}: {Path(path).name} has unbound "
                     f"symbolic dimension(s) {', '.join(map(repr, unbound))}; give them in the "
                     f"request: dims = {{ {', '.join(f'{d} = N' for d in unbound)} }}")
-            with prepared_model(path, optimize, req_dims) as (ready, ready_dims):
-                loaded[key] = load_model(ready, ready_dims, _early_refusal(path, unsupported))
+            try:
+                with prepared_model(path, optimize, req_dims) as (ready, ready_dims):
+                    loaded[key] = load_model(ready, ready_dims,
+                                             _early_refusal(path, unsupported))
+            except NpusimError as err:  # (a dim it has not: batch = 4 on tiny_cnn)
+                raise NpusimError(f"{where}: {err}") from None
         # (lowering adds its scratch tensors to the graph: each request its own table)
         graph = replace(loaded[key], tensors=dict(loaded[key].tensors))
         builder.request, builder.release = sid, req.arrival_cycle

@@ -162,14 +162,20 @@ def read_models_list(path: str | Path, core_freq_mhz: int) -> list[Request]:
     except json.JSONDecodeError as e:
         raise NpusimError(f"{path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
     entries = data.get("models") if isinstance(data, dict) else None
-    if not isinstance(entries, list) or not entries:
+    if isinstance(entries, list) and not entries:
+        raise NpusimError(f"{path}: the models list is empty; give at least one "
+                          f"{{\"name\": ..., \"request_time\": ...}}")
+    if not isinstance(entries, list):
         raise NpusimError(f"{path}: expected {{\"models\": [{{\"name\": ..., ...}}, ...]}}")
     requests = []
     for i, entry in enumerate(entries):
         where = f"{path}: models[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise NpusimError(f"{where} needs a \"name\" naming the model")
-        model = _find_model(entry["name"], path)
+        try:
+            model = _find_model(entry["name"], path)
+        except NpusimError as err:
+            raise NpusimError(f"{where}: {err}") from None
         model_dims = symbolic_dims(model)[1] + data_sized_dims(model) + value_inputs(model)
         dims = {}
         for key, value in entry.items():

@@ -9,7 +9,7 @@ import pytest
 import npusim
 from npusim.errors import NpusimError
 from npusim.simulation import simulate_requests
-from npusim.workload import Request, read_models_list
+from npusim.workload import Request, read_models_list, read_requests
 from npusim.frontend import resolve_model_path
 from npusim.config import load_config
 from npusim.dram import load_standard
@@ -118,7 +118,7 @@ def test_a_models_list_batch_size_binds_a_dim_of_that_name(tmp_path):
 
 
 @pytest.mark.parametrize("entry,message", [
-    ({"name": "no_such_model"}, "no_such_model"),
+    ({"name": "no_such_model"}, "list.json: models[0]: model 'no_such_model' not found"),
     ({"name": "bert_ffn", "seqq": 4}, "seqq"),
     ({"name": "bert_ffn", "seq": 0}, "seq = 0"),
     ({"name": "tiny_cnn", "request_time": -1}, "request_time"),
@@ -134,6 +134,24 @@ def test_models_list_errors_name_the_entry(tmp_path, entry, message):
     with pytest.raises(NpusimError) as e:
         read_models_list(f, 1000)
     assert message in str(e.value)
+
+
+def test_an_empty_models_list_is_said_to_be_empty(tmp_path):
+    f = tmp_path / "list.json"
+    f.write_text('{"models": []}')
+    with pytest.raises(NpusimError, match="list.json: the models list is empty"):
+        read_models_list(f, 1000)
+
+
+def test_a_request_files_model_errors_name_the_request(tmp_path):
+    """A dim the model has not, in the second of two requests: the error said which model
+    only, not which request of the file."""
+    f = tmp_path / "r.toml"
+    f.write_text('[[request]]\nmodel = "mlp"\n[[request]]\nmodel = "tiny_cnn"\n'
+                 'dims = { foo = 3 }\n')
+    with pytest.raises(NpusimError, match=r"^request 2 \(tiny_cnn\): .* no dimension named "
+                                          r"'foo'"):
+        simulate_requests(read_requests(f, 1000), "mobile")
 
 
 def test_copies_of_a_model_run_as_if_loaded_apart_and_share_their_instructions(tmp_path):
