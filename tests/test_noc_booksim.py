@@ -124,10 +124,20 @@ def test_onnxim_icnt_files(tmp_path):
     ("k = eight;", "k = 'eight' is not an integer"),
     ("traffic = diagonal;", "traffic = 'diagonal' is not supported"),
     ("num_vcs 4;", "expected 'key = value'"),
+    # named with the file and key (it read 'traffic rate 5.0 flits/node/cycle ...')
+    ("injection_rate = 5;", r"cfg: injection_rate = 5.0 \(packets per node per "
+                            r"cycle\) is out of range: above 0 and at most 1"),
 ])
 def test_bad_booksim_files_are_clear_errors(tmp_path, extra, message):
     with pytest.raises(NpusimError, match=message):
         read_booksim(write(tmp_path, MESHCONFIG + extra + "\n"))
+
+
+def test_a_booksim_file_without_a_topology_says_so(tmp_path):
+    """(Booksim's default, a torus routed by 'none', made an empty file's first error one
+    about routing.)"""
+    with pytest.raises(NpusimError, match="sets no topology; give topology and its keys"):
+        read_booksim(write(tmp_path, ""))
 
 
 def test_priority_age_is_read_and_others_are_noted(tmp_path):

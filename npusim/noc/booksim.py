@@ -205,7 +205,11 @@ def read_booksim(path: str | Path, overrides: dict | None = None,
     where = str(path)
     given = parse_booksim(text, where)
     given.update(overrides or {})
-    topo = given.get("topology", DEFAULTS["topology"])
+    if "topology" not in given:  # (an empty file's first error was about routing)
+        raise NpusimError(f"{where}: sets no topology; give topology and its keys, e.g. "
+                          f"topology = mesh; k = 8; n = 2; routing_function = dim_order "
+                          f"(Booksim's default, a torus routed by 'none', runs in neither)")
+    topo = given["topology"]
     if topo not in TOPOLOGIES:  # first: an unsupported topology's own keys are unknown here
         raise NpusimError(f"{where}: topology = {topo!r} is not supported: npusim reads "
                           f"{', '.join(TOPOLOGIES)}")
@@ -325,6 +329,11 @@ def _traffic(v: dict, where: str) -> Traffic:
         weights = (weights + (weights[-1:] * len(spots)))[:len(spots)] if weights else ()
     size = v["packet_size"]
     rate = v["injection_rate"] if v["injection_rate_uses_flits"] else v["injection_rate"] * size
+    if 1 <= size <= 1024 and not 0 < rate <= size:  # (said of the file, not of the traffic)
+        unit = "flits" if v["injection_rate_uses_flits"] else "packets"
+        most = size if v["injection_rate_uses_flits"] else 1
+        raise NpusimError(f"{where}: injection_rate = {v['injection_rate']} ({unit} per node "
+                          f"per cycle) is out of range: above 0 and at most {most}")
     return Traffic(name, float(rate), int(size), spots, weights, int(v["seed"]))
 
 
