@@ -141,6 +141,20 @@ def test_heterogeneous_cores_are_one_clear_error(tmp_path):
         load_config(str(path))
 
 
+def test_core_entries_beyond_num_cores_warn_and_a_missing_core_config_says_where(tmp_path):
+    data = json.loads((FOLDER / "systolic_ws_8x8_c4_simple_noc_transformer.json").read_text())
+    data["core_config"]["core_9"] = data["core_config"]["core_0"]
+    path = tmp_path / "extra.json"
+    path.write_text(json.dumps(data))
+    with pytest.warns(NpusimWarning, match="core_config has core_9 beside num_cores = 4"):
+        load_config(str(path))
+    del data["core_config"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(NpusimError, match=r"ONNXim key core_\w+ is missing \(in "
+                                          r"core_config.core_N, or at the top level\)"):
+        load_config(str(path))
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_onnxim_config_simulates(path):
     with warnings.catch_warnings():

@@ -183,7 +183,9 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
     merged = {**cfg, **core}
     for key in REQUIRED:
         if key not in merged:
-            raise NpusimError(f"ONNXim key {key} is missing (needed by {source})")
+            where = (" (in core_config.core_N, or at the top level)" if key in CORE_KEYS
+                     and "core_config" not in cfg else "")
+            raise NpusimError(f"ONNXim key {key} is missing{where} (needed by {source})")
     if "accum_spad_size" not in merged:
         merged["accum_spad_size"] = merged["spad_size"]
         _warn(f"ONNXim config {source} has no accum_spad_size: using spad_size = "
@@ -419,6 +421,10 @@ def _core_table(cfg: dict, num_cores: int) -> dict:
                               f"(num_cores = {num_cores}; one entry per core is required)")
         _check_keys(entry, CORE_KEYS, f"core_config.core_{i}.")
         cores.append(entry)
+    extra = sorted(k for k in table if k not in {f"core_{i}" for i in range(num_cores)})
+    if extra:  # (ONNXim reads core_0 .. core_<num_cores - 1> only)
+        _warn(f"ONNXim core_config has {', '.join(extra)} beside num_cores = {num_cores}: "
+              f"ignored")
     first = cores[0]
     for i, entry in enumerate(cores[1:], start=1):
         for key in CORE_KEYS:
