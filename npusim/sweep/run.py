@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import time
 import uuid
 import warnings
@@ -178,25 +177,16 @@ def _client(workers: int | None, scheduler: str | None, n_tasks: int):
     # The scheduler serves its metrics on 8787 even without a dashboard, and says so in a
     # UserWarning when another program holds that port: it takes another, which is news to
     # no one running a sweep.
-    with _sigint_ignored(), dask.config.set({"distributed.scheduler.allowed-failures": 1}), \
+    # Its processes log only what is critical: a worker that loses its scheduler when the
+    # sweep is interrupted logged the lost heartbeat with two tracebacks (a point's own
+    # failure is in its record, a worker's death in the point's).
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}), \
             warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Port .* is already in use")
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=logging.ERROR)
+                               dashboard_address=None, silence_logs=logging.CRITICAL,
+                               preload=["npusim.sweep.worker_signals"])
     with cluster, Client(cluster) as client:
         yield client, f"{n} local worker{'s' if n != 1 else ''}"
 
 
-@contextlib.contextmanager
-def _sigint_ignored():
-    """Worker processes started in here inherit SIGINT ignored: a terminal's Ctrl-C reaches
-    the whole process group, and a worker dying of it would fail the point it was running."""
-    try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
