@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from npusim.errors import NpusimError
+from npusim.paths import input_named
 
 
 def check_writable(path: str | Path, option: str, directory_ok: bool = False) -> Path:
@@ -99,6 +100,10 @@ def atomic_file(path: str | Path, what: str):
     stream = _is_stream(path)
     if not stream:
         path = _written_path(path)
+        read = input_named(path)
+        if read is not None:  # (checked before the run where the option named it)
+            raise NpusimError(f"{what} {path}: this run read it as an input ({read}): "
+                              f"writing there would replace it; give another file name")
     parent = path.parent if str(path.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",

@@ -27,11 +27,34 @@ def existing_file(path, what: str) -> Path:
     return path
 
 
+# Every input file read so far (resolved path -> what it was): no output of this process
+# replaces one (``npusim.atomic``), even one only another input names (an ONNXim config's
+# DRAM file, a request file's models: --json over those replaced them).
+_inputs_read: dict[Path, str] = {}
+
+
+def note_input(path, what: str) -> None:
+    """Record ``path`` as an input this process read (``what`` names it in messages)."""
+    try:
+        _inputs_read.setdefault(Path(path).resolve(), what)
+    except OSError:
+        pass
+
+
+def input_named(path) -> str | None:
+    """What input ``path`` was, if this process read it as one."""
+    try:
+        return _inputs_read.get(Path(path).resolve())
+    except OSError:
+        return None
+
+
 def read_text(path: Path, what: str) -> str:
     """A text file's contents, or one error naming ``what`` when it cannot be read or is
     not text (a binary file given where a config, mapping or trace belongs)."""
     from npusim.errors import NpusimError
 
+    note_input(path, what)
     try:
         return path.read_text(encoding="utf-8")
     except OSError as err:

@@ -318,6 +318,25 @@ def test_an_output_never_replaces_a_model_a_request_file_names(tmp_path):
     assert model.read_bytes() == (models_dir() / "mlp.onnx").read_bytes()
 
 
+def test_an_output_never_replaces_a_file_another_input_names(tmp_path):
+    """An ONNXim config names its DRAM file: --json over that file replaced it (only the
+    files given on the command line were checked before the run). Every input a run reads
+    is off limits to its outputs."""
+    import shutil
+    from pathlib import Path
+
+    folder = tmp_path / "on"
+    shutil.copytree(Path(__file__).parent / "data" / "onnxim", folder)
+    dram = folder / "configs" / "ramulator2_configs" / "DDR4.yaml"
+    before = dram.read_bytes()
+    res = run("simulate", "tiny_cnn", "-q", "--config",
+              str(folder / "configs" / "systolic_ws_8x8_c4_simple_noc_transformer.json"),
+              "--json", str(dram))
+    assert res.exit_code == 2, res.output
+    assert "this run read it as an input (ONNXim dram_config_path file)" in res.stderr
+    assert dram.read_bytes() == before
+
+
 def test_an_output_through_a_link_or_into_a_pipe_keeps_the_link_and_the_pipe(tmp_path):
     """A file renamed over the output replaced whatever node was there: a symbolic link
     (its target left as it was), a FIFO, a device (``--json /dev/full`` left a regular

@@ -16,7 +16,7 @@ from typing import Any
 from npusim.config.onnxim import onnxim_to_dict
 from npusim.config.schema import NpuConfig, build, check_value_key, normalise, to_plain_dict
 from npusim.errors import NpusimError
-from npusim.paths import configs_dir
+from npusim.paths import configs_dir, note_input
 
 DEFAULT_PRESET = "mobile"
 
@@ -122,6 +122,7 @@ def _read(name_or_path: str | Path) -> tuple[dict, str]:
         problem = "is a directory, not a file" if path.is_dir() else "not found"
         raise NpusimError(f"config file {text} {problem}; give an existing .toml/.json file "
                           f"or a preset name; {_presets_hint()}")
+    note_input(path, "the config file")
     try:
         content = path.read_bytes()
     except OSError as err:

@@ -30,7 +30,7 @@ from npusim.frontend.graph import Graph, Node, TensorInfo
 from npusim.frontend.ort_shapes import MS
 from npusim.frontend.quantized import as_float_ops, fold_qdq
 from npusim.frontend.shapes import NOT_FOLDED, infer_static
-from npusim.paths import models_dir
+from npusim.paths import models_dir, note_input
 
 # Initializers with inline data and at most this many elements stay in the proto during shape
 # inference: shape-driving constants (Reshape shapes, Slice starts, Resize scales) are tiny and
@@ -254,6 +254,7 @@ def _read_model(path: Path) -> ModelProto:
         raise NpusimError(f"ONNX model file not found: '{path}'")
     if not path.is_file():
         raise NpusimError(f"ONNX model path '{path}' is not a file")
+    note_input(path, "an ONNX model")
     try:
         # format fixed: onnx otherwise picks a text parser from a .json/.textproto suffix
         model = onnx.load(str(path), format="protobuf", load_external_data=False)
