@@ -139,6 +139,12 @@ def test_heterogeneous_cores_are_one_clear_error(tmp_path):
     with pytest.raises(NpusimError, match=r"heterogeneous cores are not supported: "
                                           r"core_config.core_2.spad_size = 128"):
         load_config(str(path))
+    # a wrong value in core_0 alone is said to be wrong (it read as heterogeneous cores)
+    data["core_config"]["core_2"]["spad_size"] = data["core_config"]["core_0"]["spad_size"]
+    data["core_config"]["core_0"]["core_width"] = "8"
+    path.write_text(json.dumps(data))
+    with pytest.raises(NpusimError, match=r"ONNXim key core_width = '8' has the wrong type"):
+        load_config(str(path))
 
 
 def test_core_entries_beyond_num_cores_warn_and_a_missing_core_config_says_where(tmp_path):

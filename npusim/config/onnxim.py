@@ -179,8 +179,8 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
     _check_keys(data, TOP_KEYS + CORE_KEYS, "")
     cfg = {**DEFAULTS, **data}
     num_cores = _get(cfg, "num_cores", Rule("int", 1, 1024))
-    core = _core_table(cfg, num_cores)
-    merged = {**cfg, **core}
+    cores = _core_table(cfg, num_cores)
+    merged = {**cfg, **(cores[0] if cores else {})}
     for key in REQUIRED:
         if key not in merged:
             where = (" (in core_config.core_N, or at the top level)" if key in CORE_KEYS
@@ -245,6 +245,7 @@ def onnxim_to_dict(data: Any, name: str = "onnxim", source: str = "ONNXim config
     }
     if merged.get("dram_size"):
         out["memory"]["capacity_gib"] = _get(merged, "dram_size", Rule("int", 0, 1 << 20))
+    _check_homogeneous(cores)
     return out
 
 
@@ -405,10 +406,11 @@ def _check_keys(table: dict, known: tuple, where: str) -> None:
             raise NpusimError(f"ONNXim config has unknown key {where}{key}{hint}")
 
 
-def _core_table(cfg: dict, num_cores: int) -> dict:
-    """The one core description, from core_config.core_N (all identical) or top-level keys."""
+def _core_table(cfg: dict, num_cores: int) -> list[dict]:
+    """Every core_config.core_N (each must be as core_0: ``_check_homogeneous``), or none
+    (the core keys are at the top level)."""
     if "core_config" not in cfg:
-        return {}
+        return []
     table = cfg["core_config"]
     if not isinstance(table, dict):
         raise NpusimError("ONNXim key core_config must be an object of core_N entries")
@@ -425,14 +427,18 @@ def _core_table(cfg: dict, num_cores: int) -> dict:
     if extra:  # (ONNXim reads core_0 .. core_<num_cores - 1> only)
         _warn(f"ONNXim core_config has {', '.join(extra)} beside num_cores = {num_cores}: "
               f"ignored")
-    first = cores[0]
+    return cores
+
+
+def _check_homogeneous(cores: list[dict]) -> None:
+    """Every core_config.core_N as core_0, checked once core_0's own values have been (a
+    wrong value in core_0 alone read as 'heterogeneous cores')."""
     for i, entry in enumerate(cores[1:], start=1):
         for key in CORE_KEYS:
-            if entry.get(key) != first.get(key):
+            if entry.get(key) != cores[0].get(key):
                 raise NpusimError(
                     f"heterogeneous cores are not supported: core_config.core_{i}.{key} = "
-                    f"{entry.get(key)!r} but core_0 has {first.get(key)!r}")
-    return first
+                    f"{entry.get(key)!r} but core_0 has {cores[0].get(key)!r}")
 
 
 def _partitions(cfg: dict, num_cores: int) -> list[list[int]]:
