@@ -139,6 +139,15 @@ def test_heterogeneous_cores_are_one_clear_error(tmp_path):
     with pytest.raises(NpusimError, match=r"heterogeneous cores are not supported: "
                                           r"core_config.core_2.spad_size = 128"):
         load_config(str(path))
+    # a vector unit wider than npusim's is said of the ONNXim key (it named core.vector.alus)
+    for entry in data["core_config"].values():
+        entry["vector_process_bit"] = 10**9
+    path.write_text(json.dumps(data))
+    with pytest.raises(NpusimError, match=r"ONNXim key vector_process_bit = 1000000000 is "
+                                          r"out of range: 62,500,000 elements a cycle"):
+        load_config(str(path))
+    for entry in data["core_config"].values():
+        entry["vector_process_bit"] = 2048
     # a wrong value in core_0 alone is said to be wrong (it read as heterogeneous cores)
     data["core_config"]["core_2"]["spad_size"] = data["core_config"]["core_0"]["spad_size"]
     data["core_config"]["core_0"]["core_width"] = "8"

@@ -43,6 +43,7 @@ keys npusim cannot model yet (UNMODELLED: mac_latency, ...) are one warning each
 differ from ONNXim's default.
 """
 
+import dataclasses
 import difflib
 import math
 import re
@@ -50,7 +51,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from npusim.config.schema import MHZ_RANGE, PRECISIONS, Rule
+from npusim.config.schema import MHZ_RANGE, PRECISIONS, Rule, VectorConfig
 from npusim.errors import NpusimError, NpusimWarning
 
 # Keys that only steer ONNXim's logging, or that ONNXim itself reads and never uses: accepted
@@ -498,6 +499,12 @@ def _file_key(cfg: dict, key: str, base_dir) -> tuple[str, Path] | None:
     return name, p
 
 
+# core.vector's largest lanes and ALUs per lane, as the schema has them
+_VECTOR_MAX = {f.name: f.metadata["rule"].hi for f in dataclasses.fields(VectorConfig)
+               if "rule" in f.metadata}
+MAX_LANES, MAX_ALUS = _VECTOR_MAX["lanes"], _VECTOR_MAX["alus"]
+
+
 def _vector_shape(cfg: dict, precision: int, width: int) -> tuple[int, int]:
     """Split vector_process_bit into (lanes, alus); see onnxim_to_dict."""
     if "vector_process_bit" not in cfg:
@@ -508,6 +515,10 @@ def _vector_shape(cfg: dict, precision: int, width: int) -> tuple[int, int]:
         raise NpusimError(f"ONNXim key vector_process_bit = {bits} is not a multiple of "
                           f"{element_bits} (8 * precision {precision})")
     elements = bits // element_bits
-    if elements % width == 0:
-        return width, elements // width
-    return elements, 1
+    lanes, alus = (width, elements // width) if elements % width == 0 else (elements, 1)
+    if lanes > MAX_LANES or alus > MAX_ALUS:  # (said of npusim's core.vector before)
+        raise NpusimError(f"ONNXim key vector_process_bit = {bits} is out of range: "
+                          f"{elements:,} elements a cycle, more than npusim's vector unit "
+                          f"takes: core_width lanes of at most {MAX_ALUS} ALUs each (here "
+                          f"{width * MAX_ALUS:,} elements), else at most {MAX_LANES} lanes")
+    return lanes, alus
